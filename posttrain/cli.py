@@ -1,0 +1,57 @@
+"""The `posttrain` command. Thin: parse arguments, then import what the command needs.
+
+  posttrain run PIPELINE.yaml [--run-dir DIR] [-o dotted.key=value ...] [--verbose]
+  posttrain validate PIPELINE.yaml [-o ...]
+
+A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="posttrain", description="RL post-training on Ray + vLLM + DeepSpeed.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a pipeline YAML")
+    run.add_argument("pipeline", help="pipeline YAML file")
+    run.add_argument("--run-dir", help="run folder (default: runs/NAME)")
+    run.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a config value, e.g. -o stages[1].steps=10 (repeatable)")
+    run.add_argument("--verbose", action="store_true", help="show engine and trainer logs")
+    check = sub.add_parser("validate", help="check a pipeline YAML and print the resolved config")
+    check.add_argument("pipeline")
+    check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from posttrain.config import ConfigError, dump_config, load_pipeline
+
+    try:
+        config = load_pipeline(args.pipeline, args.override)
+        if args.command == "validate":
+            from posttrain.pipeline import preflight
+
+            preflight(config, args.pipeline)
+            print(dump_config(config), end="")
+            return 0
+        from posttrain.pipeline import run_pipeline
+
+        run_dir = Path(args.run_dir or Path("runs") / config.name)
+        state = run_pipeline(config, run_dir, verbose=args.verbose, source=args.pipeline)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    for name, entry in state["stages"].items():
+        print(f"{name}: {entry['status']} in {entry.get('seconds', 0)}s -> {entry.get('checkpoint')}")
+    print(f"run folder: {run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

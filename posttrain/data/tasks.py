@@ -1,0 +1,96 @@
+"""Task sources: configured generators -> lists of `Task`, and a seeded sampler over them.
+
+reasoning-gym families are generated with their own generators and keep their entry
+(question, answer, metadata), which the verifier hands back to reasoning-gym's scoring.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from posttrain.config import ChatJsonl, ReasoningGymTasks
+from posttrain.types import Message, Task
+
+
+def load_tasks(source: ReasoningGymTasks) -> list[Task]:
+    if isinstance(source, ReasoningGymTasks):
+        return reasoning_gym_tasks(source)
+    raise TypeError(f"unknown task source {type(source).__name__}")
+
+
+def _family_sizes(source: ReasoningGymTasks) -> list[int]:
+    total = sum(f.weight for f in source.families)
+    sizes = [int(source.size * f.weight / total) for f in source.families]
+    sizes[0] += source.size - sum(sizes)
+    return sizes
+
+
+def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
+    import reasoning_gym
+
+    tasks: list[Task] = []
+    for index, (family, size) in enumerate(zip(source.families, _family_sizes(source))):
+        if size <= 0:
+            continue
+        try:
+            dataset = reasoning_gym.create_dataset(family.name, size=size, seed=source.seed + 1000 * index,
+                                                   **family.params)
+        except (TypeError, ValueError, KeyError, AssertionError) as exc:
+            raise ValueError(f"reasoning-gym family {family.name!r}: {exc}") from None
+        for i, entry in enumerate(dataset):
+            system = (Message("system", source.system_prompt),) if source.system_prompt else ()
+            user = Message("user", entry["question"] + source.prompt_suffix)
+            tasks.append(Task(task_id=f"{family.name}/{source.seed}/{i}", family=family.name,
+                              messages=system + (user,), answer=str(entry["answer"]),
+                              entry=_jsonable(entry)))
+    random.Random(source.seed).shuffle(tasks)
+    return tasks
+
+
+def _jsonable(entry: dict) -> dict:
+    """Entries go through Ray and into saved rollouts: keep them JSON-clean."""
+    return json.loads(json.dumps(entry, default=repr))
+
+
+def load_chat_jsonl(source: ChatJsonl) -> list[tuple[Message, ...]]:
+    """Conversations from a JSONL file; a bad line is an error naming the line."""
+    out = []
+    path = Path(source.path)
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            messages = tuple(Message(m["role"], m["content"]) for m in row["messages"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a {{\"messages\": [{{\"role\", \"content\"}}]}} row ({exc})") from None
+        if not messages or messages[-1].role != "assistant":
+            raise ValueError(f"{path}:{number}: the last message must be the assistant's")
+        out.append(messages)
+    if not out:
+        raise ValueError(f"{path}: no conversations")
+    return out
+
+
+class TaskSampler:
+    """Draws tasks in a seeded order, epoch after epoch; `position` is the resume point."""
+
+    def __init__(self, tasks: list[Task], seed: int, position: int = 0):
+        if not tasks:
+            raise ValueError("no tasks to sample from")
+        self.tasks, self.seed, self.position = tasks, seed, position
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.tasks)))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def draw(self, count: int) -> list[Task]:
+        out = []
+        for _ in range(count):
+            epoch, offset = divmod(self.position, len(self.tasks))
+            out.append(self.tasks[self._order(epoch)[offset]])
+            self.position += 1
+        return out

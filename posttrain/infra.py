@@ -1,0 +1,55 @@
+"""The infrastructure a pipeline runs on: Ray, the rollout engine actors and the trainer
+ranks, built once and shared by every stage."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from posttrain.config import PipelineConfig
+from posttrain.metrics import MetricsLog
+
+QUIET_ENV = {
+    "VLLM_LOGGING_LEVEL": "WARNING",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONWARNINGS": "ignore",
+    "DS_ACCELERATOR": os.environ.get("DS_ACCELERATOR", ""),
+}
+
+
+@dataclass
+class Infra:
+    config: PipelineConfig
+    run_dir: Path
+    trainers: object  # TrainerGroup
+    engines: list
+    metrics: MetricsLog
+    tokenizer: object
+
+
+def start_ray(config: PipelineConfig, verbose: bool) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    env = {k: v for k, v in QUIET_ENV.items() if v} if not verbose else {}
+    if config.ray.address:
+        ray.init(address=config.ray.address, log_to_driver=verbose, runtime_env={"env_vars": env})
+        return
+    needed = config.rollout.engines * config.rollout.num_cpus + config.trainer.workers * config.trainer.num_cpus
+    ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, int(needed + 0.999)),
+             include_dashboard=config.ray.dashboard, object_store_memory=config.ray.object_store_gib * 2**30,
+             log_to_driver=verbose, runtime_env={"env_vars": env})
+
+
+def needs_engines(config: PipelineConfig) -> bool:
+    return any(stage.type == "rl" for stage in config.stages)
+
+
+def start_engines(config: PipelineConfig, model_dir: Path) -> list:
+    from posttrain.rollout.engine import RolloutEngine
+
+    return [RolloutEngine.remote_actor(str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + i)
+            for i in range(config.rollout.engines)]

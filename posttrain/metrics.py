@@ -1,0 +1,72 @@
+"""Run-folder metrics and the live progress line.
+
+`metrics.jsonl` gets one JSON object per line: `stage`, `step`, `time` (unix seconds)
+and the metrics, flushed as written so that a crash loses at most the line in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+
+class MetricsLog:
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log(self, stage: str, step: int, metrics: dict[str, float]) -> dict:
+        row = {"stage": stage, "step": step, "time": round(time.time(), 3)}
+        row.update({k: _clean(v) for k, v in metrics.items()})
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        return row
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def read_metrics(run_dir: Path, stage: str | None = None) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if stage is None or r["stage"] == stage]
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Progress:
+    """One live line per stage: rewritten in place on a terminal, a line every 10% otherwise."""
+
+    def __init__(self, stage: str, total: int, stream=None):
+        self.stage, self.total = stage, total
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.started = time.perf_counter()
+        self._last_tenth = -1
+
+    def update(self, step: int, **values: float) -> None:
+        elapsed = time.perf_counter() - self.started
+        eta = elapsed / max(step, 1) * (self.total - step)
+        shown = " ".join(f"{k} {v:.3f}" for k, v in values.items())
+        line = f"[{self.stage}] step {step}/{self.total} {shown} elapsed {_duration(elapsed)} ETA {_duration(eta)}"
+        if self.live:
+            self.stream.write("\r\033[K" + line)
+            if step >= self.total:
+                self.stream.write("\n")
+        elif step * 10 // self.total != self._last_tenth or step >= self.total:
+            self._last_tenth = step * 10 // self.total
+            self.stream.write(line + "\n")
+        self.stream.flush()

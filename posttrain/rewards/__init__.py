@@ -1,0 +1,1 @@
+"""Rewards: verifiers and (later) model judges, all behind one async interface."""

@@ -1,0 +1,1 @@
+"""Rollout: vLLM engines as Ray actors, and the weights they receive."""

@@ -1,0 +1,110 @@
+"""A vLLM engine as a Ray actor: token ids in, sampled token ids with per-token
+behaviour logprobs out; new weights loaded in place, without a restart.
+
+The engine runs in-process in its actor (no extra engine-core process), so a weight
+update is a direct call on the worker: the packet comes zero-copy out of Ray's object
+store and `reload_weights` copies it into the model. Logprobs are the processed ones
+(after temperature), the distribution the tokens were actually drawn from.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import ray
+
+from posttrain.config import RolloutConfig
+from posttrain.rollout.weights import WeightPacket, unpack_tensors
+from posttrain.types import Completion, GenerationRequest, SamplingSettings
+
+
+def engine_env(config: RolloutConfig) -> dict[str, str]:
+    return {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(config.kv_cache_gib)))),
+        "VLLM_HOST_IP": "127.0.0.1",
+        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def _reload(worker, packet: WeightPacket) -> int:
+    worker.reload_weights(weights_iterator=unpack_tensors(packet))
+    return packet.version
+
+
+class RolloutEngine:
+    """Wraps `vllm.LLM`. Create with `RolloutEngine.remote_actor(...)`."""
+
+    def __init__(self, model_dir: str, config: RolloutConfig, dtype: str, seed: int):
+        from vllm import LLM
+
+        started = time.perf_counter()
+        self.llm = LLM(
+            model=model_dir,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=config.max_model_len,
+            enforce_eager=config.enforce_eager,
+            tensor_parallel_size=config.tensor_parallel,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            logprobs_mode="processed_logprobs",
+            enable_prefix_caching=True,
+        )
+        self.max_model_len = config.max_model_len
+        self.version = 0
+        self.start_seconds = time.perf_counter() - started
+        self.busy_seconds = 0.0
+
+    @classmethod
+    def remote_actor(cls, model_dir: str, config: RolloutConfig, dtype: str, seed: int, name: str | None = None):
+        options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus, max_concurrency=1,
+                       runtime_env={"env_vars": engine_env(config)})
+        if name:
+            options["name"] = name
+        return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed)
+
+    def info(self) -> dict:
+        return {"version": self.version, "start_seconds": self.start_seconds, "busy_seconds": self.busy_seconds}
+
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[list[Completion]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        started = time.perf_counter()
+        prompts, params = [], []
+        for req in requests:
+            room = self.max_model_len - len(req.prompt_ids)
+            if room < 1:
+                raise ValueError(f"prompt of {len(req.prompt_ids)} tokens leaves no room under max_model_len={self.max_model_len}")
+            prompts.append(TokensPrompt(prompt_token_ids=list(req.prompt_ids)))
+            params.append(SamplingParams(n=req.n, max_tokens=min(req.max_tokens, room), temperature=sampling.temperature,
+                                         top_p=sampling.top_p, logprobs=0, detokenize=True))
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        self.busy_seconds += time.perf_counter() - started
+        return [[_completion(c) for c in out.outputs] for out in outputs]
+
+    def update_weights(self, packet: WeightPacket) -> int:
+        """Load new weights in place; returns the version now served."""
+        versions = self.llm.collective_rpc(_reload, args=(packet,))
+        self.llm.reset_prefix_cache()
+        self.version = versions[0]
+        return self.version
+
+    def prompt_logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
+        """Logprob of each token given the ones before it (the first has none): a scoring pass."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_ids], params, use_tqdm=False)
+        return [[d[t].logprob for d, t in zip(o.prompt_logprobs[1:], ids[1:])] for o, ids in zip(outs, token_ids)]
+
+
+def _completion(out) -> Completion:
+    ids = tuple(out.token_ids)
+    logprobs = tuple(step[tok].logprob for step, tok in zip(out.logprobs or [], ids))
+    return Completion(token_ids=ids, logprobs=logprobs, text=out.text, finish_reason=str(out.finish_reason))

@@ -1,0 +1,1 @@
+"""Training: DeepSpeed ranks as Ray actors, and the group that drives them."""

@@ -1,0 +1,98 @@
+"""The trainer ranks as one object: shard a batch over them, step, and push weights.
+
+`TrainerGroup.sync_weights` is the weight path: rank 0's full weights go once into
+Ray's object store, and every rollout engine loads that one copy in place. It waits for
+every engine with a timeout, so a stuck engine is an error, never a silent hang.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import ray
+
+from posttrain.config import TrainerConfig
+from posttrain.train.trainer import TrainerWorker
+from posttrain.types import LossSpec, TrainSequence
+
+SYNC_TIMEOUT_S = 600
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def shard_balanced(seqs: list[TrainSequence], ranks: int) -> list[list[int]]:
+    """Indices per rank, longest first to the lightest rank: token counts stay even."""
+    shards: list[list[int]] = [[] for _ in range(ranks)]
+    loads = [0] * ranks
+    for i in sorted(range(len(seqs)), key=lambda i: -len(seqs[i].token_ids)):
+        r = loads.index(min(loads))
+        shards[r].append(i)
+        loads[r] += len(seqs[i].token_ids)
+    return shards
+
+
+class TrainerGroup:
+    def __init__(self, config: TrainerConfig, seed: int, env: dict | None = None):
+        port = free_port()
+        self.config = config
+        self.workers = [TrainerWorker.remote_actor(r, config.workers, port, config, seed, env or {})
+                        for r in range(config.workers)]
+        self.version = 0
+
+    def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0) -> dict:
+        facts = ray.get([w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta) for w in self.workers])
+        self.dtype = dtype
+        return facts[0]
+
+    def train_step(self, seqs: list[TrainSequence], spec: LossSpec) -> dict:
+        """One optimizer step on all ranks. Returns summed metrics and, per sequence, the
+        trainer's logprobs of its response tokens before the step."""
+        global_tokens = int(sum(sum(s.loss_mask) for s in seqs))
+        shards = shard_balanced(seqs, len(self.workers))
+        results = ray.get([w.train_step.remote([seqs[i] for i in idx], spec, global_tokens)
+                           for w, idx in zip(self.workers, shards)])
+        logp: list[list[float]] = [[] for _ in seqs]
+        sums: dict[str, float] = {}
+        for idx, res in zip(shards, results):
+            for i, values in zip(idx, res["logp"]):
+                logp[i] = values
+            for key, value in res["sums"].items():
+                sums[key] = sums.get(key, 0.0) + value
+        self.version += 1
+        return {"logp": logp, "sums": sums, "grad_norm": results[0]["grad_norm"],
+                "seconds": max(r["seconds"] for r in results)}
+
+    def logprobs(self, seqs: list[TrainSequence], temperature: float = 1.0) -> list[list[float]]:
+        shards = shard_balanced(seqs, len(self.workers))
+        results = ray.get([w.logprobs.remote([seqs[i] for i in idx], temperature)
+                           for w, idx in zip(self.workers, shards)])
+        out: list[list[float]] = [[] for _ in seqs]
+        for idx, res in zip(shards, results):
+            for i, values in zip(idx, res):
+                out[i] = values
+        return out
+
+    def sync_weights(self, engines: list) -> dict:
+        """Push the current weights into every engine; returns seconds and bytes moved."""
+        started = time.perf_counter()
+        refs = [w.get_weights.remote(self.version) for w in self.workers]
+        packet_ref = refs[0]
+        ray.get(refs[1:])
+        versions = ray.get([e.update_weights.remote(packet_ref) for e in engines], timeout=SYNC_TIMEOUT_S)
+        if any(v != self.version for v in versions):
+            raise RuntimeError(f"weight sync: engines report versions {versions}, expected {self.version}")
+        seconds = time.perf_counter() - started
+        return {"sync/seconds": seconds}
+
+    def save(self, folder: str) -> str:
+        return ray.get([w.save.remote(folder) for w in self.workers])[0]
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            ray.kill(w)
+        self.workers = []

@@ -1,0 +1,99 @@
+"""The vocabulary passed between stages: tasks, engine completions, scored samples,
+and the per-token training records the trainer consumes. Plain frozen dataclasses, no
+heavy imports, so every layer can use them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+
+
+@dataclass(frozen=True)
+class Task:
+    """One prompt and what is needed to score an answer to it."""
+
+    task_id: str
+    family: str
+    messages: tuple[Message, ...]
+    answer: str | None = None
+    entry: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Prompt token ids for an engine, with how many samples and how many new tokens."""
+
+    prompt_ids: tuple[int, ...]
+    n: int = 1
+    max_tokens: int = 64
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What an engine returns for one sampled response."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    """A reward with its reason; `ok=False` flags a sample that could not be scored."""
+
+    score: float
+    reason: str
+    source: str
+    details: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One finished trajectory: the task, the rendered prompt, and the engine's completion."""
+
+    task: Task
+    group_id: int
+    prompt_ids: tuple[int, ...]
+    completion: Completion
+    policy_version: int = 0
+
+
+@dataclass(frozen=True)
+class TrainSequence:
+    """One sequence for the trainer. Per-token lists cover the response tokens only."""
+
+    token_ids: tuple[int, ...]
+    prompt_len: int
+    advantages: tuple[float, ...]
+    loss_mask: tuple[float, ...]
+    logp_engine: tuple[float, ...] = ()
+
+    @property
+    def response_len(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """Which loss the trainer applies to a batch, and its settings."""
+
+    kind: Literal["pg", "nll"]
+    clip_eps_lo: float = 0.2
+    clip_eps_hi: float = 0.28
+    kl_beta: float = 0.0
+    temperature: float = 1.0

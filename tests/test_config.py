@@ -1,0 +1,105 @@
+"""Config parsing and the one-line errors of `posttrain run` on broken files."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posttrain.config import ConfigError, load_pipeline, parse_override
+
+GOOD = {
+    "name": "t",
+    "model": {"name": "tiny"},
+    "stages": [
+        {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3,
+         "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4}},
+        {"name": "grpo", "type": "rl", "steps": 2, "lr": 1e-4,
+         "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4}},
+    ],
+}
+
+
+def write(tmp_path: Path, data, name="p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def broken(**changes):
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    for dotted, value in changes.items():
+        node = data
+        parts = dotted.split(".")
+        for p in parts[:-1]:
+            node = node[int(p)] if p.isdigit() else node[p]
+        node[parts[-1]] = value
+    return data
+
+
+def test_good_config_loads_with_defaults(tmp_path):
+    config = load_pipeline(write(tmp_path, GOOD))
+    assert config.trainer.zero_stage == 2 and config.stages[1].algo.type == "grpo"
+    assert config.stages[1].group_size == 8
+
+
+@pytest.mark.parametrize("data, expected", [
+    (broken(**{"stages.1.lr": -1}), "p.yaml: stages[1].lr: must be > 0"),
+    (broken(**{"stages.1.lr": "fast"}), "p.yaml: stages[1].lr: "),
+    (broken(**{"stages.0.colour": 1}), "p.yaml: stages[0].colour: unknown key"),
+    (broken(**{"trainer": {"zero_stage": 5}}), "p.yaml: trainer.zero_stage: must be <= 3"),
+    (broken(**{"stages.1.type": "ppo"}), "p.yaml: stages[1]: unknown type 'ppo'"),
+    (broken(**{"stages.1.init_from": "nope"}), "init_from 'nope' names no earlier stage"),
+    (broken(**{"model": {"name": "/no/such/folder"}}), "p.yaml: model.name: model path does not exist: /no/such/folder"),
+    (broken(**{"stages.1.group_size": 1}), "p.yaml: stages[1].group_size: must be >= 2"),
+    (broken(**{"stages": []}), "p.yaml: stages: must have at least 1 item(s)"),
+    ("a: [1, 2\n", "p.yaml: invalid YAML: line 2"),
+    ("", "p.yaml: file is empty"),
+    ("- 1\n- 2\n", "p.yaml: top level must be a mapping"),
+    (b"\xff\xfe\x00garbage", "p.yaml: not UTF-8"),
+])
+def test_errors_name_file_key_and_problem(tmp_path, data, expected):
+    path = tmp_path / "p.yaml"
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        write(tmp_path, data)
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    message = str(info.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_overrides(tmp_path):
+    config = load_pipeline(write(tmp_path, GOOD), ["stages[1].steps=7", "trainer.workers=1", "stages.0.lr=0.5"])
+    assert config.stages[1].steps == 7 and config.trainer.workers == 1 and config.stages[0].lr == 0.5
+    assert parse_override("a.b[2].c=x") == (["a", "b", 2, "c"], "x")
+    with pytest.raises(ConfigError, match="no item 9"):
+        load_pipeline(write(tmp_path, GOOD), ["stages[9]=1"])
+    with pytest.raises(ConfigError, match="stages\\[1\\].steps: must be >= 1"):
+        load_pipeline(write(tmp_path, GOOD), ["stages[1].steps=0"])
+
+
+@pytest.mark.parametrize("data, key", [
+    (broken(**{"stages.1.lr": 0}), "stages[1].lr: must be > 0"),
+    (broken(**{"stages.1.tasks.families": [{"name": "no_such_family"}]}), "stages[1].tasks.families[0]:"),
+    ("stages: [oops\n", "invalid YAML"),
+])
+def test_cli_prints_one_line_and_exits_2(tmp_path, data, key):
+    path = write(tmp_path, data)
+    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "run", str(path), "--run-dir", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(str(path)) and key in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()
+
+
+def test_config_imports_no_heavy_library():
+    code = ("import sys, posttrain.config, posttrain.types, posttrain.cli; "
+            "heavy = [m for m in ('torch', 'ray', 'vllm', 'deepspeed', 'transformers') if m in sys.modules]; "
+            "print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
