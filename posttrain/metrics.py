@@ -60,7 +60,7 @@ class Progress:
     def update(self, step: int, **values: float) -> None:
         elapsed = time.perf_counter() - self.started
         eta = elapsed / max(step, 1) * (self.total - step)
-        shown = " ".join(f"{k} {v:.3f}" for k, v in values.items())
+        shown = " ".join(f"{k} {v:.3g}" for k, v in values.items())
         line = f"[{self.stage}] step {step}/{self.total} {shown} elapsed {_duration(elapsed)} ETA {_duration(eta)}"
         if self.live:
             self.stream.write("\r\033[K" + line)

@@ -41,9 +41,26 @@ def write_state(run_dir: Path, state: dict) -> None:
     tmp.replace(run_dir / "run_state.json")
 
 
+def claim_run_dir(run_dir: Path) -> Path | None:
+    """Make `run_dir` empty for a new run. A folder that already holds something is moved
+    aside to `RUN_DIR.old-TIMESTAMP`, never overwritten; returns where it went."""
+    moved = None
+    if run_dir.exists() and any(run_dir.iterdir()):
+        moved = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+        suffix = 1
+        while moved.exists():
+            moved = moved.with_name(f"{moved.name.split('~')[0]}~{suffix}")
+            suffix += 1
+        run_dir.rename(moved)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return moved
+
+
 def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>") -> dict:
     preflight(config, source)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    moved = claim_run_dir(run_dir)
+    if moved:
+        print(f"{run_dir} held an earlier run: moved it to {moved}", flush=True)
     (run_dir / "config.resolved.yaml").write_text(dump_config(config))
 
     import ray

@@ -103,3 +103,17 @@ def test_config_imports_no_heavy_library():
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_existing_run_folder_is_moved_aside_not_overwritten(tmp_path):
+    from posttrain.pipeline import claim_run_dir
+
+    run = tmp_path / "run"
+    assert claim_run_dir(run) is None and run.is_dir()
+    (run / "metrics.jsonl").write_text("{}\n")
+    moved = claim_run_dir(run)
+    assert moved is not None and (moved / "metrics.jsonl").read_text() == "{}\n"
+    assert run.is_dir() and not any(run.iterdir())
+    (run / "x").write_text("1")
+    second = claim_run_dir(run)
+    assert second != moved and (second / "x").exists() and (moved / "metrics.jsonl").exists()
