@@ -47,10 +47,23 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    for name, entry in state["stages"].items():
-        print(f"{name}: {entry['status']} in {entry.get('seconds', 0)}s -> {entry.get('checkpoint')}")
-    print(f"run folder: {run_dir}")
+    _print_summary(state, run_dir)
     return 0
+
+
+def _print_summary(state: dict, run_dir: Path) -> None:
+    from posttrain.metrics import read_metrics
+
+    rows = read_metrics(run_dir)
+    for name, entry in state["stages"].items():
+        line = f"{name}: {entry['status']} in {entry.get('seconds', 0)}s -> {entry.get('checkpoint')}"
+        rewards = [r["reward/mean"] for r in rows if r["stage"] == name and "reward/mean" in r]
+        if len(rewards) >= 2:
+            k = min(10, len(rewards) // 2)
+            first, last = sum(rewards[:k]) / k, sum(rewards[-k:]) / k
+            line += f" (reward/mean: first {k} steps {first:.3f}, last {k} steps {last:.3f})"
+        print(line)
+    print(f"run folder: {run_dir}")
 
 
 if __name__ == "__main__":

@@ -174,6 +174,67 @@ class GRPOConfig(Base):
     kl_beta: float = Field(0.0, ge=0, description="Weight of the k3 KL penalty to the reference model.")
 
 
+class TISCorrection(Base):
+    """Truncated importance sampling: w = min(pi_old / mu, cap) on stale tokens."""
+
+    type: Literal["tis"] = "tis"
+    cap: float = Field(2.0, gt=0, description="C, the most a token's weight can be.")
+
+
+class MaskCorrection(Base):
+    """w = 0 on stale tokens whose pi_old / mu falls outside [lo, hi], else 1."""
+
+    type: Literal["mask"]
+    lo: float = Field(0.5, ge=0, description="Lowest ratio kept.")
+    hi: float = Field(2.0, gt=0, description="Highest ratio kept.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "MaskCorrection":
+        if self.lo >= self.hi:
+            raise ValueError(f"lo ({self.lo}) must be < hi ({self.hi})")
+        return self
+
+
+class ExcludeCorrection(Base):
+    """Stale tokens (from an older policy version) are left out of the loss."""
+
+    type: Literal["exclude"]
+
+
+Correction = Annotated[Union[TISCorrection, MaskCorrection, ExcludeCorrection], Field(discriminator="type")]
+
+
+class PartialRolloutConfig(Base):
+    """Partial rollouts (RECIPE.md): an iteration stops once a fraction lambda of its
+    trajectories has finished; the rest wait in the queue and continue later."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    lam: float = Field(1.0, gt=0, le=1, alias="lambda", description="Fraction finished that ends an iteration; 1 is synchronous.")
+    max_staleness: int = Field(4, ge=0, description="Most policy versions a trajectory's oldest token may lag before it is dropped.")
+    correction: Correction = Field(default_factory=TISCorrection, description="Off-policy correction of stale tokens.")
+
+
+class AnnealConfig(Base):
+    """Budget schedule: from `start` to `end` tokens over `steps` optimizer steps."""
+
+    start: int = Field(ge=1, description="Budget at the first step.")
+    end: int = Field(ge=1, description="Budget from step `steps` on.")
+    steps: int = Field(ge=1, description="Length of the schedule in optimizer steps.")
+    kind: Literal["linear", "step"] = Field("linear", description="Straight line or stairs.")
+    every: int = Field(1, ge=1, description="Stair width in steps (kind: step).")
+
+
+class BudgetConfig(Base):
+    """Token budget of an effort tier: over budget means reward -1 (RECIPE.md)."""
+
+    effort: Literal["low", "high", "max"] | None = Field(None, description="Effort tier, stated in the system prompt.")
+    tokens: int | None = Field(None, ge=1, description="Absolute budget per response.")
+    multiple: float | None = Field(None, gt=0, description="Budget as a multiple of the task's reference answer length.")
+    anneal: AnnealConfig | None = Field(None, description="Schedule of the absolute budget; replaces `tokens`.")
+    margin: float = Field(0.25, ge=0, le=10, description="Generation stops at budget x (1 + margin).")
+
+
 class RewardConfig(Base):
     """How an answer is read out of a response."""
 
@@ -223,7 +284,8 @@ class RLStage(StageBase):
     max_tokens: int = Field(64, ge=1, description="Most tokens generated per response.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
-    minibatches: int = Field(1, ge=1, description="Optimizer steps per batch (PPO minibatches).")
+    partial: PartialRolloutConfig = Field(default_factory=PartialRolloutConfig, description="Partial-rollout queue.")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="Token budget and effort tier.")
 
 
 Stage = Annotated[Union[SFTStage, RLStage], Field(discriminator="type")]
@@ -304,7 +366,7 @@ def _short(value: Any) -> str:
 def format_validation_error(source: str, exc: ValidationError) -> str:
     """The first error of a ValidationError as `source: key.path: problem`."""
     err = exc.errors()[0]
-    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "chat_jsonl", "grpo"})
+    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "chat_jsonl", "grpo", "tis", "mask", "exclude"})
     return f"{source}: {path}: {_describe(err)}" if path else f"{source}: {_describe(err)}"
 
 
@@ -394,4 +456,4 @@ def validate_pipeline(raw: dict, source: str = "<config>") -> PipelineConfig:
 
 
 def dump_config(config: PipelineConfig) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    return yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False)

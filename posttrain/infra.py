@@ -24,7 +24,7 @@ class Infra:
     config: PipelineConfig
     run_dir: Path
     trainers: object  # TrainerGroup
-    engines: list
+    pool: object  # EnginePool
     metrics: MetricsLog
     tokenizer: object
 
@@ -44,12 +44,13 @@ def start_ray(config: PipelineConfig, verbose: bool) -> None:
              log_to_driver=verbose, runtime_env={"env_vars": env})
 
 
-def needs_engines(config: PipelineConfig) -> bool:
-    return any(stage.type == "rl" for stage in config.stages)
-
-
-def start_engines(config: PipelineConfig, model_dir: Path) -> list:
+def engine_pool(config: PipelineConfig, model_dir: Path):
+    """Start the engine actors (they load while the first stage runs); none if no stage samples."""
     from posttrain.rollout.engine import RolloutEngine
+    from posttrain.rollout.pool import EnginePool
 
-    return [RolloutEngine.remote_actor(str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + i)
-            for i in range(config.rollout.engines)]
+    def start(index: int):
+        return RolloutEngine.remote_actor(str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + index)
+
+    needed = any(stage.type == "rl" for stage in config.stages)
+    return EnginePool([start(i) for i in range(config.rollout.engines)] if needed else [], start)

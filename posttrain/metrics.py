@@ -36,6 +36,14 @@ def _clean(value):
     return value
 
 
+def write_json_atomic(path: Path, data) -> None:
+    """Write JSON through a temp file and a rename: a crash leaves the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
 def read_metrics(run_dir: Path, stage: str | None = None) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -11,7 +11,6 @@ Run folder:
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -33,12 +32,6 @@ def preflight(config: PipelineConfig, source: str) -> None:
                 load_tasks(data.model_copy(update={"families": [family], "size": 1}))
             except ValueError as exc:
                 raise ConfigError(f"{source}: stages[{i}].{field}.families[{j}]: {exc}") from None
-
-
-def write_state(run_dir: Path, state: dict) -> None:
-    tmp = run_dir / "run_state.json.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(run_dir / "run_state.json")
 
 
 def claim_run_dir(run_dir: Path) -> Path | None:
@@ -63,11 +56,10 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
         print(f"{run_dir} held an earlier run: moved it to {moved}", flush=True)
     (run_dir / "config.resolved.yaml").write_text(dump_config(config))
 
-    import ray
     from transformers import AutoTokenizer
 
-    from posttrain.infra import Infra, needs_engines, start_engines, start_ray
-    from posttrain.metrics import MetricsLog
+    from posttrain.infra import Infra, engine_pool, start_ray
+    from posttrain.metrics import MetricsLog, write_json_atomic
     from posttrain.models import resolve_model
     from posttrain.rl import run_rl
     from posttrain.sft import run_sft
@@ -75,8 +67,10 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
 
     model_dir = resolve_model(config.model)
     start_ray(config, verbose)
-    engines = start_engines(config, model_dir) if needs_engines(config) else []
-    infra = Infra(config=config, run_dir=run_dir, trainers=TrainerGroup(config.trainer, config.seed), engines=engines,
+    pool = engine_pool(config, model_dir)
+    trainers = TrainerGroup(config.trainer, config.seed)
+    pool.on_restart = lambda engine: trainers.sync_weights([engine])
+    infra = Infra(config=config, run_dir=run_dir, trainers=trainers, pool=pool,
                   metrics=MetricsLog(run_dir), tokenizer=AutoTokenizer.from_pretrained(model_dir))
     state = {"model": str(model_dir), "stages": {s.name: {"status": "pending"} for s in config.stages}}
     checkpoints: dict[str, Path] = {"model": model_dir}
@@ -85,14 +79,13 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
         init_dir = checkpoints[stage.init_from] if stage.init_from else previous
         entry = state["stages"][stage.name]
         entry.update(status="running", init_from=str(init_dir), started=time.time())
-        write_state(run_dir, state)
+        write_json_atomic(run_dir / "run_state.json", state)
         runner = run_sft if stage.type == "sft" else run_rl
         previous = checkpoints[stage.name] = runner(stage, init_dir, infra)
         entry.update(status="done", checkpoint=str(previous), finished=time.time())
         entry["seconds"] = round(entry["finished"] - entry["started"], 1)
-        write_state(run_dir, state)
+        write_json_atomic(run_dir / "run_state.json", state)
     infra.metrics.close()
     infra.trainers.shutdown()
-    for engine in engines:
-        ray.kill(engine)
+    pool.shutdown()
     return state

@@ -1,136 +1,217 @@
 """The one RL driver loop: generate -> score -> advantage -> train -> sync weights.
 
-Every step draws `prompts_per_step` tasks, samples `group_size` responses for each on the
-rollout engines, scores them with the task's verifier, turns rewards into per-token
-advantages (GRPO), takes one optimizer step on the DeepSpeed ranks, and pushes the new
-weights into every engine before the next step, so rollouts are on-policy.
+Each iteration fills N = prompts_per_step x group_size trajectories (unfinished ones
+from the partial-rollout queue first, then fresh groups), generates until a fraction
+lambda has finished, and trains on the groups that are now complete: score, budget,
+GRPO advantage, one optimizer step with per-token off-policy correction, then the new
+weights go to every engine. With lambda = 1 this is synchronous on-policy GRPO.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from pathlib import Path
 
 import numpy as np
-import ray
 
 from posttrain.algo.advantages import grpo_advantages
 from posttrain.config import RLStage
 from posttrain.data.chat import render_prompt
 from posttrain.data.tasks import TaskSampler, load_tasks
 from posttrain.infra import Infra
-from posttrain.metrics import Progress
+from posttrain.metrics import Progress, write_json_atomic
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
-from posttrain.types import (GenerationRequest, LossSpec, RewardResult, Sample, SamplingSettings, Task,
-                             TrainSequence)
+from posttrain.rollout.budget import apply_budget, budget_at, task_budget
+from posttrain.rollout.queue import Group, PartialRolloutQueue
+from posttrain.types import Completion, LossSpec, Message, RewardResult, Sample, SamplingSettings, TrainSequence
 
 
-def generate(engines: list, tokenizer, tasks: list[Task], stage: RLStage, version: int) -> list[Sample]:
-    """Spread the prompts over the engines (round robin) and collect G samples per task."""
-    prompts = [tuple(render_prompt(tokenizer, t.messages)) for t in tasks]
-    sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
-    per_engine: list[list[int]] = [[] for _ in engines]
-    for i in range(len(tasks)):
-        per_engine[i % len(engines)].append(i)
-    refs = [e.generate.remote([GenerationRequest(prompts[i], stage.group_size, stage.max_tokens) for i in idx], sampling)
-            for e, idx in zip(engines, per_engine) if idx]
-    results = ray.get(refs)
-    samples: list[Sample] = []
-    for idx, outs in zip([p for p in per_engine if p], results):
-        for i, completions in zip(idx, outs):
-            samples += [Sample(tasks[i], i, prompts[i], c, version) for c in completions]
-    return sorted(samples, key=lambda s: s.group_id)
+def with_effort(messages: tuple[Message, ...], effort: str | None) -> tuple[Message, ...]:
+    """State the effort tier in the system prompt (RECIPE.md: one student serves all three)."""
+    if effort is None:
+        return messages
+    line = f"Reasoning effort: {effort}"
+    if messages and messages[0].role == "system":
+        return (Message("system", f"{messages[0].content}\n{line}"),) + messages[1:]
+    return (Message("system", line),) + messages
 
 
-def score(samples: list[Sample], verifier) -> list[RewardResult]:
-    return asyncio.run(score_safely(verifier, samples))
+def loss_spec(stage: RLStage) -> LossSpec:
+    corr = stage.partial.correction
+    return LossSpec(kind="pg", clip_eps_lo=stage.algo.clip_eps_lo, clip_eps_hi=stage.algo.clip_eps_hi,
+                    kl_beta=stage.algo.kl_beta, temperature=stage.temperature, correction=corr.type,
+                    tis_cap=getattr(corr, "cap", 2.0), mask_lo=getattr(corr, "lo", 0.5), mask_hi=getattr(corr, "hi", 2.0))
 
 
-def build_batch(samples: list[Sample], rewards: list[RewardResult], stage: RLStage) -> tuple[list[TrainSequence], dict]:
-    """Group samples by prompt, compute GRPO advantages, and lay them out per token.
-    Flagged samples (ok=False) are left out of their group, never scored 0 by accident."""
-    groups: dict[int, list[tuple[Sample, float]]] = {}
-    for s, r in zip(samples, rewards):
-        if r.ok:
-            groups.setdefault(s.group_id, []).append((s, r.score))
-    ordered = list(groups.values())
-    adv_P_G = grpo_advantages([[r for _, r in g] for g in ordered], stage.algo.std_normalize, stage.algo.eps)
-    seqs = []
-    for group, advs in zip(ordered, adv_P_G):
-        for (s, _), a in zip(group, advs):
-            n = len(s.completion.token_ids)
-            if n == 0:
-                continue
-            seqs.append(TrainSequence(token_ids=s.prompt_ids + s.completion.token_ids, prompt_len=len(s.prompt_ids),
-                                      advantages=(a,) * n, loss_mask=(1.0,) * n, logp_engine=s.completion.logprobs))
-    flat = [a for advs in adv_P_G for a in advs]
-    stats = {
-        "samples/flagged": float(sum(not r.ok for r in rewards)),
-        "groups/zero_advantage_frac": float(np.mean([np.allclose(a, 0) for a in adv_P_G])) if adv_P_G else 1.0,
-        "advantage/abs_mean": float(np.mean(np.abs(flat))) if flat else 0.0,
-    }
-    return seqs, stats
+def current_budget(stage: RLStage, step: int) -> int | None:
+    b = stage.budget
+    if b.anneal:
+        return budget_at(step, b.anneal.start, b.anneal.end, b.anneal.steps, b.anneal.kind, b.anneal.every)
+    return b.tokens
 
 
-def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) -> float:
-    """Mean |logp_trainer - logp_engine| over every sampled token: the two must agree."""
-    diffs = [abs(a - b) for s, lt in zip(seqs, logp_trainer) for a, b in zip(lt, s.logp_engine)]
-    return float(np.mean(diffs)) if diffs else 0.0
+class RLRun:
+    """State of one RL stage: the queue, the task sampler and the step counter."""
+
+    def __init__(self, stage: RLStage, infra: Infra):
+        self.stage, self.infra = stage, infra
+        self.sampler = TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
+        self.verifier = ReasoningGymVerifier(stage.reward.answer_format)
+        self.queue = PartialRolloutQueue(stage.partial.max_staleness)
+        self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
+        self.step = 0
+
+    # ------------------------------------------------------------ rollout
+
+    def fill(self, version: int, budget: int | None) -> list:
+        stage, tok = self.stage, self.infra.tokenizer
+        size = stage.prompts_per_step * stage.group_size
+        trajs = self.queue.unfinished(version, size)
+        while len(trajs) < size:
+            task = self.sampler.draw(1)[0]
+            prompt = tuple(render_prompt(tok, with_effort(task.messages, stage.budget.effort)))
+            reference = len(tok(task.answer, add_special_tokens=False)["input_ids"]) if task.answer else None
+            tokens = task_budget(budget, stage.budget.multiple, reference)
+            cap = stage.max_tokens if tokens is None else min(stage.max_tokens, math.ceil(tokens * (1 + stage.budget.margin)))
+            trajs += self.queue.add_group(task, prompt, stage.group_size, cap, tokens, version)
+        return trajs
+
+    def iterate(self, version: int, budget: int | None) -> tuple[list[Group], dict]:
+        """Rollout iterations until at least one group is complete."""
+        wall = busy = engines = requeued = 0.0
+        while True:
+            trajs = self.fill(version, budget)
+            timing = self.infra.pool.run_iteration(trajs, self.sampling, self.stage.partial.lam, version)
+            wall += timing["wall"]
+            busy += timing["busy"]
+            engines = timing["engines"]
+            requeued += timing["requeued_by_engine_death"]
+            groups = self.queue.pop_complete(version)
+            if groups:
+                return groups, {"engine/idle_frac": 1.0 - busy / max(wall * engines, 1e-9),
+                                "engine/requeued_by_death": requeued, "time/generate_s": wall}
+
+    # ------------------------------------------------------------ scoring and batch
+
+    def samples(self, groups: list[Group]) -> list[Sample]:
+        out = []
+        for index, group in enumerate(groups):
+            for t in group.trajectories:
+                text = self.infra.tokenizer.decode(t.response_ids, skip_special_tokens=True)
+                completion = Completion(tuple(t.response_ids), tuple(t.logp_behaviour), text, t.finish_reason)
+                out.append(Sample(group.task, index, t.prompt_ids, completion, min(t.token_versions, default=0)))
+        return out
+
+    def score(self, groups: list[Group], samples: list[Sample]) -> list[RewardResult]:
+        rewards = asyncio.run(score_safely(self.verifier, samples))
+        budgets = [g.budget for g in groups for _ in g.trajectories]
+        return [apply_budget(r, len(s.completion.token_ids), b) for r, s, b in zip(rewards, samples, budgets)]
+
+    def batch(self, groups: list[Group], rewards: list[RewardResult], version: int) -> tuple[list[TrainSequence], dict]:
+        """GRPO advantages per group, laid out per token with each token's staleness.
+        Flagged samples (ok=False) and empty responses are dropped and counted."""
+        rows, flat = [], iter(rewards)
+        for group in groups:
+            kept = [(t, r) for t, r in zip(group.trajectories, [next(flat) for _ in group.trajectories])]
+            for reason, bad in (("reward_flagged", [x for x in kept if not x[1].ok]),
+                                ("empty_response", [x for x in kept if x[1].ok and not x[0].response_ids])):
+                self.queue.dropped[reason] += len(bad)
+            rows.append([(t, r) for t, r in kept if r.ok and t.response_ids])
+        adv_P_G = grpo_advantages([[r.score for _, r in row] for row in rows], self.stage.algo.std_normalize,
+                                  self.stage.algo.eps)
+        seqs = []
+        for row, advs in zip(rows, adv_P_G):
+            for (t, _), a in zip(row, advs):
+                n = len(t.response_ids)
+                seqs.append(TrainSequence(
+                    token_ids=t.prompt_ids + tuple(t.response_ids), prompt_len=len(t.prompt_ids),
+                    advantages=(a,) * n, loss_mask=(1.0,) * n, logp_engine=tuple(t.logp_behaviour),
+                    stale=tuple(float(v < version) for v in t.token_versions)))
+        staleness = [version - min(t.token_versions) for row in rows for t, _ in row]
+        stats = {
+            "groups/zero_advantage_frac": float(np.mean([np.allclose(a, 0) for a in adv_P_G])) if adv_P_G else 1.0,
+            "staleness/mean": float(np.mean(staleness)) if staleness else 0.0,
+            "staleness/max": float(max(staleness, default=0)),
+        }
+        return seqs, stats
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        stage, infra = self.stage, self.infra
+        spec = loss_spec(stage)
+        progress = Progress(stage.name, stage.steps)
+        ckpt_root = infra.run_dir / "checkpoints" / stage.name
+        while self.step < stage.steps:
+            started = time.perf_counter()
+            version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
+            groups, rollout = self.iterate(version, budget)
+            samples = self.samples(groups)
+            rewards = self.score(groups, samples)
+            seqs, batch_stats = self.batch(groups, rewards, version)
+            self.queue.mark_trained(len(seqs))
+            accounting = self.queue.check()
+            train_start = time.perf_counter()
+            trained = infra.trainers.train_step(seqs, spec)
+            train_done = time.perf_counter()
+            sync = infra.trainers.sync_weights(infra.pool.engines)
+            self.step += 1
+            row = step_metrics(samples, rewards, seqs, trained, started, train_done - train_start)
+            row.update(rollout, **batch_stats, **accounting, **sync, **{
+                "queue/depth": float(sum(not t.finished for g in self.queue.groups.values() for t in g.trajectories)),
+                "budget/tokens": float(budget) if budget is not None else float(stage.max_tokens),
+                "policy/version": float(version)})
+            infra.metrics.log(stage.name, self.step, row)
+            progress.update(self.step, reward=row["reward/mean"], mismatch=row["logp/mismatch"])
+            if stage.save_every and self.step % stage.save_every == 0 and self.step < stage.steps:
+                self.save(ckpt_root / f"step_{self.step:06d}")
+
+    def save(self, folder) -> str:
+        path = self.infra.trainers.save(str(folder))
+        state = {"step": self.step, "sampler_position": self.sampler.position, "queue": self.queue.to_json()}
+        write_json_atomic(folder / "rollout_state.json", state)
+        return path
 
 
-def run_rl(stage: RLStage, init_dir: Path, infra: Infra) -> Path:
-    cfg = infra.config
-    tasks = load_tasks(stage.tasks)
-    sampler = TaskSampler(tasks, seed=cfg.seed)
-    verifier = ReasoningGymVerifier(stage.reward.answer_format)
-    spec = LossSpec(kind="pg", clip_eps_lo=stage.algo.clip_eps_lo, clip_eps_hi=stage.algo.clip_eps_hi,
-                    kl_beta=stage.algo.kl_beta, temperature=stage.temperature)
-    infra.trainers.load(str(init_dir), cfg.model.dtype, stage.lr, stage.warmup_steps, stage.algo.kl_beta)
-    sync = infra.trainers.sync_weights(infra.engines)  # engines start from this stage's initial weights
-    progress = Progress(stage.name, stage.steps)
-    ckpt_root = infra.run_dir / "checkpoints" / stage.name
-    for step in range(1, stage.steps + 1):
-        started = time.perf_counter()
-        samples = generate(infra.engines, infra.tokenizer, sampler.draw(stage.prompts_per_step), stage,
-                           infra.trainers.version)
-        generated = time.perf_counter()
-        rewards = score(samples, verifier)
-        seqs, batch_stats = build_batch(samples, rewards, stage)
-        trained = infra.trainers.train_step(seqs, spec)
-        train_done = time.perf_counter()
-        sync = infra.trainers.sync_weights(infra.engines)
-        row = _step_metrics(samples, rewards, seqs, trained, batch_stats, sync, infra.trainers.version,
-                            started, generated, train_done)
-        infra.metrics.log(stage.name, step, row)
-        progress.update(step, reward=row["reward/mean"], mismatch=row["logp/mismatch"])
-        if stage.save_every and step % stage.save_every == 0 and step < stage.steps:
-            infra.trainers.save(str(ckpt_root / f"step_{step:06d}"))
-    return Path(infra.trainers.save(str(ckpt_root / "final")))
-
-
-def _step_metrics(samples, rewards, seqs, trained, batch_stats, sync, version, started, generated, train_done) -> dict:
-    ok = [r.score for r in rewards if r.ok]
+def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dict:
+    scored = [r.score for r in rewards if r.ok]
     lengths = [len(s.completion.token_ids) for s in samples]
-    step_seconds = time.perf_counter() - started
     tokens = trained["sums"]["tokens"]
+    step_seconds = time.perf_counter() - started
     return {
-        "reward/mean": float(np.mean(ok)) if ok else 0.0,
-        "reward/std": float(np.std(ok)) if ok else 0.0,
+        "reward/mean": float(np.mean(scored)) if scored else 0.0,
+        "reward/std": float(np.std(scored)) if scored else 0.0,
+        "reward/over_budget_frac": float(np.mean(["over budget" in r.reason for r in rewards])) if rewards else 0.0,
         "response_tokens/mean": float(np.mean(lengths)) if lengths else 0.0,
         "response_tokens/max": float(max(lengths, default=0)),
         "response/truncated_frac": float(np.mean([s.completion.finish_reason == "length" for s in samples])),
         "logp/mismatch": logp_mismatch(seqs, trained["logp"]),
+        "offpolicy/token_frac": trained["sums"]["stale_tokens"] / max(tokens, 1.0),
+        "offpolicy/weight_mean": trained["sums"]["offpolicy_weight"] / max(trained["sums"]["stale_tokens"], 1.0),
         "loss/policy": trained["sums"]["loss"],
         "loss/clip_frac": trained["sums"]["clip_tokens"] / max(tokens, 1.0),
         "loss/kl": trained["sums"]["kl"] / max(tokens, 1.0),
         "grad/norm": trained["grad_norm"],
-        "sync/seconds": sync["sync/seconds"],
-        "time/generate_s": generated - started,
-        "time/train_s": train_done - generated,
+        "time/train_s": train_seconds,
         "time/step_s": step_seconds,
-        "throughput/tokens_per_s": float(sum(lengths)) / step_seconds,
-        "policy/version": float(version),
-        **batch_stats,
+        "throughput/tokens_per_s": tokens / step_seconds,
     }
+
+
+def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) -> float:
+    """Mean |logp_trainer - logp_engine| over the fresh sampled tokens (generated by the
+    weights the trainer held before this step): the two must agree."""
+    diffs = [abs(a - b) for s, lt in zip(seqs, logp_trainer)
+             for a, b, st in zip(lt, s.logp_engine, s.stale or [0.0] * len(lt)) if not st]
+    return float(np.mean(diffs)) if diffs else 0.0
+
+
+def run_rl(stage: RLStage, init_dir: Path, infra: Infra) -> Path:
+    infra.trainers.load(str(init_dir), infra.config.model.dtype, stage.lr, stage.warmup_steps, stage.algo.kl_beta)
+    infra.trainers.sync_weights(infra.pool.engines)  # engines start from this stage's initial weights
+    run = RLRun(stage, infra)
+    run.run()
+    return Path(run.save(infra.run_dir / "checkpoints" / stage.name / "final"))

@@ -82,6 +82,7 @@ class TrainSequence:
     advantages: tuple[float, ...]
     loss_mask: tuple[float, ...]
     logp_engine: tuple[float, ...] = ()
+    stale: tuple[float, ...] = ()  # 1 where the token came from an older policy version
 
     @property
     def response_len(self) -> int:
@@ -97,3 +98,7 @@ class LossSpec:
     clip_eps_hi: float = 0.28
     kl_beta: float = 0.0
     temperature: float = 1.0
+    correction: Literal["none", "tis", "mask", "exclude"] = "none"
+    tis_cap: float = 2.0
+    mask_lo: float = 0.5
+    mask_hi: float = 2.0

@@ -58,6 +58,7 @@ class RolloutEngine:
         self.version = 0
         self.start_seconds = time.perf_counter() - started
         self.busy_seconds = 0.0
+        self._requests = 0
 
     @classmethod
     def remote_actor(cls, model_dir: str, config: RolloutConfig, dtype: str, seed: int, name: str | None = None):
@@ -86,6 +87,43 @@ class RolloutEngine:
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         self.busy_seconds += time.perf_counter() - started
         return [[_completion(c) for c in out.outputs] for out in outputs]
+
+    def generate_partial(self, requests: list[GenerationRequest], sampling: SamplingSettings,
+                         finish_target: int) -> list[Completion]:
+        """One sample per request; stops once `finish_target` of them have finished and
+        returns the rest cut where they stand (finish_reason "cut"), with the tokens and
+        logprobs generated so far. Text is left to the caller (it decodes whole responses)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        started = time.perf_counter()
+        engine = self.llm.llm_engine
+        ids = []
+        for req in requests:
+            room = min(req.max_tokens, self.max_model_len - len(req.prompt_ids))
+            if room < 1:
+                raise ValueError(f"prompt of {len(req.prompt_ids)} tokens leaves no room under max_model_len={self.max_model_len}")
+            self._requests += 1
+            ids.append(f"p{self._requests}")
+            params = SamplingParams(n=1, max_tokens=room, temperature=sampling.temperature, top_p=sampling.top_p,
+                                    logprobs=0, detokenize=False, output_kind=RequestOutputKind.DELTA)
+            engine.add_request(ids[-1], TokensPrompt(prompt_token_ids=list(req.prompt_ids)), params)
+        tokens = {i: [] for i in ids}
+        logprobs = {i: [] for i in ids}
+        reasons: dict[str, str] = {}
+        while engine.has_unfinished_requests() and len(reasons) < finish_target:
+            for out in engine.step():
+                c = out.outputs[0]
+                tokens[out.request_id] += c.token_ids
+                logprobs[out.request_id] += [step[t].logprob for step, t in zip(c.logprobs or [], c.token_ids)]
+                if out.finished:
+                    reasons[out.request_id] = str(c.finish_reason)
+        cut = [i for i in ids if i not in reasons]
+        if cut:
+            engine.abort_request(cut)
+        self.busy_seconds += time.perf_counter() - started
+        return [Completion(tuple(tokens[i]), tuple(logprobs[i]), "", reasons.get(i, "cut")) for i in ids]
 
     def update_weights(self, packet: WeightPacket) -> int:
         """Load new weights in place; returns the version now served."""

@@ -101,7 +101,7 @@ class TrainerWorker:
         self.engine.train()
         scale = self.world_size / max(global_tokens, 1)
         logp_before: list[list[float]] = [[] for _ in shard]
-        sums = {"loss": 0.0, "clip_tokens": 0.0, "kl": 0.0, "tokens": 0.0}
+        sums = {"loss": 0.0, "clip_tokens": 0.0, "kl": 0.0, "tokens": 0.0, "stale_tokens": 0.0, "offpolicy_weight": 0.0}
         for index_mb in self._aligned_micro_batches(shard):
             seqs = [shard[i] for i in index_mb] or [_PAD_SEQUENCE]
             batch = self._collate(seqs)
@@ -121,13 +121,19 @@ class TrainerWorker:
         import torch
 
         from posttrain.algo.losses import k3_kl, nll_loss, policy_gradient_loss
+        from posttrain.algo.offpolicy import offpolicy_weights
 
         logp = self._forward_logp(self.engine, batch, spec.temperature)
         mask, logp_old = batch["loss_mask"], logp.detach()
         if spec.kind == "pg":
             per_token, clipped = policy_gradient_loss(logp, logp_old, batch["advantages"],
                                                       spec.clip_eps_lo, spec.clip_eps_hi)
+            weights = offpolicy_weights(spec.correction, logp_old, batch["logp_engine"], batch["stale"] * mask,
+                                        cap=spec.tis_cap, lo=spec.mask_lo, hi=spec.mask_hi)
+            per_token = per_token * weights
             sums["clip_tokens"] += float((clipped * mask).sum())
+            sums["stale_tokens"] += float((batch["stale"] * mask).sum())
+            sums["offpolicy_weight"] += float((weights * batch["stale"] * mask).sum())
         else:
             per_token = nll_loss(logp)
         if self.ref_model is not None and spec.kl_beta > 0:
@@ -175,6 +181,8 @@ class TrainerWorker:
         attn = torch.zeros(len(seqs), length, dtype=torch.long)
         adv = torch.zeros(len(seqs), length - 1)
         mask = torch.zeros(len(seqs), length - 1)
+        logp_engine = torch.zeros(len(seqs), length - 1)
+        stale = torch.zeros(len(seqs), length - 1)
         starts = []
         for row, s in enumerate(seqs):
             n, start = len(s.token_ids), s.prompt_len - 1
@@ -182,8 +190,13 @@ class TrainerWorker:
             attn[row, :n] = 1
             adv[row, start:start + s.response_len] = torch.tensor(s.advantages, dtype=torch.float32)
             mask[row, start:start + s.response_len] = torch.tensor(s.loss_mask, dtype=torch.float32)
+            if s.logp_engine:
+                logp_engine[row, start:start + s.response_len] = torch.tensor(s.logp_engine, dtype=torch.float32)
+            if s.stale:
+                stale[row, start:start + s.response_len] = torch.tensor(s.stale, dtype=torch.float32)
             starts.append(start)
-        return {"input_ids": ids, "attention_mask": attn, "advantages": adv, "loss_mask": mask, "starts": starts}
+        return {"input_ids": ids, "attention_mask": attn, "advantages": adv, "loss_mask": mask, "starts": starts,
+                "logp_engine": logp_engine, "stale": stale}
 
     @staticmethod
     def _forward_logp(model, batch: dict, temperature: float):

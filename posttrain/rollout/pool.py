@@ -1,0 +1,73 @@
+"""The rollout engines of a run, and one partial-rollout iteration over them.
+
+Trajectories are spread over the engines; each engine stops once its share of the
+`lambda` fraction has finished and returns the rest cut. If an engine actor dies, the
+trajectories it held are left exactly as they were before the iteration (they continue
+in a later one), and a new engine with the current weights takes its place.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import ray
+from ray.exceptions import RayActorError
+
+from posttrain.rollout.queue import Trajectory
+from posttrain.types import GenerationRequest, SamplingSettings
+
+
+class EnginePool:
+    def __init__(self, engines: list, start_engine: Callable[[int], object]):
+        self.engines = engines
+        self.start_engine = start_engine
+        self.restarts = 0
+        self.on_restart: Callable[[object], None] | None = None  # pushes current weights
+
+    def busy_seconds(self) -> list[float]:
+        return [info["busy_seconds"] for info in ray.get([e.info.remote() for e in self.engines])]
+
+    def run_iteration(self, trajs: list[Trajectory], sampling: SamplingSettings, lam: float,
+                      version: int) -> dict[str, float]:
+        """Generate for `trajs` in place: finished ones get their finish reason, the rest
+        keep their prefix and wait. Returns timing facts."""
+        started = time.perf_counter()
+        busy_before = self.busy_seconds()
+        shares: list[list[Trajectory]] = [[] for _ in self.engines]
+        for i, traj in enumerate(trajs):
+            shares[i % len(self.engines)].append(traj)
+        refs = {}
+        for index, (engine, share) in enumerate(zip(self.engines, shares)):
+            if share:
+                requests = [GenerationRequest(t.prompt_ids + tuple(t.response_ids), 1,
+                                              t.max_tokens - len(t.response_ids)) for t in share]
+                refs[index] = engine.generate_partial.remote(requests, sampling, math.ceil(lam * len(share)))
+        lost = 0
+        for index, ref in refs.items():
+            try:
+                completions = ray.get(ref)
+            except RayActorError:
+                lost += len(shares[index])
+                self._replace(index)
+                continue
+            for traj, c in zip(shares[index], completions):
+                traj.extend(c.token_ids, c.logprobs, version, None if c.finish_reason == "cut" else c.finish_reason)
+        wall = time.perf_counter() - started
+        busy = sum(max(0.0, after - before) for after, before in zip(self.busy_seconds(), busy_before))
+        return {"wall": wall, "busy": busy, "engines": float(len(self.engines)), "requeued_by_engine_death": float(lost)}
+
+    def _replace(self, index: int) -> None:
+        try:
+            ray.kill(self.engines[index])
+        except Exception:  # already gone
+            pass
+        self.engines[index] = self.start_engine(index)
+        self.restarts += 1
+        if self.on_restart:
+            self.on_restart(self.engines[index])
+
+    def shutdown(self) -> None:
+        for engine in self.engines:
+            ray.kill(engine)
