@@ -1,6 +1,7 @@
 """The `posttrain` command. Thin: parse arguments, then import what the command needs.
 
   posttrain run PIPELINE.yaml [--run-dir DIR] [-o dotted.key=value ...] [--verbose]
+  posttrain run --resume RUN_DIR
   posttrain validate PIPELINE.yaml [-o ...]
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
@@ -17,8 +18,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="posttrain", description="RL post-training on Ray + vLLM + DeepSpeed.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a pipeline YAML")
-    run.add_argument("pipeline", help="pipeline YAML file")
+    run.add_argument("pipeline", nargs="?", help="pipeline YAML file (not with --resume)")
     run.add_argument("--run-dir", help="run folder (default: runs/NAME)")
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run from its newest checkpoints")
     run.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                      help="set a config value, e.g. -o stages[1].steps=10 (repeatable)")
     run.add_argument("--verbose", action="store_true", help="show engine and trainer logs")
@@ -33,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     from posttrain.config import ConfigError, dump_config, load_pipeline
 
     try:
+        if args.command == "run" and args.resume:
+            return _resume(args)
+        if not args.pipeline:
+            print("posttrain run: give a PIPELINE.yaml, or --resume RUN_DIR", file=sys.stderr)
+            return 2
         config = load_pipeline(args.pipeline, args.override)
         if args.command == "validate":
             from posttrain.pipeline import preflight
@@ -47,6 +54,25 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    _print_summary(state, run_dir)
+    return 0
+
+
+def _resume(args) -> int:
+    from posttrain.config import load_pipeline
+    from posttrain.pipeline import run_pipeline
+
+    run_dir = Path(args.resume)
+    resolved = run_dir / "config.resolved.yaml"
+    if args.pipeline or args.override or args.run_dir:
+        print("posttrain run --resume: the run's own config.resolved.yaml is used; drop PIPELINE, -o and --run-dir",
+              file=sys.stderr)
+        return 2
+    if not (run_dir / "run_state.json").is_file() or not resolved.is_file():
+        print(f"{run_dir}: not a run folder (no run_state.json or config.resolved.yaml)", file=sys.stderr)
+        return 2
+    config = load_pipeline(resolved)
+    state = run_pipeline(config, run_dir, verbose=args.verbose, source=str(resolved), resume=True)
     _print_summary(state, run_dir)
     return 0
 

@@ -11,6 +11,7 @@ Run folder:
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -49,12 +50,65 @@ def claim_run_dir(run_dir: Path) -> Path | None:
     return moved
 
 
-def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>") -> dict:
-    preflight(config, source)
-    moved = claim_run_dir(run_dir)
+STATE_FILES = {"sft": "sft_state.json", "rl": "rollout_state.json"}
+
+
+def latest_checkpoint(stage_dir: Path, state_file: str) -> Path | None:
+    """The newest complete checkpoint of a stage (its state file is written inside the
+    atomic rename, so a folder that has it is whole)."""
+    found = sorted(p for p in stage_dir.glob("step_*") if (p / state_file).is_file())
+    return found[-1] if found else None
+
+
+def set_aside_metrics(run_dir: Path, stage: str, after_step: int) -> int:
+    """Rows of `stage` past the resume point are redone: move them to metrics.replaced.jsonl."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    keep, moved = [], []
+    for line in path.read_text().splitlines():
+        row = json.loads(line) if line.strip() else None
+        (moved if row and row["stage"] == stage and row["step"] > after_step else keep).append(line)
     if moved:
-        print(f"{run_dir} held an earlier run: moved it to {moved}", flush=True)
-    (run_dir / "config.resolved.yaml").write_text(dump_config(config))
+        with (run_dir / "metrics.replaced.jsonl").open("a") as f:
+            f.write("\n".join(moved) + "\n")
+        tmp = path.with_name(".metrics.jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        tmp.replace(path)
+    return len(moved)
+
+
+def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str, Path]:
+    """Checkpoint to continue each unfinished stage from; metrics rows past it are set aside
+    (they will be logged again), before the metrics file is opened for appending."""
+    plan = {}
+    for stage in config.stages:
+        entry = state["stages"][stage.name]
+        if entry["status"] == "done":
+            continue
+        found = latest_checkpoint(run_dir / "checkpoints" / stage.name, STATE_FILES[stage.type])
+        step = json.loads((found / STATE_FILES[stage.type]).read_text())["step"] if found else 0
+        set_aside_metrics(run_dir, stage.name, step)
+        if found:
+            plan[stage.name] = found
+            entry.setdefault("resumed_from", []).append(str(found))
+            print(f"[{stage.name}] resuming from {found} (step {step})", flush=True)
+    return plan
+
+
+def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>",
+                 resume: bool = False) -> dict:
+    """Run every stage; with `resume`, skip finished stages and continue the interrupted one
+    from its newest checkpoint."""
+    preflight(config, source)
+    if resume:
+        state = json.loads((run_dir / "run_state.json").read_text())
+    else:
+        moved = claim_run_dir(run_dir)
+        if moved:
+            print(f"{run_dir} held an earlier run: moved it to {moved}", flush=True)
+        (run_dir / "config.resolved.yaml").write_text(dump_config(config))
+        state = {"stages": {s.name: {"status": "pending"} for s in config.stages}}
 
     from transformers import AutoTokenizer
 
@@ -65,23 +119,28 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
     from posttrain.sft import run_sft
     from posttrain.train.group import TrainerGroup
 
+    resume_dirs = resume_plan(config, run_dir, state) if resume else {}
     model_dir = resolve_model(config.model)
+    state["model"] = str(model_dir)
     start_ray(config, verbose)
     pool = engine_pool(config, model_dir)
     trainers = TrainerGroup(config.trainer, config.seed)
     pool.on_restart = lambda engine: trainers.sync_weights([engine])
     infra = Infra(config=config, run_dir=run_dir, trainers=trainers, pool=pool,
                   metrics=MetricsLog(run_dir), tokenizer=AutoTokenizer.from_pretrained(model_dir))
-    state = {"model": str(model_dir), "stages": {s.name: {"status": "pending"} for s in config.stages}}
     checkpoints: dict[str, Path] = {"model": model_dir}
     previous = model_dir
     for stage in config.stages:
-        init_dir = checkpoints[stage.init_from] if stage.init_from else previous
         entry = state["stages"][stage.name]
-        entry.update(status="running", init_from=str(init_dir), started=time.time())
+        if entry["status"] == "done":
+            previous = checkpoints[stage.name] = Path(entry["checkpoint"])
+            continue
+        init_dir = checkpoints[stage.init_from] if stage.init_from else previous
+        resume_dir = resume_dirs.get(stage.name)
+        entry.update(status="running", init_from=str(init_dir), started=entry.get("started", time.time()))
         write_json_atomic(run_dir / "run_state.json", state)
         runner = run_sft if stage.type == "sft" else run_rl
-        previous = checkpoints[stage.name] = runner(stage, init_dir, infra)
+        previous = checkpoints[stage.name] = runner(stage, init_dir, infra, resume_dir)
         entry.update(status="done", checkpoint=str(previous), finished=time.time())
         entry["seconds"] = round(entry["finished"] - entry["started"], 1)
         write_json_atomic(run_dir / "run_state.json", state)

@@ -10,6 +10,7 @@ weights go to every engine. With lambda = 1 this is synchronous on-policy GRPO.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 from pathlib import Path
@@ -21,12 +22,15 @@ from posttrain.config import RLStage
 from posttrain.data.chat import render_prompt
 from posttrain.data.tasks import TaskSampler, load_tasks
 from posttrain.infra import Infra
-from posttrain.metrics import Progress, write_json_atomic
+from posttrain.metrics import Progress
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.queue import Group, PartialRolloutQueue
 from posttrain.types import Completion, LossSpec, Message, RewardResult, Sample, SamplingSettings, TrainSequence
+
+
+STATE_FILE = "rollout_state.json"
 
 
 def with_effort(messages: tuple[Message, ...], effort: str | None) -> tuple[Message, ...]:
@@ -169,11 +173,16 @@ class RLRun:
             if stage.save_every and self.step % stage.save_every == 0 and self.step < stage.steps:
                 self.save(ckpt_root / f"step_{self.step:06d}")
 
-    def save(self, folder) -> str:
-        path = self.infra.trainers.save(str(folder))
-        state = {"step": self.step, "sampler_position": self.sampler.position, "queue": self.queue.to_json()}
-        write_json_atomic(folder / "rollout_state.json", state)
-        return path
+    def save(self, folder: Path) -> str:
+        """Checkpoint with the queue, the data position and the step, in one atomic folder."""
+        state = {"step": self.step, "sampler_position": self.sampler.position,
+                 "version": self.infra.trainers.version, "queue": self.queue.to_json()}
+        return self.infra.trainers.save(str(folder), extra={STATE_FILE: json.dumps(state)})
+
+    def restore(self, state: dict) -> None:
+        self.step = state["step"]
+        self.sampler.position = state["sampler_position"]
+        self.queue = PartialRolloutQueue.from_json(state["queue"])
 
 
 def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dict:
@@ -186,7 +195,10 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "reward/std": float(np.std(scored)) if scored else 0.0,
         "reward/over_budget_frac": float(np.mean(["over budget" in r.reason for r in rewards])) if rewards else 0.0,
         "response_tokens/mean": float(np.mean(lengths)) if lengths else 0.0,
+        "response_tokens/p50": float(np.percentile(lengths, 50)) if lengths else 0.0,
+        "response_tokens/p90": float(np.percentile(lengths, 90)) if lengths else 0.0,
         "response_tokens/max": float(max(lengths, default=0)),
+        "tokens/trained": tokens,
         "response/truncated_frac": float(np.mean([s.completion.finish_reason == "length" for s in samples])),
         "logp/mismatch": logp_mismatch(seqs, trained["logp"]),
         "offpolicy/token_frac": trained["sums"]["stale_tokens"] / max(tokens, 1.0),
@@ -209,9 +221,16 @@ def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) ->
     return float(np.mean(diffs)) if diffs else 0.0
 
 
-def run_rl(stage: RLStage, init_dir: Path, infra: Infra) -> Path:
-    infra.trainers.load(str(init_dir), infra.config.model.dtype, stage.lr, stage.warmup_steps, stage.algo.kl_beta)
-    infra.trainers.sync_weights(infra.pool.engines)  # engines start from this stage's initial weights
+def run_rl(stage: RLStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
+    """Run an RL stage from `init_dir`, or continue it from one of its own checkpoints."""
+    start = resume_dir or init_dir
+    infra.trainers.load(str(start), infra.config.model.dtype, stage.lr, stage.warmup_steps, stage.algo.kl_beta,
+                        resume=resume_dir is not None)
     run = RLRun(stage, infra)
+    if resume_dir is not None:
+        state = json.loads((resume_dir / STATE_FILE).read_text())
+        infra.trainers.version = state["version"]
+        run.restore(state)
+    infra.trainers.sync_weights(infra.pool.engines)  # engines start from this stage's weights
     run.run()
     return Path(run.save(infra.run_dir / "checkpoints" / stage.name / "final"))

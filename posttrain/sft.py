@@ -4,6 +4,7 @@ with its reference answer."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -34,14 +35,29 @@ def sft_sequences(tokenizer, conversations, max_len: int) -> list[TrainSequence]
     return seqs
 
 
-def run_sft(stage: SFTStage, init_dir: Path, infra: Infra) -> Path:
+STATE_FILE = "sft_state.json"
+
+
+def _save(infra: Infra, folder: Path, step: int, rng: random.Random) -> str:
+    state = {"step": step, "version": infra.trainers.version, "rng": rng.getstate()}
+    return infra.trainers.save(str(folder), extra={STATE_FILE: json.dumps(state)})
+
+
+def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
+    """SFT from `init_dir`, or continued from one of its own checkpoints (same batches after)."""
     seqs = sft_sequences(infra.tokenizer, sft_conversations(stage), stage.max_len)
     rng = random.Random(infra.config.seed)
-    infra.trainers.load(str(init_dir), infra.config.model.dtype, stage.lr, stage.warmup_steps)
+    infra.trainers.load(str(resume_dir or init_dir), infra.config.model.dtype, stage.lr, stage.warmup_steps,
+                        resume=resume_dir is not None)
+    first = 1
+    if resume_dir is not None:
+        state = json.loads((resume_dir / STATE_FILE).read_text())
+        rng.setstate(_as_tuple(state["rng"]))
+        infra.trainers.version, first = state["version"], state["step"] + 1
     progress = Progress(stage.name, stage.steps)
     ckpt_root = infra.run_dir / "checkpoints" / stage.name
     spec = LossSpec(kind="nll")
-    for step in range(1, stage.steps + 1):
+    for step in range(first, stage.steps + 1):
         batch = [seqs[rng.randrange(len(seqs))] for _ in range(stage.batch_size)]
         out = infra.trainers.train_step(batch, spec)
         row = {"loss/nll": out["sums"]["loss"], "grad/norm": out["grad_norm"], "tokens": out["sums"]["tokens"],
@@ -49,5 +65,10 @@ def run_sft(stage: SFTStage, init_dir: Path, infra: Infra) -> Path:
         infra.metrics.log(stage.name, step, row)
         progress.update(step, loss=row["loss/nll"])
         if stage.save_every and step % stage.save_every == 0 and step < stage.steps:
-            infra.trainers.save(str(ckpt_root / f"step_{step:06d}"))
-    return Path(infra.trainers.save(str(ckpt_root / "final")))
+            _save(infra, ckpt_root / f"step_{step:06d}", step, rng)
+    return Path(_save(infra, ckpt_root / "final", stage.steps, rng))
+
+
+def _as_tuple(value):
+    """random.getstate() comes back from JSON as nested lists."""
+    return tuple(_as_tuple(v) for v in value) if isinstance(value, list) else value

@@ -44,8 +44,9 @@ class TrainerGroup:
                         for r in range(config.workers)]
         self.version = 0
 
-    def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0) -> dict:
-        facts = ray.get([w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta) for w in self.workers])
+    def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0,
+             resume: bool = False) -> dict:
+        facts = ray.get([w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume) for w in self.workers])
         self.dtype = dtype
         return facts[0]
 
@@ -89,8 +90,8 @@ class TrainerGroup:
         seconds = time.perf_counter() - started
         return {"sync/seconds": seconds}
 
-    def save(self, folder: str) -> str:
-        return ray.get([w.save.remote(folder) for w in self.workers])[0]
+    def save(self, folder: str, extra: dict[str, str] | None = None) -> str:
+        return ray.get([w.save.remote(folder, extra) for w in self.workers])[0]
 
     def shutdown(self) -> None:
         for w in self.workers:

@@ -55,8 +55,10 @@ class TrainerWorker:
 
     # ------------------------------------------------------------ setup
 
-    def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0) -> dict:
-        """(Re)build the DeepSpeed engine from a model folder; returns model facts."""
+    def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0,
+             resume: bool = False) -> dict:
+        """(Re)build the DeepSpeed engine from a model folder; with `resume`, the folder is a
+        checkpoint of ours and its optimizer and schedule state are restored too."""
         import deepspeed
         import torch
         from transformers import AutoModelForCausalLM
@@ -74,6 +76,11 @@ class TrainerWorker:
             optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)) if warmup_steps else 1.0)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=schedule,
                                               config=self._ds_config(dtype))
+        if resume:
+            path, _ = self.engine.load_checkpoint(str(Path(model_dir) / "deepspeed"), tag="state",
+                                                  load_optimizer_states=True, load_lr_scheduler_states=True)
+            if path is None:
+                raise FileNotFoundError(f"no DeepSpeed state in {model_dir}/deepspeed")
         return {"parameters": sum(p.numel() for p in model.parameters()), "tied_embeddings": self.tied}
 
     def _ds_config(self, dtype: str) -> dict:
@@ -240,19 +247,30 @@ class TrainerWorker:
             return None
         return pack_state_dict(state, version=version, tied_embeddings=self.tied)
 
-    def save(self, folder: str) -> str | None:
-        """Write a Hugging Face safetensors folder atomically (temp folder, then rename)."""
-        state = self._full_state_dict()
-        if self.rank != 0:
-            return None
+    def save(self, folder: str, extra: dict[str, str] | None = None) -> str | None:
+        """A checkpoint folder: Hugging Face safetensors weights (what transformers and vLLM
+        load), DeepSpeed's training state in `deepspeed/` (optimizer and schedule, every
+        rank's partition), and the driver's `extra` files. Written into a temp folder and
+        renamed into place: a crash mid-write leaves the previous checkpoint intact."""
+        import torch.distributed as dist
+
         target = Path(folder)
         tmp = target.with_name(f".{target.name}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self._barrier(dist)
+        self.engine.save_checkpoint(str(tmp / "deepspeed"), tag="state")
+        state = self._full_state_dict()
+        self._barrier(dist)
+        if self.rank != 0:
+            return None
         self.engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
         for name in TOKENIZER_FILES:
             if (Path(self.model_dir) / name).is_file():
                 shutil.copy2(Path(self.model_dir) / name, tmp / name)
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
         old = target.with_name(f".{target.name}.old")
         if target.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -260,6 +278,10 @@ class TrainerWorker:
         tmp.rename(target)
         shutil.rmtree(old, ignore_errors=True)
         return str(target)
+
+    def _barrier(self, dist) -> None:
+        if self.world_size > 1:
+            dist.barrier()
 
     def parameter_checksum(self) -> float:
         state = self._full_state_dict()
