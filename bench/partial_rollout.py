@@ -31,7 +31,7 @@ def build_config(args):
         "name": "bench-partial",
         "model": {"name": args.model},
         "rollout": {"engines": 1, "max_model_len": args.max_tokens + 128},
-        "trainer": {"workers": 2, "zero_stage": 2, "micro_batch_tokens": 4096},
+        "trainer": {"workers": 2, "zero_stage": 2, "micro_batch_tokens": 1024},
         "stages": [{
             "name": "rl", "type": "rl", "steps": args.steps, "lr": 1e-6,
             "prompts_per_step": args.prompts, "group_size": args.group, "max_tokens": args.max_tokens,
@@ -47,7 +47,7 @@ def run_one(config, lam: float, infra, init_dir: Path) -> dict:
     from posttrain.rl import RLRun
 
     base = config.stages[0]
-    stage = base.model_copy(update={"name": f"lambda-{lam}",
+    stage = base.model_copy(update={"name": f"lambda-{lam}-steps-{base.steps}",
                                     "partial": base.partial.model_copy(update={"lam": lam})})
     infra.trainers.load(str(init_dir), "float32", stage.lr, 0)
     infra.trainers.sync_weights(infra.pool.engines)
@@ -83,6 +83,8 @@ def main() -> int:
     trainers = TrainerGroup(config.trainer, config.seed)
     infra = Infra(config=config, run_dir=run_dir, trainers=trainers, pool=pool, metrics=MetricsLog(run_dir),
                   tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    warm = config.model_copy(update={"stages": [config.stages[0].model_copy(update={"steps": 1})]})
+    run_one(warm, 1.0, infra, model_dir)  # untimed: first engine call and first DeepSpeed step
     results = []
     for lam in [float(x) for x in args.lambdas.split(",")]:
         results.append(run_one(config, lam, infra, model_dir))

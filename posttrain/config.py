@@ -95,7 +95,7 @@ class TrainerConfig(Base):
     workers: int = Field(2, ge=1, le=4096, description="Data-parallel ranks (Ray actors).")
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
     offload_optimizer: bool = Field(False, description="Keep optimizer state on CPU (ZeRO-2/3).")
-    micro_batch_tokens: int = Field(8192, ge=16, description="Most tokens per forward/backward on one rank.")
+    micro_batch_tokens: int = Field(2048, ge=16, description="Most tokens (padded) per forward/backward on one rank; logits cost 4 x vocab bytes per token, several times over.")
     grad_clip: float = Field(1.0, ge=0, description="Gradient norm clip; 0 turns it off.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")

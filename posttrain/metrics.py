@@ -51,6 +51,8 @@ def read_metrics(run_dir: Path, stage: str | None = None) -> list[dict]:
 
 
 def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
     seconds = int(max(seconds, 0))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
@@ -66,8 +68,12 @@ class Progress:
         self._last_tenth = -1
 
     def update(self, step: int, **values: float) -> None:
-        elapsed = time.perf_counter() - self.started
-        eta = elapsed / max(step, 1) * (self.total - step)
+        now = time.perf_counter()
+        elapsed = now - self.started
+        if not hasattr(self, "_first"):
+            self._first = (step, now)  # the first step carries start-up costs: rate from the next ones
+        done, since = step - self._first[0], now - self._first[1]
+        eta = since / done * (self.total - step) if done > 0 else float("nan")
         shown = " ".join(f"{k} {v:.3g}" for k, v in values.items())
         line = f"[{self.stage}] step {step}/{self.total} {shown} elapsed {_duration(elapsed)} ETA {_duration(eta)}"
         if self.live:

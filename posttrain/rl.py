@@ -95,7 +95,7 @@ class RLRun:
             requeued += timing["requeued_by_engine_death"]
             groups = self.queue.pop_complete(version)
             if groups:
-                return groups, {"engine/idle_frac": 1.0 - busy / max(wall * engines, 1e-9),
+                return groups, {"engine/busy_s": busy, "engine/count": engines,
                                 "engine/requeued_by_death": requeued, "time/generate_s": wall}
 
     # ------------------------------------------------------------ scoring and batch
@@ -119,11 +119,10 @@ class RLRun:
         Flagged samples (ok=False) and empty responses are dropped and counted."""
         rows, flat = [], iter(rewards)
         for group in groups:
-            kept = [(t, r) for t, r in zip(group.trajectories, [next(flat) for _ in group.trajectories])]
-            for reason, bad in (("reward_flagged", [x for x in kept if not x[1].ok]),
-                                ("empty_response", [x for x in kept if x[1].ok and not x[0].response_ids])):
-                self.queue.dropped[reason] += len(bad)
-            rows.append([(t, r) for t, r in kept if r.ok and t.response_ids])
+            pairs = [(t, next(flat)) for t in group.trajectories]
+            self.queue.dropped["reward_flagged"] += sum(not r.ok for _, r in pairs)
+            self.queue.dropped["empty_response"] += sum(r.ok and not t.response_ids for t, r in pairs)
+            rows.append([(t, r) for t, r in pairs if r.ok and t.response_ids])
         adv_P_G = grpo_advantages([[r.score for _, r in row] for row in rows], self.stage.algo.std_normalize,
                                   self.stage.algo.eps)
         seqs = []
@@ -164,6 +163,9 @@ class RLRun:
             sync = infra.trainers.sync_weights(infra.pool.engines)
             self.step += 1
             row = step_metrics(samples, rewards, seqs, trained, started, train_done - train_start)
+            # idle over the whole step: engines wait while the trainer steps and syncs
+            rollout["engine/idle_frac"] = 1.0 - rollout["engine/busy_s"] / max(
+                row["time/step_s"] * rollout["engine/count"], 1e-9)
             row.update(rollout, **batch_stats, **accounting, **sync, **{
                 "queue/depth": float(sum(not t.finished for g in self.queue.groups.values() for t in g.trajectories)),
                 "budget/tokens": float(budget) if budget is not None else float(stage.max_tokens),
