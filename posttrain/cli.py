@@ -3,6 +3,7 @@
   posttrain run PIPELINE.yaml [--run-dir DIR] [-o dotted.key=value ...] [--verbose]
   posttrain run --resume RUN_DIR
   posttrain validate PIPELINE.yaml [-o ...]
+  posttrain sandbox PROGRAM.py [--tests TESTS.py] [--timeout S]
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
 """
@@ -24,6 +25,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                      help="set a config value, e.g. -o stages[1].steps=10 (repeatable)")
     run.add_argument("--verbose", action="store_true", help="show engine and trainer logs")
+    box = sub.add_parser("sandbox", help="run one program in the code sandbox and print its verdict as JSON")
+    box.add_argument("program", help="Python file")
+    box.add_argument("--tests", help="Python file run after the program, in the same module")
+    box.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds (CPU limit follows)")
     check = sub.add_parser("validate", help="check a pipeline YAML and print the resolved config")
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
@@ -34,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from posttrain.config import ConfigError, dump_config, load_pipeline
 
+    if args.command == "sandbox":
+        return _sandbox(args)
     try:
         if args.command == "run" and args.resume:
             return _resume(args)
@@ -55,6 +62,26 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     _print_summary(state, run_dir)
+    return 0
+
+
+def _sandbox(args) -> int:
+    """Exits 0 whatever the verdict; only a failure of the command itself is non-zero."""
+    import math
+
+    from posttrain.rewards.sandbox import Limits, run_program
+
+    try:
+        program = Path(args.program).read_text(encoding="utf-8")
+        tests = Path(args.tests).read_text(encoding="utf-8") if args.tests else None
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"posttrain sandbox: cannot read {exc.filename or args.program}: {exc}", file=sys.stderr)
+        return 2
+    if not args.timeout > 0:
+        print("posttrain sandbox: --timeout must be > 0", file=sys.stderr)
+        return 2
+    limits = Limits(wall_seconds=args.timeout, cpu_seconds=max(1, math.ceil(args.timeout)))
+    print(run_program(program, tests, limits).to_json())
     return 0
 
 
