@@ -234,6 +234,13 @@ class BudgetConfig(Base):
     anneal: AnnealConfig | None = Field(None, description="Schedule of the absolute budget; replaces `tokens`.")
     margin: float = Field(0.25, ge=0, le=10, description="Generation stops at budget x (1 + margin).")
 
+    @model_validator(mode="after")
+    def _one_kind(self) -> "BudgetConfig":
+        kinds = [k for k in ("tokens", "multiple", "anneal") if getattr(self, k) is not None]
+        if len(kinds) > 1:
+            raise ValueError(f"give one of tokens, multiple, anneal (got {', '.join(kinds)})")
+        return self
+
 
 class RewardConfig(Base):
     """How an answer is read out of a response."""
@@ -286,6 +293,15 @@ class RLStage(StageBase):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
     partial: PartialRolloutConfig = Field(default_factory=PartialRolloutConfig, description="Partial-rollout queue.")
     budget: BudgetConfig = Field(default_factory=BudgetConfig, description="Token budget and effort tier.")
+
+    @model_validator(mode="after")
+    def _budget_fits(self) -> "RLStage":
+        b = self.budget
+        largest = b.tokens or (max(b.anneal.start, b.anneal.end) if b.anneal else None)
+        if largest is not None and largest >= self.max_tokens:
+            raise ValueError(f"budget of {largest} tokens needs max_tokens above it (is {self.max_tokens}): "
+                             "an over-budget response could never be generated")
+        return self
 
 
 Stage = Annotated[Union[SFTStage, RLStage], Field(discriminator="type")]

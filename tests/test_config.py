@@ -1,5 +1,6 @@
 """Config parsing and the one-line errors of `posttrain run` on broken files."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -117,3 +118,26 @@ def test_existing_run_folder_is_moved_aside_not_overwritten(tmp_path):
     (run / "x").write_text("1")
     second = claim_run_dir(run)
     assert second != moved and (second / "x").exists() and (moved / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("budget, message", [
+    ({"tokens": 10, "multiple": 2.0}, "give one of tokens, multiple, anneal"),
+    ({"tokens": 64}, "needs max_tokens above it"),
+    ({"anneal": {"start": 100, "end": 10, "steps": 5}}, "needs max_tokens above it"),
+    ({"effort": "medium"}, "stages[1].budget.effort: must be one of"),
+])
+def test_budget_errors(tmp_path, budget, message):
+    data = broken(**{"stages.1.budget": budget, "stages.1.max_tokens": 64})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_pipeline(write(tmp_path, data))
+
+
+def test_partial_lambda_key_round_trips(tmp_path):
+    from posttrain.config import dump_config, validate_pipeline
+
+    config = load_pipeline(write(tmp_path, broken(**{"stages.1.partial": {"lambda": 0.5, "correction": {"type": "mask"}}})))
+    assert config.stages[1].partial.lam == 0.5
+    again = validate_pipeline(yaml.safe_load(dump_config(config)))
+    assert again == config and "lambda: 0.5" in dump_config(config)
+    with pytest.raises(ConfigError, match=r"stages\[1\]\.partial\.lambda: must be <= 1"):
+        load_pipeline(write(tmp_path, broken(**{"stages.1.partial": {"lambda": 1.5}})))
