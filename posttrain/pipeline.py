@@ -26,13 +26,16 @@ def preflight(config: PipelineConfig, source: str) -> None:
     for i, stage in enumerate(config.stages):
         field = "tasks" if stage.type == "rl" else "data"
         data = getattr(stage, field)
-        if not isinstance(data, ReasoningGymTasks):
-            continue
-        for j, family in enumerate(data.families):
-            try:
-                load_tasks(data.model_copy(update={"families": [family], "size": 1}))
-            except ValueError as exc:
-                raise ConfigError(f"{source}: stages[{i}].{field}.families[{j}]: {exc}") from None
+        leaves = [(f"{field}.sources[{k}]", leaf) for k, leaf in enumerate(data.sources)] \
+            if data.type == "mixture" else [(field, data)]
+        for where, leaf in leaves:
+            if not isinstance(leaf, ReasoningGymTasks):
+                continue
+            for j, family in enumerate(leaf.families):
+                try:
+                    load_tasks(leaf.model_copy(update={"families": [family], "size": 1}))
+                except ValueError as exc:
+                    raise ConfigError(f"{source}: stages[{i}].{where}.families[{j}]: {exc}") from None
 
 
 def claim_run_dir(run_dir: Path) -> Path | None:

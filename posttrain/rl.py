@@ -25,6 +25,7 @@ from posttrain.infra import Infra
 from posttrain.metrics import Progress
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
+from posttrain.rewards.router import RewardRouter
 from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.queue import Group, PartialRolloutQueue
 from posttrain.types import Completion, LossSpec, Message, RewardResult, Sample, SamplingSettings, TrainSequence
@@ -50,6 +51,17 @@ def loss_spec(stage: RLStage) -> LossSpec:
                     tis_cap=getattr(corr, "cap", 2.0), mask_lo=getattr(corr, "lo", 0.5), mask_hi=getattr(corr, "hi", 2.0))
 
 
+def reward_router(stage: RLStage) -> RewardRouter:
+    sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format)}
+    leaves = stage.tasks.sources if stage.tasks.type == "mixture" else [stage.tasks]
+    coding = [leaf for leaf in leaves if leaf.type == "coding"]
+    if coding:
+        from posttrain.rewards.code import CodeVerifier
+
+        sources["code"] = CodeVerifier(max(c.workers for c in coding), max(c.timeout_s for c in coding))
+    return RewardRouter(sources)
+
+
 def current_budget(stage: RLStage, step: int) -> int | None:
     b = stage.budget
     if b.anneal:
@@ -63,7 +75,7 @@ class RLRun:
     def __init__(self, stage: RLStage, infra: Infra):
         self.stage, self.infra = stage, infra
         self.sampler = TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
-        self.verifier = ReasoningGymVerifier(stage.reward.answer_format)
+        self.verifier = reward_router(stage)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
         self.step = 0
@@ -74,13 +86,21 @@ class RLRun:
         stage, tok = self.stage, self.infra.tokenizer
         size = stage.prompts_per_step * stage.group_size
         trajs = self.queue.unfinished(version, size)
+        max_len = self.infra.config.rollout.max_model_len
+        rejected = 0
         while len(trajs) < size:
             task = self.sampler.draw(1)[0]
             prompt = tuple(render_prompt(tok, with_effort(task.messages, stage.budget.effort)))
+            if len(prompt) >= max_len:  # a prompt that cannot fit is counted, never a crash
+                self.queue.reject(stage.group_size, "prompt_too_long")
+                rejected += 1
+                if rejected > len(self.sampler.tasks):
+                    raise ValueError(f"stage {stage.name}: no task prompt fits rollout.max_model_len={max_len}")
+                continue
             reference = len(tok(task.answer, add_special_tokens=False)["input_ids"]) if task.answer else None
             tokens = task_budget(budget, stage.budget.multiple, reference)
             cap = stage.max_tokens if tokens is None else min(stage.max_tokens, math.ceil(tokens * (1 + stage.budget.margin)))
-            trajs += self.queue.add_group(task, prompt, stage.group_size, cap, tokens, version)
+            trajs += self.queue.add_group(task, prompt, stage.group_size, min(cap, max_len - len(prompt)), tokens, version)
         return trajs
 
     def iterate(self, version: int, budget: int | None) -> tuple[list[Group], dict]:
@@ -192,7 +212,12 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
     lengths = [len(s.completion.token_ids) for s in samples]
     tokens = trained["sums"]["tokens"]
     step_seconds = time.perf_counter() - started
+    by_source: dict[str, list[float]] = {}
+    for r in rewards:
+        if r.ok:
+            by_source.setdefault(r.source, []).append(r.score)
     return {
+        **{f"reward_source/{name}": float(np.mean(scores)) for name, scores in by_source.items()},
         "reward/mean": float(np.mean(scored)) if scored else 0.0,
         "reward/std": float(np.std(scored)) if scored else 0.0,
         "reward/over_budget_frac": float(np.mean(["over budget" in r.reason for r in rewards])) if rewards else 0.0,

@@ -8,7 +8,7 @@ import json
 import random
 from pathlib import Path
 
-from posttrain.config import ReasoningGymTasks, SFTStage
+from posttrain.config import CodingTasks, ReasoningGymTasks, SFTStage
 from posttrain.data.chat import sft_example
 from posttrain.data.tasks import load_chat_jsonl, load_tasks
 from posttrain.metrics import Progress
@@ -17,7 +17,7 @@ from posttrain.types import LossSpec, Message, TrainSequence
 
 
 def sft_conversations(stage: SFTStage) -> list[tuple[Message, ...]]:
-    if isinstance(stage.data, ReasoningGymTasks):
+    if isinstance(stage.data, (ReasoningGymTasks, CodingTasks)):
         return [t.messages + (Message("assistant", t.answer),) for t in load_tasks(stage.data) if t.answer is not None]
     return load_chat_jsonl(stage.data)
 

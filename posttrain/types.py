@@ -24,6 +24,7 @@ class Task:
     messages: tuple[Message, ...]
     answer: str | None = None
     entry: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    verifier: str = "reasoning_gym"  # which reward source scores answers to this task
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,17 @@ import yaml
 PIPELINE = {
     "name": "e2e",
     "model": {"name": "tiny"},
-    "rollout": {"max_model_len": 96},
+    "rollout": {"max_model_len": 320},
     "trainer": {"workers": 2, "zero_stage": 2},
     "stages": [
         {"name": "sft", "type": "sft", "steps": 4, "lr": 1e-3, "batch_size": 8,
          "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 50}},
         {"name": "grpo", "type": "rl", "steps": 3, "lr": 1e-4, "prompts_per_step": 4, "group_size": 4,
          "max_tokens": 6, "save_every": 2,
-         "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}},
-                                                         {"name": "simple_equations"}], "size": 50, "seed": 5}},
+         "tasks": {"type": "mixture", "sources": [
+             {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}},
+                                                    {"name": "simple_equations"}], "size": 50, "seed": 5},
+             {"type": "coding", "size": 20, "seed": 5}]}},
     ],
 }
 REQUIRED = ["reward/mean", "response_tokens/mean", "logp/mismatch", "sync/seconds", "throughput/tokens_per_s"]
@@ -43,6 +45,14 @@ def test_metrics_have_every_required_field_each_step(run_dir):
     for row in grpo:
         assert all(key in row for key in REQUIRED + ["stage", "step", "time"]), row.keys()
         assert row["logp/mismatch"] < 1e-4
+
+
+def test_rewards_came_from_both_verifiers(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    sources = set()
+    for r in rows:
+        sources |= {k.split("/")[1] for k in r if k.startswith("reward_source/")}
+    assert {"reasoning_gym", "code"} <= sources, sources
 
 
 def test_resolved_config_and_state(run_dir):

@@ -10,13 +10,21 @@ import json
 import random
 from pathlib import Path
 
-from posttrain.config import ChatJsonl, ReasoningGymTasks
+from posttrain.config import ChatJsonl, CodingTasks, MixtureTasks, ReasoningGymTasks
 from posttrain.types import Message, Task
 
 
-def load_tasks(source: ReasoningGymTasks) -> list[Task]:
+def load_tasks(source: ReasoningGymTasks | CodingTasks | MixtureTasks) -> list[Task]:
+    if isinstance(source, MixtureTasks):
+        tasks = [t for leaf in source.sources for t in load_tasks(leaf)]
+        random.Random(source.seed).shuffle(tasks)
+        return tasks
     if isinstance(source, ReasoningGymTasks):
         return reasoning_gym_tasks(source)
+    if isinstance(source, CodingTasks):
+        from posttrain.data.coding import generated_tasks, humaneval_tasks
+
+        return generated_tasks(source) if source.split == "train" else humaneval_tasks(source)
     raise TypeError(f"unknown task source {type(source).__name__}")
 
 

@@ -82,6 +82,11 @@ class PartialRolloutQueue:
         self.drawn += size
         return trajs
 
+    def reject(self, size: int, reason: str) -> None:
+        """A group drawn but never started (e.g. its prompt does not fit): counted as dropped."""
+        self.drawn += size
+        self.dropped[reason] += size
+
     def unfinished(self, version: int, limit: int) -> list[Trajectory]:
         """Unfinished trajectories, oldest group first, up to `limit`. Groups holding a
         trajectory older than max_staleness are dropped first (counted, never silent)."""

@@ -1,0 +1,34 @@
+"""Routes each sample to the reward source its task names (`Task.verifier`), scores each
+source's share concurrently, and puts the results back in the samples' order."""
+
+from __future__ import annotations
+
+import asyncio
+
+from posttrain.rewards.base import RewardSource, score_safely
+from posttrain.types import RewardResult, Sample
+
+
+class RewardRouter:
+    name = "router"
+
+    def __init__(self, sources: dict[str, RewardSource]):
+        self.sources = sources
+
+    async def score(self, samples: list[Sample]) -> list[RewardResult]:
+        by_source: dict[str, list[int]] = {}
+        for i, s in enumerate(samples):
+            by_source.setdefault(s.task.verifier, []).append(i)
+        results: list[RewardResult | None] = [None] * len(samples)
+        names = list(by_source)
+        scored = await asyncio.gather(*(self._score(name, [samples[i] for i in by_source[name]]) for name in names))
+        for name, batch in zip(names, scored):
+            for i, result in zip(by_source[name], batch):
+                results[i] = result
+        return results  # type: ignore[return-value]
+
+    async def _score(self, name: str, samples: list[Sample]) -> list[RewardResult]:
+        source = self.sources.get(name)
+        if source is None:
+            return [RewardResult(0.0, f"no reward source {name!r} configured", name, ok=False) for _ in samples]
+        return await score_safely(source, samples)
