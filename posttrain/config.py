@@ -156,6 +156,34 @@ class CodingTasks(Base):
     workers: int = Field(2, ge=1, le=256, description="Sandbox checks run in parallel.")
 
 
+class UserTasks(Base):
+    """Your own tasks: a JSONL or Parquet file, one task per row (schema in the README):
+    `prompt` (or `messages`), and optionally `id`, `answer`, `metadata`."""
+
+    type: Literal["user"]
+    path: str = Field(description="JSONL (.jsonl) or Parquet (.parquet) file.")
+    reward: str | None = Field(None, description="`module:function` scoring (response, task) -> float, (float, reason) or {score, reason}; none: the answer is matched.")
+    reward_timeout_s: float = Field(10.0, gt=0, le=3600, description="A reward call that takes longer is stopped and its sample flagged.")
+    on_bad_row: Literal["skip", "fail"] = Field("skip", description="Skip and report bad rows, or reject the whole file.")
+    system_prompt: str | None = Field(None, description="System message added to `prompt` rows.")
+
+    @field_validator("path")
+    @classmethod
+    def _readable(cls, path: str) -> str:
+        if not Path(path).expanduser().is_file():
+            raise ValueError(f"file does not exist: {path}")
+        if not path.endswith((".jsonl", ".parquet")):
+            raise ValueError("must end with .jsonl or .parquet")
+        return path
+
+    @field_validator("reward")
+    @classmethod
+    def _module_function(cls, reward: str | None) -> str | None:
+        if reward is not None and not re.fullmatch(r"[\w.]+:\w+", reward):
+            raise ValueError("must look like `package.module:function`")
+        return reward
+
+
 class ChatJsonl(Base):
     """Chat data for SFT: a JSONL file, one {"messages": [{"role", "content"}, ...]} per line."""
 
@@ -170,7 +198,7 @@ class ChatJsonl(Base):
         return path
 
 
-LeafSource = Annotated[Union[ReasoningGymTasks, CodingTasks], Field(discriminator="type")]
+LeafSource = Annotated[Union[ReasoningGymTasks, CodingTasks, UserTasks], Field(discriminator="type")]
 
 
 class MixtureTasks(Base):
@@ -181,7 +209,7 @@ class MixtureTasks(Base):
     seed: int = Field(0, description="Seed of the shuffle.")
 
 
-TaskSource = Annotated[Union[ReasoningGymTasks, CodingTasks, MixtureTasks], Field(discriminator="type")]
+TaskSource = Annotated[Union[ReasoningGymTasks, CodingTasks, UserTasks, MixtureTasks], Field(discriminator="type")]
 SFTSource = Annotated[Union[ReasoningGymTasks, CodingTasks, ChatJsonl], Field(discriminator="type")]
 
 
@@ -407,7 +435,7 @@ def _short(value: Any) -> str:
 def format_validation_error(source: str, exc: ValidationError) -> str:
     """The first error of a ValidationError as `source: key.path: problem`."""
     err = exc.errors()[0]
-    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "coding", "mixture", "chat_jsonl", "grpo", "tis", "mask", "exclude"})
+    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "coding", "user", "mixture", "chat_jsonl", "grpo", "tis", "mask", "exclude"})
     return f"{source}: {path}: {_describe(err)}" if path else f"{source}: {_describe(err)}"
 
 

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from posttrain.config import ConfigError, PipelineConfig, ReasoningGymTasks, dump_config
+from posttrain.config import ConfigError, PipelineConfig, ReasoningGymTasks, UserTasks, dump_config
 
 
 def preflight(config: PipelineConfig, source: str) -> None:
@@ -29,6 +29,8 @@ def preflight(config: PipelineConfig, source: str) -> None:
         leaves = [(f"{field}.sources[{k}]", leaf) for k, leaf in enumerate(data.sources)] \
             if data.type == "mixture" else [(field, data)]
         for where, leaf in leaves:
+            if isinstance(leaf, UserTasks):
+                _preflight_user(leaf, f"{source}: stages[{i}].{where}")
             if not isinstance(leaf, ReasoningGymTasks):
                 continue
             for j, family in enumerate(leaf.families):
@@ -36,6 +38,22 @@ def preflight(config: PipelineConfig, source: str) -> None:
                     load_tasks(leaf.model_copy(update={"families": [family], "size": 1}))
                 except ValueError as exc:
                     raise ConfigError(f"{source}: stages[{i}].{where}.families[{j}]: {exc}") from None
+
+
+def _preflight_user(leaf: UserTasks, where: str) -> None:
+    from posttrain.data.tasks import load_tasks
+
+    try:
+        load_tasks(leaf)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if leaf.reward:
+        from posttrain.rewards.user import _load
+
+        try:
+            _load(leaf.reward)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
 
 
 def claim_run_dir(run_dir: Path) -> Path | None:

@@ -59,6 +59,13 @@ def reward_router(stage: RLStage) -> RewardRouter:
         from posttrain.rewards.code import CodeVerifier
 
         sources["code"] = CodeVerifier(max(c.workers for c in coding), max(c.timeout_s for c in coding))
+    user = [leaf for leaf in leaves if leaf.type == "user"]
+    if len({u.reward for u in user}) > 1:
+        raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
+    if user:
+        from posttrain.rewards.user import UserReward
+
+        sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s)
     return RewardRouter(sources)
 
 

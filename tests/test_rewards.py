@@ -66,3 +66,16 @@ def test_sampler_is_seeded_and_resumable():
     b = TaskSampler(tasks, seed=1, position=13)
     assert [t.task_id for t in b.draw(12)] == first[13:]
     assert sorted(first[:10]) == sorted(t.task_id for t in tasks)  # an epoch covers every task once
+
+
+def test_math_verify_accepts_equivalent_forms():
+    from posttrain.rewards.reasoning_gym import math_equivalent
+
+    # basic_arithmetic's own scoring gives '13.0' for '13' only partial credit (substring ratio)
+    family = ReasoningGymFamily(name="basic_arithmetic", params={"max_digits": 2})
+    tasks = reasoning_gym_tasks(ReasoningGymTasks(families=[family], size=3))
+    verifier = ReasoningGymVerifier()
+    results = score_sync(verifier, [sample_for(t, f"<answer>{t.answer}.0</answer>") for t in tasks])
+    assert [r.score for r in results] == [1.0] * 3 and all("math-verify" in r.reason for r in results)
+    assert math_equivalent("\\frac{1}{2}", "0.5") and not math_equivalent("13", "14")
+    assert not math_equivalent("apple", "apple pie")

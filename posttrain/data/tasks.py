@@ -10,17 +10,21 @@ import json
 import random
 from pathlib import Path
 
-from posttrain.config import ChatJsonl, CodingTasks, MixtureTasks, ReasoningGymTasks
+from posttrain.config import ChatJsonl, CodingTasks, MixtureTasks, ReasoningGymTasks, UserTasks
 from posttrain.types import Message, Task
 
 
-def load_tasks(source: ReasoningGymTasks | CodingTasks | MixtureTasks) -> list[Task]:
+def load_tasks(source: ReasoningGymTasks | CodingTasks | UserTasks | MixtureTasks) -> list[Task]:
     if isinstance(source, MixtureTasks):
         tasks = [t for leaf in source.sources for t in load_tasks(leaf)]
         random.Random(source.seed).shuffle(tasks)
         return tasks
     if isinstance(source, ReasoningGymTasks):
         return reasoning_gym_tasks(source)
+    if isinstance(source, UserTasks):
+        from posttrain.data.user import user_tasks
+
+        return user_tasks(source)
     if isinstance(source, CodingTasks):
         from posttrain.data.coding import generated_tasks, humaneval_tasks
 

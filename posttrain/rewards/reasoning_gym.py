@@ -1,9 +1,28 @@
 """Verifier for reasoning-gym tasks: extract the answer, score it with the family's own
-scoring function, and say why."""
+scoring function, and, for mathematical answers, with math-verify too (so that `0.5`
+matches `\\frac{1}{2}` and `13.0` matches `13`); say why."""
 
 from __future__ import annotations
 
+import re
+import threading
+
 from posttrain.rewards.extract import extract_answer
+
+_MATHY = re.compile(r"^[-+*/^().,=\s\d\\{}a-zA-Z]*\d[-+*/^().,=\s\d\\{}a-zA-Z]*$")
+
+
+def math_equivalent(gold: str, answer: str) -> bool:
+    """math-verify's verdict on two answers; False when either is not mathematical."""
+    if not (_MATHY.match(gold.strip()) and _MATHY.match(answer.strip())):
+        return False
+    from math_verify import parse, verify
+
+    # math-verify times out with SIGALRM, which only the main thread may use
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    gold_parsed = parse(gold, parsing_timeout=timeout)
+    answer_parsed = parse(answer, parsing_timeout=timeout)
+    return bool(gold_parsed and answer_parsed and verify(gold_parsed, answer_parsed, timeout_seconds=timeout))
 from posttrain.types import RewardResult, Sample
 
 
@@ -27,6 +46,10 @@ class ReasoningGymVerifier:
         if answer is None:
             return RewardResult(0.0, f"no answer found ({how})", self.name, details)
         score = float(self._scorer(family)(answer, entry))
+        if score < 1.0 and entry.get("answer") is not None and math_equivalent(str(entry["answer"]), answer):
+            details["matched_by"] = "math-verify"
+            how += ", math-verify: equivalent"
+            score = 1.0
         verdict = "correct" if score >= 1.0 else ("partly correct" if score > 0 else "wrong")
         reason = f"{verdict}: {answer!r} vs expected {entry.get('answer')!r} ({how})"
         if finish_reason == "length":

@@ -1,0 +1,90 @@
+"""User task files: JSONL or Parquet, one task per row.
+
+Row schema: {"prompt": str} or {"messages": [{"role", "content"}, ...]} (ending with the
+user's turn), and optionally "id" (str), "answer" (str), "metadata" (object). A bad row is
+reported with its number and skipped, or rejects the whole file (`on_bad_row: fail`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from posttrain.config import UserTasks
+from posttrain.types import Message, Task
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class BadTaskFile(ValueError):
+    pass
+
+
+def _rows(path: Path):
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:
+            raise BadTaskFile(f"{path}: not a readable Parquet file ({exc})") from None
+        yield from enumerate(table.to_pylist(), 1)
+        return
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadTaskFile(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield number, exc
+
+
+def _task(row, number: int, source: UserTasks) -> Task:
+    if isinstance(row, Exception):
+        raise ValueError(f"invalid JSON ({row.msg})")
+    if not isinstance(row, dict):
+        raise ValueError(f"a row must be an object, got {type(row).__name__}")
+    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata"}
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    if "messages" in row:
+        msgs = row["messages"]
+        if not isinstance(msgs, list) or not msgs or not all(
+                isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in msgs):
+            raise ValueError("messages must be a non-empty list of {role, content} with a known role")
+        messages = tuple(Message(m["role"], m["content"]) for m in msgs)
+    elif isinstance(row.get("prompt"), str) and row["prompt"].strip():
+        system = (Message("system", source.system_prompt),) if source.system_prompt else ()
+        messages = system + (Message("user", row["prompt"]),)
+    else:
+        raise ValueError("needs a non-empty string `prompt` or a `messages` list")
+    answer = row.get("answer")
+    if answer is not None and not isinstance(answer, (str, int, float)):
+        raise ValueError("answer must be a string or a number")
+    metadata = row.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise ValueError("metadata must be an object")
+    task_id = str(row.get("id", f"{Path(source.path).name}:{number}"))
+    entry = {"answer": None if answer is None else str(answer), "metadata": metadata, "row": number}
+    return Task(task_id=task_id, family="user", messages=messages, answer=entry["answer"], entry=entry,
+                verifier="user")
+
+
+def user_tasks(source: UserTasks) -> list[Task]:
+    path = Path(source.path).expanduser()
+    tasks, bad = [], []
+    for number, row in _rows(path):
+        try:
+            tasks.append(_task(row, number, source))
+        except ValueError as exc:
+            if source.on_bad_row == "fail":
+                raise BadTaskFile(f"{path}:{number}: {exc}") from None
+            bad.append(f"row {number}: {exc}")
+    if bad:
+        print(f"{path}: skipped {len(bad)} bad row(s); first: {bad[0]}", flush=True)
+    if not tasks:
+        raise BadTaskFile(f"{path}: no usable task" + (f" ({bad[0]})" if bad else " (empty file)"))
+    return tasks
