@@ -24,7 +24,7 @@ import numpy as np
 
 
 def build_config(args):
-    from posttrain.config import validate_pipeline
+    from posttrain.configfile import validate_pipeline
 
     family = {"name": "basic_arithmetic", "params": {"min_terms": 3, "max_terms": 5, "max_digits": 3}}
     return validate_pipeline({

@@ -18,7 +18,7 @@ def main() -> int:
     parser.add_argument("--checks", type=int, default=200)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
-    jobs = [(f"def add(a, b):\n    return a + b\n", f"assert add({i}, 1) == {i + 1}") for i in range(args.checks)]
+    jobs = [("def add(a, b):\n    return a + b\n", f"assert add({i}, 1) == {i + 1}") for i in range(args.checks)]
     rows = []
     for workers in sorted({1, args.workers}):
         pool = SandboxPool(workers=workers, limits=Limits(wall_seconds=10, cpu_seconds=5))

@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from posttrain.config import ConfigError, dump_config, load_pipeline
+    from posttrain.configfile import ConfigError, dump_config, load_pipeline
 
     if args.command == "sandbox":
         return _sandbox(args)
@@ -86,7 +86,7 @@ def _sandbox(args) -> int:
 
 
 def _resume(args) -> int:
-    from posttrain.config import load_pipeline
+    from posttrain.configfile import load_pipeline
     from posttrain.pipeline import run_pipeline
 
     run_dir = Path(args.resume)

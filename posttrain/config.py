@@ -1,9 +1,9 @@
-"""Pipeline configuration: pydantic schemas for the pipeline YAML, and its loader.
+"""Pipeline configuration: the pydantic schemas of the pipeline YAML.
 
 A pipeline YAML parses into `PipelineConfig`. Every model uses `extra="forbid"`, so a
-misspelt key is an error, and `load_pipeline` turns any problem into one `ConfigError`
-line naming the file, the key path and the problem. This module imports no heavy library
-(torch, ray, vllm, deepspeed); a test checks that.
+misspelt key is an error; `posttrain.configfile` reads files and turns any problem into
+one line naming the file, the key path and the problem. This module imports no heavy
+library (torch, ray, vllm, deepspeed); a test checks that.
 """
 
 from __future__ import annotations
@@ -12,14 +12,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 BUILTIN_MODELS = ("tiny", "smollm2-135m-instruct")
-
-
-class ConfigError(Exception):
-    """A pipeline file that cannot be used; str() is the one line shown to the user."""
 
 
 class Base(BaseModel):
@@ -384,145 +379,3 @@ class PipelineConfig(Base):
 
     def stage(self, name: str) -> SFTStage | RLStage:
         return next(s for s in self.stages if s.name == name)
-
-
-# ---------------------------------------------------------------- loading and errors
-
-_MESSAGES = {
-    "extra_forbidden": lambda e: "unknown key",
-    "missing": lambda e: "required key is missing",
-    "greater_than": lambda e: f"must be > {e['ctx']['gt']}",
-    "greater_than_equal": lambda e: f"must be >= {e['ctx']['ge']}",
-    "less_than": lambda e: f"must be < {e['ctx']['lt']}",
-    "less_than_equal": lambda e: f"must be <= {e['ctx']['le']}",
-    "too_short": lambda e: f"must have at least {e['ctx']['min_length']} item(s)",
-    "literal_error": lambda e: f"must be one of {e['ctx']['expected']}",
-    "union_tag_invalid": lambda e: f"unknown type {e['ctx']['tag']!r}; expected one of {e['ctx']['expected_tags']}",
-    "union_tag_not_found": lambda e: f"needs a `{e['ctx']['discriminator'].strip(chr(39))}:` key",
-}
-
-
-def _loc_path(loc: tuple, tags: set[str]) -> str:
-    """('stages', 1, 'rl', 'lr') -> 'stages[1].lr' (discriminator tags dropped)."""
-    out = ""
-    for i, part in enumerate(loc):
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in tags and i > 0 and isinstance(loc[i - 1], (int, str)) and out:
-            continue
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _describe(err: dict) -> str:
-    kind = err["type"]
-    if kind in _MESSAGES:
-        return _MESSAGES[kind](err)
-    msg = err["msg"]
-    msg = re.sub(r"^(Value error|Assertion failed), ", "", msg)
-    got = err.get("input")
-    if kind.endswith("_type") or kind.endswith("_parsing"):
-        return f"{msg[0].lower()}{msg[1:]} (got {type(got).__name__} {_short(got)})"
-    return msg[0].lower() + msg[1:] if msg else kind
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def format_validation_error(source: str, exc: ValidationError) -> str:
-    """The first error of a ValidationError as `source: key.path: problem`."""
-    err = exc.errors()[0]
-    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "coding", "user", "mixture", "chat_jsonl", "grpo", "tis", "mask", "exclude"})
-    return f"{source}: {path}: {_describe(err)}" if path else f"{source}: {_describe(err)}"
-
-
-def parse_override(text: str) -> tuple[list[str | int], Any]:
-    """`stages[1].lr=1e-3` or `stages.1.lr=1e-3` -> (['stages', 1, 'lr'], 0.001)."""
-    if "=" not in text:
-        raise ConfigError(f"override {text!r}: expected KEY=VALUE")
-    key, raw = text.split("=", 1)
-    parts: list[str | int] = []
-    for piece in re.split(r"\.|(?=\[)", key.strip()):
-        if not piece:
-            raise ConfigError(f"override {text!r}: empty key part")
-        index = re.fullmatch(r"\[(\d+)\]", piece)
-        if index:
-            parts.append(int(index.group(1)))
-        else:
-            parts.append(int(piece) if piece.isdigit() else piece)
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return parts, value
-
-
-def apply_override(raw: dict, parts: list[str | int], value: Any, text: str) -> None:
-    node: Any = raw
-    for depth, part in enumerate(parts[:-1]):
-        node = _child(node, part, parts[: depth + 1], text)
-    last = parts[-1]
-    if isinstance(node, list):
-        if not isinstance(last, int) or last >= len(node):
-            raise ConfigError(f"override {text!r}: no item {last} in list")
-        node[last] = value
-    elif isinstance(node, dict):
-        node[str(last)] = value
-    else:
-        raise ConfigError(f"override {text!r}: {'.'.join(map(str, parts[:-1]))} is not a mapping")
-
-
-def _child(node: Any, part: str | int, prefix: list, text: str) -> Any:
-    if isinstance(node, list) and isinstance(part, int) and part < len(node):
-        return node[part]
-    if isinstance(node, dict):
-        return node.setdefault(str(part), {})
-    raise ConfigError(f"override {text!r}: cannot descend into {'.'.join(map(str, prefix))}")
-
-
-def read_yaml(path: str | Path) -> dict:
-    """Read a pipeline file into a dict, with one-line errors for unreadable files."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read file: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: invalid YAML: {where}{problem}") from None
-    if raw is None:
-        raise ConfigError(f"{path}: file is empty")
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(raw).__name__}")
-    return raw
-
-
-def load_pipeline(path: str | Path, overrides: list[str] = ()) -> PipelineConfig:
-    """Parse and validate a pipeline file; raises ConfigError with one line on any problem."""
-    raw = read_yaml(path)
-    for text in overrides:
-        parts, value = parse_override(text)
-        apply_override(raw, parts, value, text)
-    return validate_pipeline(raw, source=str(path))
-
-
-def validate_pipeline(raw: dict, source: str = "<config>") -> PipelineConfig:
-    try:
-        return PipelineConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(source, exc)) from None
-
-
-def dump_config(config: PipelineConfig) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False)

@@ -15,7 +15,8 @@ import json
 import time
 from pathlib import Path
 
-from posttrain.config import ConfigError, PipelineConfig, ReasoningGymTasks, UserTasks, dump_config
+from posttrain.config import PipelineConfig, ReasoningGymTasks, UserTasks
+from posttrain.configfile import ConfigError, dump_config
 
 
 def preflight(config: PipelineConfig, source: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posttrain.config import ConfigError, load_pipeline, parse_override
+from posttrain.configfile import ConfigError, load_pipeline, parse_override
 
 GOOD = {
     "name": "t",
@@ -99,7 +99,7 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, data, key):
 
 
 def test_config_imports_no_heavy_library():
-    code = ("import sys, posttrain.config, posttrain.types, posttrain.cli; "
+    code = ("import sys, posttrain.config, posttrain.configfile, posttrain.types, posttrain.cli; "
             "heavy = [m for m in ('torch', 'ray', 'vllm', 'deepspeed', 'transformers') if m in sys.modules]; "
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -133,7 +133,7 @@ def test_budget_errors(tmp_path, budget, message):
 
 
 def test_partial_lambda_key_round_trips(tmp_path):
-    from posttrain.config import dump_config, validate_pipeline
+    from posttrain.configfile import dump_config, validate_pipeline
 
     config = load_pipeline(write(tmp_path, broken(**{"stages.1.partial": {"lambda": 0.5, "correction": {"type": "mask"}}})))
     assert config.stages[1].partial.lam == 0.5

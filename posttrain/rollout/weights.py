@@ -2,8 +2,8 @@
 
 The trainer's rank 0 packs its full state dict as numpy arrays (bf16 travels as its raw
 16 bits, numpy has no bf16), Ray's object store holds one copy, and every engine reads it
-zero-copy and loads it in place. The packet carries the policy version and a checksum of
-a few values so that an engine can prove which weights it holds.
+zero-copy and loads it in place. The packet carries the policy version, which the engine
+reports back, so the driver can check which weights every engine serves.
 """
 
 from __future__ import annotations
