@@ -146,6 +146,7 @@ class CodingTasks(Base):
     size: int = Field(500, ge=1, le=10_000_000, description="Tasks generated (HumanEval: the first N of 164).")
     seed: int = Field(0, description="Generator seed.")
     system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
+    instruction: str | None = Field(None, description="Line before the function to write; none: ask for the code alone in a ```python block.")
     reward: Literal["all_pass", "fraction"] = Field("all_pass", description="1 only if every test passes, or the fraction passed.")
     timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock limit of one check.")
     workers: int = Field(2, ge=1, le=256, description="Sandbox checks run in parallel.")
@@ -193,7 +194,38 @@ class ChatJsonl(Base):
         return path
 
 
-LeafSource = Annotated[Union[ReasoningGymTasks, CodingTasks, UserTasks], Field(discriminator="type")]
+AgentFamily = Literal["calculator", "kv_store", "kv_recall", "lookup", "lookup_store"]
+
+
+class AgentTasks(Base):
+    """Multi-turn tool-use tasks (calculator, key-value store, document search), checked
+    on the final answer or the final state of the environment."""
+
+    type: Literal["agent"]
+    families: list[AgentFamily] = Field(default_factory=lambda: ["calculator", "kv_store", "kv_recall", "lookup",
+                                                                 "lookup_store"], min_length=1,
+                                        description="Task families, mixed evenly.")
+    size: int = Field(500, ge=1, le=10_000_000, description="Number of tasks generated.")
+    seed: int = Field(0, description="Generator seed.")
+    corpus_seed: int = Field(0, description="Seed of the generated document set that `search` looks in.")
+    max_turns: int = Field(4, ge=1, le=64, description="Model turns per episode; a tool call on the last one ends it.")
+    max_operand: int = Field(99, ge=2, le=10**9, description="calculator tasks: largest number in an expression.")
+    max_terms: int = Field(3, ge=2, le=10, description="calculator tasks: most numbers in an expression.")
+    system_prompt: str | None = Field(None, description="System message; none describes the tools and the call format.")
+
+
+class WritingTasks(Base):
+    """Open-ended writing prompts with no verifier: scored by the generative reward model.
+    Until one is configured their samples are flagged unscored and left out of training."""
+
+    type: Literal["writing"]
+    size: int = Field(200, ge=1, le=10_000_000, description="Number of prompts generated.")
+    seed: int = Field(0, description="Generator seed.")
+    system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
+
+
+LeafSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, WritingTasks, UserTasks],
+                       Field(discriminator="type")]
 
 
 class MixtureTasks(Base):
@@ -204,8 +236,10 @@ class MixtureTasks(Base):
     seed: int = Field(0, description="Seed of the shuffle.")
 
 
-TaskSource = Annotated[Union[ReasoningGymTasks, CodingTasks, UserTasks, MixtureTasks], Field(discriminator="type")]
-SFTSource = Annotated[Union[ReasoningGymTasks, CodingTasks, ChatJsonl], Field(discriminator="type")]
+TaskSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, WritingTasks, UserTasks, MixtureTasks],
+                      Field(discriminator="type")]
+SFTSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, MixtureTasks, ChatJsonl],
+                      Field(discriminator="type")]
 
 
 # ---------------------------------------------------------------- algorithms

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from posttrain.config import ModelConfig, TinyModelConfig
 
-TINY_BUILDER_VERSION = 2
+TINY_BUILDER_VERSION = 3
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -41,6 +41,10 @@ _WORDS = (
     "search document store get set add subtract multiply divide x y z n variable determine "
     "following problem correct format example respond response must should can will"
 ).split()
+
+
+_TOOL_ARGS = [("calculator", "expression"), ("kv_set", "key"), ("kv_set", "value"), ("kv_get", "key"),
+              ("search", "query")]
 
 
 def cache_root() -> Path:
@@ -85,6 +89,11 @@ def _tokenizer_corpus(seed: int) -> list[str]:
         a, b = rng.randint(0, 999), rng.randint(0, 999)
         op = rng.choice(["+", "-", "*", "/", "=", "(", ")", "?", ".", ",", ":"])
         lines.append(f"{' '.join(words).capitalize()} {a} {op} {b}?")
+    for _ in range(1000):  # tool calls and Python, so that agent and coding turns tokenize compactly
+        tool, arg = rng.choice(_TOOL_ARGS)
+        lines.append(f'<tool_call>{{"name": "{tool}", "arguments": {{"{arg}": "{rng.choice(_WORDS)} {rng.randint(0, 99)}"}}}}'
+                     f'</tool_call>')
+        lines.append(f"```python\ndef solve(xs):\n    return [x for x in xs if x % {rng.randint(2, 9)} == 0]\n```")
     return lines
 
 

@@ -23,9 +23,11 @@ from posttrain.data.chat import render_prompt
 from posttrain.data.tasks import TaskSampler, load_tasks
 from posttrain.infra import Infra
 from posttrain.metrics import Progress
+from posttrain.rewards.agent import AgentVerifier
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 from posttrain.rewards.router import RewardRouter
+from posttrain.rollout.agent import AgentLoop
 from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.queue import Group, PartialRolloutQueue
 from posttrain.types import Completion, LossSpec, Message, RewardResult, Sample, SamplingSettings, TrainSequence
@@ -52,7 +54,7 @@ def loss_spec(stage: RLStage) -> LossSpec:
 
 
 def reward_router(stage: RLStage) -> RewardRouter:
-    sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format)}
+    sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format), "agent": AgentVerifier()}
     leaves = stage.tasks.sources if stage.tasks.type == "mixture" else [stage.tasks]
     coding = [leaf for leaf in leaves if leaf.type == "coding"]
     if coding:
@@ -85,6 +87,7 @@ class RLRun:
         self.verifier = reward_router(stage)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
+        self.agents = AgentLoop(infra.tokenizer, infra.config.rollout.max_model_len)
         self.step = 0
 
     # ------------------------------------------------------------ rollout
@@ -116,6 +119,7 @@ class RLRun:
         while True:
             trajs = self.fill(version, budget)
             timing = self.infra.pool.run_iteration(trajs, self.sampling, self.stage.partial.lam, version)
+            self.agents.advance(self.queue, trajs, version)  # tool results; those episodes go on
             wall += timing["wall"]
             busy += timing["busy"]
             engines = timing["engines"]
@@ -133,13 +137,14 @@ class RLRun:
             for t in group.trajectories:
                 text = self.infra.tokenizer.decode(t.response_ids, skip_special_tokens=True)
                 completion = Completion(tuple(t.response_ids), tuple(t.logp_behaviour), text, t.finish_reason)
-                out.append(Sample(group.task, index, t.prompt_ids, completion, min(t.token_versions, default=0)))
+                out.append(Sample(group.task, index, t.prompt_ids, completion, t.oldest_version(0), env=t.env,
+                                  action_mask=tuple(t.action_mask)))
         return out
 
     def score(self, groups: list[Group], samples: list[Sample]) -> list[RewardResult]:
         rewards = asyncio.run(score_safely(self.verifier, samples))
         budgets = [g.budget for g in groups for _ in g.trajectories]
-        return [apply_budget(r, len(s.completion.token_ids), b) for r, s, b in zip(rewards, samples, budgets)]
+        return [apply_budget(r, s.model_tokens, b) for r, s, b in zip(rewards, samples, budgets)]
 
     def batch(self, groups: list[Group], rewards: list[RewardResult], version: int) -> tuple[list[TrainSequence], dict]:
         """GRPO advantages per group, laid out per token with each token's staleness.
@@ -158,9 +163,9 @@ class RLRun:
                 n = len(t.response_ids)
                 seqs.append(TrainSequence(
                     token_ids=t.prompt_ids + tuple(t.response_ids), prompt_len=len(t.prompt_ids),
-                    advantages=(a,) * n, loss_mask=(1.0,) * n, logp_engine=tuple(t.logp_behaviour),
+                    advantages=(a,) * n, loss_mask=tuple(map(float, t.action_mask)), logp_engine=tuple(t.logp_behaviour),
                     stale=tuple(float(v < version) for v in t.token_versions)))
-        staleness = [version - min(t.token_versions) for row in rows for t, _ in row]
+        staleness = [version - t.oldest_version(version) for row in rows for t, _ in row]
         stats = {
             "groups/zero_advantage_frac": float(np.mean([np.allclose(a, 0) for a in adv_P_G])) if adv_P_G else 1.0,
             "staleness/mean": float(np.mean(staleness)) if staleness else 0.0,
@@ -180,7 +185,9 @@ class RLRun:
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
             groups, rollout = self.iterate(version, budget)
             samples = self.samples(groups)
+            score_start = time.perf_counter()
             rewards = self.score(groups, samples)
+            rollout["time/score_s"] = time.perf_counter() - score_start
             seqs, batch_stats = self.batch(groups, rewards, version)
             self.queue.mark_trained(len(seqs))
             accounting = self.queue.check()
@@ -216,7 +223,7 @@ class RLRun:
 
 def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dict:
     scored = [r.score for r in rewards if r.ok]
-    lengths = [len(s.completion.token_ids) for s in samples]
+    lengths = [s.model_tokens for s in samples]
     tokens = trained["sums"]["tokens"]
     step_seconds = time.perf_counter() - started
     by_source: dict[str, list[float]] = {}
@@ -225,6 +232,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
             by_source.setdefault(r.source, []).append(r.score)
     return {
         **{f"reward_source/{name}": float(np.mean(scores)) for name, scores in by_source.items()},
+        **agent_metrics(samples),
         "reward/mean": float(np.mean(scored)) if scored else 0.0,
         "reward/std": float(np.std(scored)) if scored else 0.0,
         "reward/over_budget_frac": float(np.mean(["over budget" in r.reason for r in rewards])) if rewards else 0.0,
@@ -247,11 +255,23 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
     }
 
 
+def agent_metrics(samples: list[Sample]) -> dict:
+    episodes = [s.env for s in samples if s.task.verifier == "agent" and s.env]
+    if not episodes:
+        return {}
+    calls = [c for e in episodes for c in e["calls"]]
+    return {"agent/turns_mean": float(np.mean([e["turns"] for e in episodes])),
+            "agent/tool_calls_mean": len(calls) / len(episodes),
+            "agent/tool_error_frac": float(np.mean([not c["ok"] for c in calls])) if calls else 0.0,
+            "agent/answered_frac": float(np.mean([e["final"] is not None for e in episodes]))}
+
+
 def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) -> float:
     """Mean |logp_trainer - logp_engine| over the fresh sampled tokens (generated by the
-    weights the trainer held before this step): the two must agree."""
+    weights the trainer held before this step): the two must agree. Tokens out of the
+    loss (tool messages) were never sampled and are left out."""
     diffs = [abs(a - b) for s, lt in zip(seqs, logp_trainer)
-             for a, b, st in zip(lt, s.logp_engine, s.stale or [0.0] * len(lt)) if not st]
+             for a, b, st, m in zip(lt, s.logp_engine, s.stale or [0.0] * len(lt), s.loss_mask) if m and not st]
     return float(np.mean(diffs)) if diffs else 0.0
 
 

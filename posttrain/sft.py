@@ -8,7 +8,7 @@ import json
 import random
 from pathlib import Path
 
-from posttrain.config import CodingTasks, ReasoningGymTasks, SFTStage
+from posttrain.config import ChatJsonl, SFTStage
 from posttrain.data.chat import sft_example
 from posttrain.data.tasks import load_chat_jsonl, load_tasks
 from posttrain.metrics import Progress
@@ -17,19 +17,27 @@ from posttrain.types import LossSpec, Message, TrainSequence
 
 
 def sft_conversations(stage: SFTStage) -> list[tuple[Message, ...]]:
-    if isinstance(stage.data, (ReasoningGymTasks, CodingTasks)):
-        return [t.messages + (Message("assistant", t.answer),) for t in load_tasks(stage.data) if t.answer is not None]
-    return load_chat_jsonl(stage.data)
+    if isinstance(stage.data, ChatJsonl):
+        return load_chat_jsonl(stage.data)
+    return [t.messages + gold_turns(t) for t in load_tasks(stage.data) if t.answer is not None]
+
+
+def gold_turns(task) -> tuple[Message, ...]:
+    """The reference answer as assistant turns: the gold episode for agent tasks (tool
+    calls, the environment's results, the answer), else one reply."""
+    if "gold" in task.entry:
+        return tuple(Message(role, content) for role, content in task.entry["gold"])
+    return (Message("assistant", task.answer),)
 
 
 def sft_sequences(tokenizer, conversations, max_len: int) -> list[TrainSequence]:
     seqs = []
     for messages in conversations:
-        ids, prompt_len = sft_example(tokenizer, messages, max_len)
+        ids, prompt_len, mask = sft_example(tokenizer, messages, max_len)
         n = len(ids) - prompt_len
-        if n > 0:
+        if n > 0 and any(mask):
             seqs.append(TrainSequence(token_ids=tuple(ids), prompt_len=prompt_len, advantages=(0.0,) * n,
-                                      loss_mask=(1.0,) * n))
+                                      loss_mask=tuple(mask)))
     if not seqs:
         raise ValueError("SFT data has no assistant tokens within max_len")
     return seqs

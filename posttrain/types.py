@@ -72,6 +72,12 @@ class Sample:
     prompt_ids: tuple[int, ...]
     completion: Completion
     policy_version: int = 0
+    env: dict[str, Any] | None = field(default=None, hash=False, compare=False)  # agent episode's final state
+    action_mask: tuple[int, ...] = ()  # 1 on the model's own tokens; empty: all of them
+
+    @property
+    def model_tokens(self) -> int:
+        return sum(self.action_mask) if self.action_mask else len(self.completion.token_ids)
 
 
 @dataclass(frozen=True)

@@ -70,3 +70,19 @@ def test_router_sends_each_sample_to_its_source(verifier):
     assert [(r.source, r.score) for r in results] == [("reasoning_gym", 1.0), ("code", 1.0), ("reasoning_gym", 0.0)]
     (orphan,) = score_sync(RewardRouter({}), [sample(code_task, "x")])
     assert not orphan.ok and "no reward source 'code'" in orphan.reason
+
+
+def test_identical_programs_run_once_per_call(verifier, monkeypatch):
+    tasks = load_tasks(CodingTasks(type="coding", size=2, seed=4))
+    runs = []
+    real_map = verifier.pool.map
+    monkeypatch.setattr(verifier.pool, "map", lambda jobs: runs.append(len(jobs)) or real_map(jobs))
+    group = [sample(tasks[0], tasks[0].answer)] * 3 + [sample(tasks[0], "wrong")] + [sample(tasks[1], tasks[0].answer)]
+    results = score_sync(verifier, group)
+    assert runs == [3]  # three distinct (program, tests) pairs among five samples
+    assert [r.score for r in results[:4]] == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_instruction_can_be_replaced():
+    task = load_tasks(CodingTasks(type="coding", size=1, instruction="Write solve:"))[0]
+    assert task.messages[-1].content.startswith("Write solve:\n\ndef solve(...):")

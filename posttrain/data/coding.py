@@ -92,7 +92,7 @@ def generated_tasks(source: CodingTasks) -> list[Task]:
         reference = template.solution(params)
         cases = [template.inputs(rng, params) for _ in range(5)]
         tests = [f"assert solve(*{args!r}) == {_run_reference(reference, args)!r}" for args in cases]
-        prompt = f"{INSTRUCTION}def solve(...):\n    \"\"\"{doc}\"\"\""
+        prompt = f"{_instruction(source)}def solve(...):\n    \"\"\"{doc}\"\"\""
         tasks.append(_task(source, f"coding/{template.name}/{source.seed}/{i}", "coding_train", prompt,
                            f"```python\n{reference}```", {"tests": tests}))
     return tasks
@@ -105,9 +105,13 @@ def humaneval_tasks(source: CodingTasks) -> list[Task]:
     for problem in list(read_problems().values())[: source.size]:
         check = problem["test"] + f"\ncheck({problem['entry_point']})\n"
         answer = f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
-        tasks.append(_task(source, problem["task_id"], "humaneval", INSTRUCTION + problem["prompt"], answer,
+        tasks.append(_task(source, problem["task_id"], "humaneval", _instruction(source) + problem["prompt"], answer,
                            {"check": check}))
     return tasks
+
+
+def _instruction(source: CodingTasks) -> str:
+    return INSTRUCTION if source.instruction is None else source.instruction + "\n\n"
 
 
 def _task(source: CodingTasks, task_id: str, family: str, prompt: str, answer: str, entry: dict) -> Task:

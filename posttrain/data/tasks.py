@@ -1,7 +1,12 @@
-"""Task sources: configured generators -> lists of `Task`, and a seeded sampler over them.
+"""Task sources: configured generators and files -> Hugging Face `datasets`, -> `Task`s,
+and a seeded sampler over them.
 
-reasoning-gym families are generated with their own generators and keep their entry
-(question, answer, metadata), which the verifier hands back to reasoning-gym's scoring.
+Every source becomes a `datasets.Dataset` with one row per task (columns in
+`TASK_FEATURES`; the verifier's entry is a JSON string, since entries differ by family),
+so tasks can be inspected, saved and shared like any dataset; `load_tasks` reads the
+rows back as `Task`s. reasoning-gym families are generated with their own generators
+and keep their entry (question, answer, metadata), which the verifier hands back to
+reasoning-gym's scoring.
 """
 
 from __future__ import annotations
@@ -10,15 +15,68 @@ import json
 import random
 from pathlib import Path
 
-from posttrain.config import ChatJsonl, CodingTasks, MixtureTasks, ReasoningGymTasks, UserTasks
+from posttrain.config import (AgentTasks, ChatJsonl, CodingTasks, MixtureTasks, ReasoningGymTasks, UserTasks,
+                              WritingTasks)
 from posttrain.types import Message, Task
 
+TASK_COLUMNS = ("task_id", "family", "verifier", "messages", "answer", "entry")
 
-def load_tasks(source: ReasoningGymTasks | CodingTasks | UserTasks | MixtureTasks) -> list[Task]:
+
+def task_dataset(source):
+    """The tasks of a configured source as a `datasets.Dataset`."""
+    return tasks_to_dataset(_generate(source))
+
+
+def load_tasks(source) -> list[Task]:
+    """The tasks of a configured source, through its dataset."""
+    return tasks_from_dataset(task_dataset(source))
+
+
+def tasks_to_dataset(tasks: list[Task]):
+    import datasets
+
+    return datasets.Dataset.from_dict({
+        "task_id": [t.task_id for t in tasks],
+        "family": [t.family for t in tasks],
+        "verifier": [t.verifier for t in tasks],
+        "messages": [[{"role": m.role, "content": m.content} for m in t.messages] for t in tasks],
+        "answer": [t.answer for t in tasks],
+        "entry": [json.dumps(t.entry) for t in tasks],
+    }, features=_features())
+
+
+def _features():
+    from datasets import Features, List, Value
+
+    return Features({"task_id": Value("string"), "family": Value("string"), "verifier": Value("string"),
+                     "messages": List({"role": Value("string"), "content": Value("string")}),
+                     "answer": Value("string"), "entry": Value("string")})
+
+
+def tasks_from_dataset(dataset) -> list[Task]:
+    """Rows with the `TASK_COLUMNS` -> `Task`s (a dataset saved by a user works too)."""
+    missing = [c for c in TASK_COLUMNS if c not in dataset.column_names]
+    if missing:
+        raise ValueError(f"task dataset lacks columns {', '.join(missing)} (needs {', '.join(TASK_COLUMNS)})")
+    return [Task(task_id=row["task_id"], family=row["family"], verifier=row["verifier"], answer=row["answer"],
+                 messages=tuple(Message(m["role"], m["content"]) for m in row["messages"]),
+                 entry=json.loads(row["entry"]) if row["entry"] else {})
+            for row in dataset]
+
+
+def _generate(source) -> list[Task]:
     if isinstance(source, MixtureTasks):
-        tasks = [t for leaf in source.sources for t in load_tasks(leaf)]
+        tasks = [t for leaf in source.sources for t in _generate(leaf)]
         random.Random(source.seed).shuffle(tasks)
         return tasks
+    if isinstance(source, AgentTasks):
+        from posttrain.data.agent import agent_tasks
+
+        return agent_tasks(source)
+    if isinstance(source, WritingTasks):
+        from posttrain.data.writing import writing_tasks
+
+        return writing_tasks(source)
     if isinstance(source, ReasoningGymTasks):
         return reasoning_gym_tasks(source)
     if isinstance(source, UserTasks):

@@ -66,8 +66,12 @@ class CodeVerifier:
         return RewardResult(0.0, f"{verdict.status}: {verdict.reason}", self.name, details)
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
-        verdicts = await asyncio.to_thread(self.pool.map, [self._job(s) for s in samples])
-        return [self._score(s, v) for s, v in zip(samples, verdicts)]
+        """Identical programs against identical tests (common within a GRPO group) run
+        once per call and share the verdict."""
+        jobs = [self._job(s) for s in samples]
+        unique = list(dict.fromkeys(jobs))
+        verdicts = dict(zip(unique, await asyncio.to_thread(self.pool.map, unique)))
+        return [self._score(s, verdicts[job]) for s, job in zip(samples, jobs)]
 
     def close(self) -> None:
         self.pool.close()

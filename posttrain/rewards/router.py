@@ -30,5 +30,7 @@ class RewardRouter:
     async def _score(self, name: str, samples: list[Sample]) -> list[RewardResult]:
         source = self.sources.get(name)
         if source is None:
-            return [RewardResult(0.0, f"no reward source {name!r} configured", name, ok=False) for _ in samples]
+            hint = "; open-ended tasks are scored by the generative reward model" if name == "grm" else ""
+            return [RewardResult(0.0, f"unscored: no reward source {name!r} configured{hint}", name, ok=False)
+                    for _ in samples]
         return await score_safely(source, samples)

@@ -42,7 +42,7 @@ class EnginePool:
         for index, (engine, share) in enumerate(zip(self.engines, shares)):
             if share:
                 requests = [GenerationRequest(t.prompt_ids + tuple(t.response_ids), 1,
-                                              t.max_tokens - len(t.response_ids)) for t in share]
+                                              t.max_tokens - t.model_tokens) for t in share]
                 refs[index] = engine.generate_partial.remote(requests, sampling, math.ceil(lam * len(share)))
         lost = 0
         for index, ref in refs.items():

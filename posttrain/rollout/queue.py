@@ -21,6 +21,10 @@ from posttrain.types import Message, Task
 
 @dataclass
 class Trajectory:
+    """One sampled response, grown over iterations. In a multi-turn (agent) episode the
+    response also holds the environment's tool messages: `action_mask` is 1 on the
+    model's own tokens and 0 on those, and `max_tokens` limits the model's tokens."""
+
     traj_id: str
     group_id: str
     prompt_ids: tuple[int, ...]
@@ -28,21 +32,36 @@ class Trajectory:
     response_ids: list[int] = field(default_factory=list)
     logp_behaviour: list[float] = field(default_factory=list)
     token_versions: list[int] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # None while unfinished
+    env: dict | None = None  # environment state of an agent episode (JSON)
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def model_tokens(self) -> int:
+        return sum(self.action_mask)
+
     def oldest_version(self, default: int) -> int:
-        return min(self.token_versions, default=default)
+        return min((v for v, m in zip(self.token_versions, self.action_mask) if m), default=default)
 
     def extend(self, token_ids, logprobs, version: int, finish_reason: str | None) -> None:
         self.response_ids += list(token_ids)
         self.logp_behaviour += list(logprobs)
         self.token_versions += [version] * len(token_ids)
-        if finish_reason is not None or len(self.response_ids) >= self.max_tokens:
+        self.action_mask += [1] * len(token_ids)
+        if finish_reason is not None or self.model_tokens >= self.max_tokens:
             self.finish_reason = finish_reason or "length"
+
+    def add_observation(self, token_ids, version: int) -> None:
+        """Tokens the environment wrote (a tool message): in the context, not in the loss."""
+        self.response_ids += list(token_ids)
+        self.logp_behaviour += [0.0] * len(token_ids)
+        self.token_versions += [version] * len(token_ids)
+        self.action_mask += [0] * len(token_ids)
+        self.finish_reason = None
 
 
 @dataclass
@@ -139,6 +158,9 @@ class PartialRolloutQueue:
                 "samples/queued": float(self.queued), "samples/dropped": float(dropped),
                 **{f"samples/dropped/{k}": float(v) for k, v in self.dropped.items()}}
 
+    def task_of(self, traj: Trajectory) -> Task:
+        return self.groups[traj.group_id].task
+
     def to_json(self) -> str:
         return json.dumps({
             "max_staleness": self.max_staleness, "drawn": self.drawn, "trained": self.trained,
@@ -153,7 +175,8 @@ class PartialRolloutQueue:
         queue.drawn, queue.trained, queue._next_group = data["drawn"], data["trained"], data["next_group"]
         queue.dropped = Counter(data["dropped"])
         for g in data["groups"]:
-            trajs = [Trajectory(**{**t, "prompt_ids": tuple(t["prompt_ids"])}) for t in g["trajectories"]]
+            trajs = [Trajectory(**{"action_mask": [1] * len(t["response_ids"]), **t,
+                                   "prompt_ids": tuple(t["prompt_ids"])}) for t in g["trajectories"]]
             queue.groups[g["group_id"]] = Group(g["group_id"], _task_from(g["task"]), g["budget"],
                                                 g["drawn_version"], trajs)
         return queue
@@ -161,9 +184,10 @@ class PartialRolloutQueue:
 
 def _task_dict(task: Task) -> dict:
     return {"task_id": task.task_id, "family": task.family, "answer": task.answer, "entry": task.entry,
-            "messages": [{"role": m.role, "content": m.content} for m in task.messages]}
+            "verifier": task.verifier, "messages": [{"role": m.role, "content": m.content} for m in task.messages]}
 
 
 def _task_from(data: dict) -> Task:
     return Task(task_id=data["task_id"], family=data["family"], answer=data["answer"], entry=data["entry"],
+                verifier=data.get("verifier", "reasoning_gym"),
                 messages=tuple(Message(m["role"], m["content"]) for m in data["messages"]))
