@@ -45,7 +45,7 @@ def test_muon_takes_hidden_matrices_and_adamw_the_rest(tied):
     assert muon_names == matrices
     io = {"model.embed_tokens.weight"} | (set() if tied else {"lm_head.weight"})
     assert io <= adamw_names  # tied: one tensor, named once, on AdamW
-    assert {n for n in adamw_names - io} == {n for n, p in model.named_parameters() if p.ndim == 1}
+    assert adamw_names - io == {n for n, p in model.named_parameters() if p.ndim == 1}
     assert any(n.endswith("q_proj.bias") for n in adamw_names) and any("norm" in n for n in adamw_names)
 
     groups = muon_param_groups(model, trainer_config("muon_per_head"), lr=1e-3)
