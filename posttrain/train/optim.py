@@ -1,0 +1,106 @@
+"""The trainer's optimizer: AdamW, Muon, or per-head Muon (Kimi K3), built before DeepSpeed.
+
+Muon takes the 2-D hidden matrices; embeddings, the output head, norms and biases take
+AdamW. The optimizer is DeepSpeed's `MuonWithAuxAdam` (torch's AdamW for the AdamW half):
+under ZeRO-1/2/3 DeepSpeed gathers each Muon matrix's full gradient, runs `muon_update` on
+it before partitioning, and splits the Newton-Schulz batch by head wherever a parameter
+carries `muon_num_heads`. Here we choose the parameters, tag the heads from the model
+config (Q: attention heads; K, V: key/value heads) and scale each matrix's learning rate.
+"""
+
+from __future__ import annotations
+
+import math
+
+from posttrain.config import TrainerConfig
+
+HEAD_SPLIT_PROJECTIONS = ("q_proj", "k_proj", "v_proj")
+ADAMW_EPS = 1e-8  # torch's AdamW default, so the AdamW half matches `type: adamw`
+
+
+def split_parameters(model) -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
+    """(muon, adamw) as (name, parameter) lists. Embeddings and the output head are found by
+    identity, so a tied embedding (one tensor under two names) is AdamW once."""
+    io_ids = {id(m.weight) for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None}
+    muon, adamw = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (muon if param.ndim == 2 and id(param) not in io_ids else adamw).append((name, param))
+    return muon, adamw
+
+
+def head_counts(model) -> dict[str, int]:
+    """Heads along dim 0 of every Q, K and V projection weight, from the model config.
+    Under grouped-query attention K and V have fewer heads than Q, of the same width."""
+    config = getattr(model.config, "text_config", model.config)
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    counts = {}
+    for name, param in model.named_parameters():
+        module, _, kind = name.rpartition(".")
+        projection = module.rpartition(".")[2]
+        if kind != "weight" or projection not in HEAD_SPLIT_PROJECTIONS:
+            continue
+        count = heads if projection == "q_proj" else kv_heads
+        if param.ndim != 2 or param.shape[0] != count * head_dim:
+            raise ValueError(f"muon_per_head: {name} has shape {tuple(param.shape)}, expected {count} heads x "
+                             f"{head_dim} rows from the model config")
+        counts[name] = count
+    if not counts:
+        raise ValueError(f"muon_per_head: {type(model).__name__} has no separate q_proj/k_proj/v_proj to split "
+                         "by head (a fused QKV matrix is not supported); use optimizer type muon")
+    return counts
+
+
+def lr_scale(shape, heads: int | None, adjust_lr: str) -> float:
+    """Factor on the lr of one Muon matrix. DeepSpeed's `muon_update` already multiplies each
+    orthogonalized block (a head, or the whole matrix) of rows x cols by sqrt(max(1, rows/cols)),
+    torch's "original"; "match_rms_adamw" wants 0.2 * sqrt(max(rows, cols)) instead, which
+    gives the block an RMS of 0.2, about AdamW's, so AdamW's lr carries over."""
+    if adjust_lr == "original":
+        return 1.0
+    rows, cols = shape[0] // (heads or 1), shape[1]
+    return 0.2 * math.sqrt(max(rows, cols)) / math.sqrt(max(1.0, rows / cols))
+
+
+def build_optimizer(model, config: TrainerConfig, lr: float):
+    """The client optimizer for `deepspeed.initialize`; tags Muon's parameters for ZeRO."""
+    import torch
+
+    if config.optimizer.type == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
+    from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
+
+    return MuonWithAuxAdam(muon_param_groups(model, config, lr), adam_optimizer=torch.optim.AdamW,
+                           adam_optimizer_kwargs={"lr": lr, "betas": tuple(config.betas), "eps": ADAMW_EPS,
+                                                  "weight_decay": config.weight_decay})
+
+
+def muon_param_groups(model, config: TrainerConfig, lr: float) -> list[dict]:
+    """One AdamW group, and one Muon group per lr scale. ZeRO reads `use_muon` and
+    `muon_num_heads` from the parameters themselves, so they are set here too."""
+    opt = config.optimizer
+    muon, adamw = split_parameters(model)
+    heads = head_counts(model) if opt.type == "muon_per_head" else {}
+    by_scale: dict[float, list] = {}
+    for name, param in muon:
+        param.use_muon, param.muon_num_heads = True, heads.get(name)
+        by_scale.setdefault(lr_scale(param.shape, heads.get(name), opt.adjust_lr), []).append(param)
+    for _, param in adamw:
+        param.use_muon, param.muon_num_heads = False, None
+    groups = [{"params": [p for _, p in adamw], "use_muon": False, "lr": lr, "betas": tuple(config.betas),
+               "eps": ADAMW_EPS, "weight_decay": config.weight_decay}] if adamw else []
+    # DeepSpeed decays by lr x weight_decay with the group's (scaled) lr: divide the scale out,
+    # so a matrix decays by lr x weight_decay as under AdamW and torch's Muon.
+    groups += [{"params": params, "use_muon": True, "lr": lr * scale, "momentum": opt.momentum,
+                "weight_decay": config.weight_decay / scale, "ns_method": opt.ns_method}
+               for scale, params in sorted(by_scale.items())]
+    return groups
+
+
+def zero_settings(config: TrainerConfig) -> dict:
+    """Extra `zero_optimization` keys: DeepSpeed's ZeRO-3 refuses Muon with reduce-scatter."""
+    if config.optimizer.type != "adamw" and config.zero_stage == 3:
+        return {"reduce_scatter": False}
+    return {}
