@@ -8,7 +8,7 @@ optimizer: reward/mean per window of steps, and the trainer's and the whole GRPO
 time (mean over steps 2.., since the first Muon step compiles DeepSpeed's Newton-Schulz
 kernel; the first step is shown apart).
 
-    .venv/bin/python bench/optimizers.py [--steps 300] [--sft-steps 250] [--window 25]
+    .venv/bin/python bench/optimizers.py [--steps N] [--sft-steps N] [--window 25]
 """
 
 from __future__ import annotations
@@ -85,14 +85,17 @@ def print_table(summaries: list[dict], args) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=300, help="GRPO steps per optimizer")
-    parser.add_argument("--sft-steps", type=int, default=250)
+    parser.add_argument("--steps", type=int, help="GRPO steps per optimizer (default: the quickstart's)")
+    parser.add_argument("--sft-steps", type=int, help="SFT steps (default: the quickstart's)")
     parser.add_argument("--window", type=int, default=25, help="steps per reward window")
     parser.add_argument("--optimizers", default="adamw,muon,muon_per_head")
     parser.add_argument("--run-dir", help="where the runs go (default: a new temp folder)")
     args = parser.parse_args()
 
     base = yaml.safe_load(QUICKSTART.read_text())
+    stage_steps = {s["type"]: s["steps"] for s in base["stages"]}
+    args.steps = args.steps or stage_steps["rl"]
+    args.sft_steps = args.sft_steps or stage_steps["sft"]
     root = Path(args.run_dir or tempfile.mkdtemp(prefix="bench-optimizers-"))
     sft_dir = run_sft(base, args.sft_steps, root / "sft")
     results = []
