@@ -410,11 +410,9 @@ class SFTStage(StageBase):
     max_len: int = Field(512, ge=8, description="Conversations are cut to this many tokens.")
 
 
-class RLStage(StageBase):
-    """RL with verifiable rewards: generate -> score -> advantage -> train -> sync."""
+class RolloutStage(StageBase):
+    """What every stage that samples from the policy shares (RL and MOPD)."""
 
-    type: Literal["rl"]
-    tasks: TaskSource = Field(description="Prompts and how they are scored.")
     algo: GRPOConfig = Field(default_factory=GRPOConfig, description="Advantage and loss.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Answer extraction.")
     prompts_per_step: int = Field(16, ge=1, description="Prompts drawn per step.")
@@ -424,6 +422,13 @@ class RLStage(StageBase):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
     partial: PartialRolloutConfig = Field(default_factory=PartialRolloutConfig, description="Partial-rollout queue.")
     budget: BudgetConfig = Field(default_factory=BudgetConfig, description="Token budget and effort tier.")
+
+
+class RLStage(RolloutStage):
+    """RL with verifiable rewards: generate -> score -> advantage -> train -> sync."""
+
+    type: Literal["rl"]
+    tasks: TaskSource = Field(description="Prompts and how they are scored.")
 
     @model_validator(mode="after")
     def _budget_fits(self) -> "RLStage":
@@ -435,7 +440,72 @@ class RLStage(StageBase):
         return self
 
 
-Stage = Annotated[Union[SFTStage, RLStage], Field(discriminator="type")]
+Effort = Literal["low", "high", "max"]
+DOMAIN_NAME = r"[a-z][a-z0-9_]{0,31}"
+
+
+class TeacherSpec(Base):
+    """One teacher of MOPD: the expert checkpoint of a (domain, effort) cell."""
+
+    domain: str = Field(description="Domain; its tasks come from the stage's `domains`.")
+    effort: Effort = Field(description="Effort tier, stated in the system prompt of its prompts.")
+    checkpoint: str = Field(description="The expert's model folder.")
+
+    @property
+    def teacher_id(self) -> str:
+        return f"{self.domain}-{self.effort}"
+
+
+class TeacherPoolConfig(Base):
+    """Inference-only teacher workers (Ray actors) that score the student's tokens; at most
+    `memory_gib` of them are resident, the least recently used is unloaded first."""
+
+    backend: Literal["hf", "vllm"] = Field("hf", description="hf: a forward pass in transformers; vllm: a prompt-logprobs pass in a vLLM engine.")
+    memory_gib: float = Field(4.0, gt=0, le=100_000, description="Memory budget of the resident teachers, all together.")
+    overhead_gib: float = Field(0.5, ge=0, le=1024, description="Memory a teacher worker takes besides its weights (runtime, activations; vllm: plus its KV cache).")
+    num_cpus: float = Field(0, ge=0, description="Ray CPUs reserved per teacher worker (they run between rollouts).")
+    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per teacher worker.")
+    micro_batch_tokens: int = Field(4096, ge=16, description="Most tokens (padded) per forward pass of the hf backend.")
+
+
+class MOPDStage(RolloutStage):
+    """Multi-teacher on-policy distillation (RECIPE.md, MOPD): the student samples prompts
+    of every (domain, effort) cell and each token is rewarded by its cell's teacher:
+    A_t = sg[log pi_T - log pi_student] + alpha * A_outcome."""
+
+    type: Literal["mopd"]
+    domains: dict[str, TaskSource] = Field(min_length=1, description="Task source of each domain.")
+    teachers: list[TeacherSpec] = Field(min_length=1, description="One teacher per (domain, effort) cell.")
+    effort_max_tokens: dict[Effort, int] = Field(default_factory=dict, description="Most tokens per response of each effort; missing: max_tokens.")
+    alpha: float = Field(0.0, ge=0, le=100, description="Weight of the outcome (verifier) advantage added to the teacher's.")
+    teacher_pool: TeacherPoolConfig = Field(default_factory=TeacherPoolConfig, description="Where teachers run.")
+
+    @field_validator("domains")
+    @classmethod
+    def _domain_names(cls, domains: dict) -> dict:
+        for name in domains:
+            if not re.fullmatch(DOMAIN_NAME, name):
+                raise ValueError(f"domain name {name!r} must be lowercase letters, digits and '_'")
+        return domains
+
+    @model_validator(mode="after")
+    def _cells(self) -> "MOPDStage":
+        seen = set()
+        for i, t in enumerate(self.teachers):
+            if t.domain not in self.domains:
+                raise ValueError(f"teachers[{i}]: unknown domain {t.domain!r} (domains: {', '.join(self.domains)})")
+            if t.teacher_id in seen:
+                raise ValueError(f"teachers[{i}]: a second teacher for cell {t.teacher_id}")
+            seen.add(t.teacher_id)
+        if self.temperature != 1.0:
+            raise ValueError("temperature must be 1.0: the reverse KL to the teacher needs samples from the "
+                             "student's own distribution")
+        if any(v < 1 for v in self.effort_max_tokens.values()):
+            raise ValueError("effort_max_tokens must be >= 1")
+        return self
+
+
+Stage = Annotated[Union[SFTStage, RLStage, MOPDStage], Field(discriminator="type")]
 
 
 class PipelineConfig(Base):

@@ -52,5 +52,5 @@ def engine_pool(config: PipelineConfig, model_dir: Path):
     def start(index: int):
         return RolloutEngine.remote_actor(str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + index)
 
-    needed = any(stage.type == "rl" for stage in config.stages)
+    needed = any(stage.type in ("rl", "mopd") for stage in config.stages)
     return EnginePool([start(i) for i in range(config.rollout.engines)] if needed else [], start)

@@ -25,11 +25,7 @@ def preflight(config: PipelineConfig, source: str) -> None:
     from posttrain.data.tasks import load_tasks
 
     for i, stage in enumerate(config.stages):
-        field = "tasks" if stage.type == "rl" else "data"
-        data = getattr(stage, field)
-        leaves = [(f"{field}.sources[{k}]", leaf) for k, leaf in enumerate(data.sources)] \
-            if data.type == "mixture" else [(field, data)]
-        for where, leaf in leaves:
+        for where, leaf in _leaves(stage):
             if isinstance(leaf, UserTasks):
                 _preflight_user(leaf, f"{source}: stages[{i}].{where}")
             if not isinstance(leaf, ReasoningGymTasks):
@@ -39,6 +35,19 @@ def preflight(config: PipelineConfig, source: str) -> None:
                     load_tasks(leaf.model_copy(update={"families": [family], "size": 1}))
                 except ValueError as exc:
                     raise ConfigError(f"{source}: stages[{i}].{where}.families[{j}]: {exc}") from None
+
+
+def _leaves(stage) -> list[tuple[str, object]]:
+    """(key path, leaf task source) of a stage."""
+    roots = {"sft": lambda: [("data", stage.data)], "rl": lambda: [("tasks", stage.tasks)],
+             "mopd": lambda: [(f"domains.{name}", source) for name, source in stage.domains.items()]}[stage.type]()
+    out = []
+    for field, data in roots:
+        if data.type == "mixture":
+            out += [(f"{field}.sources[{k}]", leaf) for k, leaf in enumerate(data.sources)]
+        elif data.type != "chat_jsonl":
+            out.append((field, data))
+    return out
 
 
 def _preflight_user(leaf: UserTasks, where: str) -> None:
@@ -72,7 +81,7 @@ def claim_run_dir(run_dir: Path) -> Path | None:
     return moved
 
 
-STATE_FILES = {"sft": "sft_state.json", "rl": "rollout_state.json"}
+STATE_FILES = {"sft": "sft_state.json", "rl": "rollout_state.json", "mopd": "rollout_state.json"}
 
 
 def latest_checkpoint(stage_dir: Path, state_file: str) -> Path | None:
@@ -137,6 +146,7 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
     from posttrain.infra import Infra, engine_pool, start_ray
     from posttrain.metrics import MetricsLog, write_json_atomic
     from posttrain.models import resolve_model
+    from posttrain.mopd.stage import run_mopd
     from posttrain.rl import run_rl
     from posttrain.sft import run_sft
     from posttrain.train.group import TrainerGroup
@@ -161,7 +171,7 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
         resume_dir = resume_dirs.get(stage.name)
         entry.update(status="running", init_from=str(init_dir), started=entry.get("started", time.time()))
         write_json_atomic(run_dir / "run_state.json", state)
-        runner = run_sft if stage.type == "sft" else run_rl
+        runner = {"sft": run_sft, "rl": run_rl, "mopd": run_mopd}[stage.type]
         previous = checkpoints[stage.name] = runner(stage, init_dir, infra, resume_dir)
         entry.update(status="done", checkpoint=str(previous), finished=time.time())
         entry["seconds"] = round(entry["finished"] - entry["started"], 1)

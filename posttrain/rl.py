@@ -53,9 +53,15 @@ def loss_spec(stage: RLStage) -> LossSpec:
                     tis_cap=getattr(corr, "cap", 2.0), mask_lo=getattr(corr, "lo", 0.5), mask_hi=getattr(corr, "hi", 2.0))
 
 
-def reward_router(stage: RLStage) -> RewardRouter:
+def task_leaves(stage) -> list:
+    """The leaf task sources of an RL stage (`tasks`) or a MOPD stage (`domains`)."""
+    roots = list(stage.domains.values()) if stage.type == "mopd" else [stage.tasks]
+    return [leaf for root in roots for leaf in (root.sources if root.type == "mixture" else [root])]
+
+
+def reward_router(stage) -> RewardRouter:
     sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format), "agent": AgentVerifier()}
-    leaves = stage.tasks.sources if stage.tasks.type == "mixture" else [stage.tasks]
+    leaves = task_leaves(stage)
     coding = [leaf for leaf in leaves if leaf.type == "coding"]
     if coding:
         from posttrain.rewards.code import CodeVerifier
@@ -81,13 +87,14 @@ def current_budget(stage: RLStage, step: int) -> int | None:
 class RLRun:
     """State of one RL stage: the queue, the task sampler and the step counter."""
 
-    def __init__(self, stage: RLStage, infra: Infra):
+    def __init__(self, stage, infra: Infra, sampler=None):
         self.stage, self.infra = stage, infra
-        self.sampler = TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
+        self.sampler = sampler or TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
         self.verifier = reward_router(stage)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
         self.agents = AgentLoop(infra.tokenizer, infra.config.rollout.max_model_len)
+        self.uses_outcome = True  # rewards drive the advantage: unscored samples cannot be trained on
         self.step = 0
 
     # ------------------------------------------------------------ rollout
@@ -109,7 +116,8 @@ class RLRun:
                 continue
             reference = len(tok(task.answer, add_special_tokens=False)["input_ids"]) if task.answer else None
             tokens = task_budget(budget, stage.budget.multiple, reference)
-            cap = stage.max_tokens if tokens is None else min(stage.max_tokens, math.ceil(tokens * (1 + stage.budget.margin)))
+            limit = task.entry.get("max_tokens", stage.max_tokens)  # MOPD: the cell's effort sets it
+            cap = limit if tokens is None else min(limit, math.ceil(tokens * (1 + stage.budget.margin)))
             trajs += self.queue.add_group(task, prompt, stage.group_size, min(cap, max_len - len(prompt)), tokens, version)
         return trajs
 
@@ -148,23 +156,24 @@ class RLRun:
 
     def batch(self, groups: list[Group], rewards: list[RewardResult], version: int) -> tuple[list[TrainSequence], dict]:
         """GRPO advantages per group, laid out per token with each token's staleness.
-        Flagged samples (ok=False) and empty responses are dropped and counted."""
+        Flagged samples (ok=False) and empty responses are dropped and counted (flagged
+        ones only when the reward is trained on: `uses_outcome`)."""
         rows, flat = [], iter(rewards)
         for group in groups:
             pairs = [(t, next(flat)) for t in group.trajectories]
-            self.queue.dropped["reward_flagged"] += sum(not r.ok for _, r in pairs)
-            self.queue.dropped["empty_response"] += sum(r.ok and not t.response_ids for t, r in pairs)
-            rows.append([(t, r) for t, r in pairs if r.ok and t.response_ids])
+            usable = [(t, r) for t, r in pairs if r.ok or not self.uses_outcome]
+            self.queue.dropped["reward_flagged"] += len(pairs) - len(usable)
+            self.queue.dropped["empty_response"] += sum(not t.response_ids for t, _ in usable)
+            rows.append([(t, r) for t, r in usable if t.response_ids])
         adv_P_G = grpo_advantages([[r.score for _, r in row] for row in rows], self.stage.algo.std_normalize,
                                   self.stage.algo.eps)
         seqs = []
-        for row, advs in zip(rows, adv_P_G):
-            for (t, _), a in zip(row, advs):
-                n = len(t.response_ids)
+        for group, row, advs in zip(groups, rows, adv_P_G):
+            for (t, _), per_token in zip(row, self.token_advantages(group, [t for t, _ in row], advs)):
                 seqs.append(TrainSequence(
                     token_ids=t.prompt_ids + tuple(t.response_ids), prompt_len=len(t.prompt_ids),
-                    advantages=(a,) * n, loss_mask=tuple(map(float, t.action_mask)), logp_engine=tuple(t.logp_behaviour),
-                    stale=tuple(float(v < version) for v in t.token_versions)))
+                    advantages=tuple(per_token), loss_mask=tuple(map(float, t.action_mask)),
+                    logp_engine=tuple(t.logp_behaviour), stale=tuple(float(v < version) for v in t.token_versions)))
         staleness = [version - t.oldest_version(version) for row in rows for t, _ in row]
         stats = {
             "groups/zero_advantage_frac": float(np.mean([np.allclose(a, 0) for a in adv_P_G])) if adv_P_G else 1.0,
@@ -172,6 +181,15 @@ class RLRun:
             "staleness/max": float(max(staleness, default=0)),
         }
         return seqs, stats
+
+    def token_advantages(self, group: Group, trajs: list, advs: list[float]) -> list[list[float]]:
+        """Per-token advantages of a group's trained trajectories: GRPO's one value per
+        response, on every token. MOPD overrides this with the teacher's dense signal."""
+        return [[a] * len(t.response_ids) for t, a in zip(trajs, advs)]
+
+    def prepare(self, groups: list[Group]) -> dict:
+        """Work between rollout and scoring (MOPD: the teachers' logprobs); its metrics."""
+        return {}
 
     # ------------------------------------------------------------ the loop
 
@@ -185,6 +203,7 @@ class RLRun:
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
             groups, rollout = self.iterate(version, budget)
             samples = self.samples(groups)
+            rollout.update(self.prepare(groups))
             score_start = time.perf_counter()
             rewards = self.score(groups, samples)
             rollout["time/score_s"] = time.perf_counter() - score_start
@@ -213,7 +232,11 @@ class RLRun:
         """Checkpoint with the queue, the data position and the step, in one atomic folder."""
         state = {"step": self.step, "sampler_position": self.sampler.position,
                  "version": self.infra.trainers.version, "queue": self.queue.to_json()}
-        return self.infra.trainers.save(str(folder), extra={STATE_FILE: json.dumps(state)})
+        return self.infra.trainers.save(str(folder), extra={STATE_FILE: json.dumps(state), **self.extra_files()})
+
+    def extra_files(self) -> dict[str, str]:
+        """More files for every checkpoint (MOPD: the teacher manifest)."""
+        return {}
 
     def restore(self, state: dict) -> None:
         self.step = state["step"]
@@ -233,6 +256,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
     return {
         **{f"reward_source/{name}": float(np.mean(scores)) for name, scores in by_source.items()},
         **agent_metrics(samples),
+        **cell_metrics(samples, rewards),
         "reward/mean": float(np.mean(scored)) if scored else 0.0,
         "reward/std": float(np.std(scored)) if scored else 0.0,
         "reward/over_budget_frac": float(np.mean(["over budget" in r.reason for r in rewards])) if rewards else 0.0,
@@ -253,6 +277,19 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "time/step_s": step_seconds,
         "throughput/tokens_per_s": tokens / step_seconds,
     }
+
+
+def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
+    """Per (domain, effort) cell, for prompts that carry one (MOPD): reward and length."""
+    by_cell: dict[str, list[float]] = {}
+    by_effort: dict[str, list[int]] = {}
+    for s, r in zip(samples, rewards):
+        if "cell" in s.task.entry:
+            if r.ok:
+                by_cell.setdefault(s.task.entry["cell"], []).append(r.score)
+            by_effort.setdefault(s.task.entry["effort"], []).append(s.model_tokens)
+    return {**{f"reward/{cell}": float(np.mean(v)) for cell, v in by_cell.items()},
+            **{f"response_tokens/{effort}": float(np.mean(v)) for effort, v in by_effort.items()}}
 
 
 def agent_metrics(samples: list[Sample]) -> dict:
@@ -277,10 +314,14 @@ def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) ->
 
 def run_rl(stage: RLStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
     """Run an RL stage from `init_dir`, or continue it from one of its own checkpoints."""
-    start = resume_dir or init_dir
-    infra.trainers.load(str(start), infra.config.model.dtype, stage.lr, stage.warmup_steps, stage.algo.kl_beta,
-                        resume=resume_dir is not None)
-    run = RLRun(stage, infra)
+    return run_stage(RLRun(stage, infra), init_dir, resume_dir)
+
+
+def run_stage(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -> Path:
+    """Load the trainer (from `init_dir`, or a checkpoint of this stage), run, save `final`."""
+    stage, infra = run.stage, run.infra
+    infra.trainers.load(str(resume_dir or init_dir), infra.config.model.dtype, stage.lr, stage.warmup_steps,
+                        stage.algo.kl_beta, resume=resume_dir is not None)
     if resume_dir is not None:
         state = json.loads((resume_dir / STATE_FILE).read_text())
         infra.trainers.version = state["version"]

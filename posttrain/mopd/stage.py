@@ -1,0 +1,131 @@
+"""The MOPD stage: the RL loop (same engines, queue, trainer, loss and off-policy
+correction) with the teachers' dense per-token advantage in place of GRPO's.
+
+Each prompt belongs to a (domain, effort) cell: its domain's task, with the effort
+stated in the system prompt and the effort's token limit; its `cell` is its teacher id.
+Cells are drawn round-robin, so every batch of at least nine prompts holds all nine.
+Between rollout and training, the teacher pool scores every finished trajectory with its
+own cell's teacher. Every checkpoint carries `mopd_manifest.json`: the teachers (id,
+checkpoint path, sha256 of the weights) it was distilled from.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from posttrain.config import MOPDStage
+from posttrain.data.tasks import TaskSampler, load_tasks
+from posttrain.infra import Infra
+from posttrain.mopd.advantage import mopd_advantages, reverse_kl
+from posttrain.mopd.teachers import TeacherPool, same_tokenizer
+from posttrain.rl import RLRun, run_stage, with_effort
+from posttrain.rollout.queue import Group
+from posttrain.types import Task
+
+MANIFEST_FILE = "mopd_manifest.json"
+
+
+def cell_tasks(stage: MOPDStage) -> list[tuple[str, list[Task]]]:
+    """(teacher id, its prompts) for every cell."""
+    by_domain = {name: load_tasks(source) for name, source in stage.domains.items()}
+    cells = []
+    for teacher in stage.teachers:
+        limit = stage.effort_max_tokens.get(teacher.effort, stage.max_tokens)
+        cells.append((teacher.teacher_id, [
+            Task(task_id=f"{teacher.teacher_id}/{t.task_id}", family=t.family, answer=t.answer,
+                 messages=with_effort(t.messages, teacher.effort), verifier=t.verifier,
+                 entry={**t.entry, "cell": teacher.teacher_id, "domain": teacher.domain, "effort": teacher.effort,
+                        "max_tokens": min(limit, stage.max_tokens)})
+            for t in by_domain[teacher.domain]]))
+    return cells
+
+
+class CellSampler:
+    """Round-robin over cells, each drawing from its own seeded `TaskSampler`."""
+
+    def __init__(self, cells: list[tuple[str, list[Task]]], seed: int):
+        self.samplers = [TaskSampler(tasks, seed + 7919 * i) for i, (_, tasks) in enumerate(cells)]
+        self.tasks = [t for _, tasks in cells for t in tasks]
+        self.cursor = 0
+
+    def draw(self, count: int) -> list[Task]:
+        out = []
+        for _ in range(count):
+            out += self.samplers[self.cursor % len(self.samplers)].draw(1)
+            self.cursor += 1
+        return out
+
+    @property
+    def position(self) -> dict:
+        return {"cursor": self.cursor, "positions": [s.position for s in self.samplers]}
+
+    @position.setter
+    def position(self, value: dict) -> None:
+        self.cursor = value["cursor"]
+        for sampler, position in zip(self.samplers, value["positions"]):
+            sampler.position = position
+
+
+class MOPDRun(RLRun):
+    def __init__(self, stage: MOPDStage, infra: Infra, teachers: TeacherPool):
+        super().__init__(stage, infra, sampler=CellSampler(cell_tasks(stage), infra.config.seed))
+        self.teachers = teachers
+        self.uses_outcome = stage.alpha > 0  # alpha = 0: the verifiers' rewards are logged, not trained on
+        self.logp_teacher: dict[str, list[float]] = {}
+        self.manifest = {"stage": stage.name, "alpha": stage.alpha,
+                         "teachers": [{**entry, "domain": t.domain, "effort": t.effort}
+                                      for t, entry in zip(stage.teachers, teachers.manifest())]}
+
+    def prepare(self, groups: list[Group]) -> dict:
+        """Every trajectory's tokens scored by its own cell's teacher."""
+        started = time.perf_counter()
+        by_teacher: dict[str, list] = {}
+        for group in groups:
+            by_teacher.setdefault(group.task.entry["cell"], []).extend(group.trajectories)
+        scored = self.teachers.logprobs({tid: [list(t.prompt_ids) + t.response_ids for t in trajs]
+                                         for tid, trajs in by_teacher.items()})
+        self.logp_teacher = {}
+        metrics = {}
+        for tid, trajs in by_teacher.items():
+            total = count = 0
+            for traj, logp in zip(trajs, scored[tid]):
+                self.logp_teacher[traj.traj_id] = logp[len(logp) - len(traj.response_ids):]
+                kl, n = reverse_kl(self.logp_teacher[traj.traj_id], traj.logp_behaviour, traj.action_mask)
+                total, count = total + kl, count + n
+            metrics[f"mopd/reverse_kl/{tid}"] = total / max(count, 1)
+        kls = [v for v in metrics.values()]
+        metrics["mopd/reverse_kl"] = sum(kls) / len(kls) if kls else 0.0
+        metrics["time/teachers_s"] = time.perf_counter() - started
+        return {**metrics, **self.teachers.metrics()}
+
+    def token_advantages(self, group: Group, trajs: list, advs: list[float]) -> list[list[float]]:
+        return [mopd_advantages(self.logp_teacher[t.traj_id], t.logp_behaviour, t.action_mask, a, self.stage.alpha)
+                for t, a in zip(trajs, advs)]
+
+    def extra_files(self) -> dict[str, str]:
+        return {MANIFEST_FILE: json.dumps(self.manifest, indent=1)}
+
+
+def teacher_checkpoints(stage: MOPDStage, student_dir: Path) -> dict[str, str]:
+    """Each teacher's folder, checked: it exists, and its token ids mean what the student's do."""
+    out = {}
+    for i, teacher in enumerate(stage.teachers):
+        folder = Path(teacher.checkpoint).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"stage {stage.name}: teachers[{i}].checkpoint: no model folder at {folder}")
+        if not same_tokenizer(student_dir, folder):
+            raise ValueError(f"stage {stage.name}: teachers[{i}] ({teacher.teacher_id}) has a different tokenizer "
+                             f"or vocabulary than the student ({student_dir}): its logprobs would not be comparable")
+        out[teacher.teacher_id] = str(folder)
+    return out
+
+
+def run_mopd(stage: MOPDStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
+    pool = TeacherPool(teacher_checkpoints(stage, init_dir), stage.teacher_pool, infra.config.model.dtype,
+                       infra.config.rollout)
+    try:
+        return run_stage(MOPDRun(stage, infra, pool), init_dir, resume_dir)
+    finally:
+        pool.close()

@@ -1,0 +1,188 @@
+"""Teachers: inference-only Ray workers that score the student's tokens, and the pool that
+keeps them within a memory budget.
+
+A teacher computes log pi_T(y_t | x, y_<t) for every token of a sequence: a forward pass
+in transformers (`hf`, light: weights plus activations) or a prompt-logprobs pass in a
+vLLM engine (`vllm`). The pool loads a teacher when a batch needs it and, when the next
+one would not fit in `memory_gib`, unloads the least recently used first. Requests are
+batched by teacher, and teachers already resident are served first, so a step loads each
+missing teacher once. What a worker really takes is measured after it loads (its
+process's resident memory) and used for every later admission decision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import ray
+
+from posttrain.config import RolloutConfig, TeacherPoolConfig
+
+GIB = 2**30
+LOAD_TIMEOUT_S = 600
+SCORE_TIMEOUT_S = 600
+
+
+class TeacherWorker:
+    """A model in transformers, scoring token sequences. Create with `remote_actor`."""
+
+    def __init__(self, model_dir: str, dtype: str, micro_batch_tokens: int):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(1)
+        torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(self.device).eval()
+        self.micro_batch_tokens = micro_batch_tokens
+
+    @classmethod
+    def remote_actor(cls, model_dir: str, dtype: str, config: TeacherPoolConfig):
+        options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus,
+                       runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+        return ray.remote(cls).options(**options).remote(model_dir, dtype, config.micro_batch_tokens)
+
+    def memory_bytes(self) -> int:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+
+    def prompt_logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
+        """Logprob of each token given the ones before it (the first has none)."""
+        import torch
+
+        out: list[list[float] | None] = [None] * len(token_ids)
+        order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
+        start = 0
+        while start < len(order):
+            width = len(token_ids[order[start]])
+            rows = max(1, self.micro_batch_tokens // max(width, 1))
+            chunk = order[start:start + rows]
+            ids = torch.zeros(len(chunk), width, dtype=torch.long)
+            attn = torch.zeros(len(chunk), width, dtype=torch.long)
+            for r, i in enumerate(chunk):
+                ids[r, :len(token_ids[i])] = torch.tensor(token_ids[i])
+                attn[r, :len(token_ids[i])] = 1
+            with torch.no_grad():
+                logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float()
+                logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None].to(self.device))[..., 0]
+            for r, i in enumerate(chunk):
+                out[i] = logp[r, :len(token_ids[i]) - 1].cpu().tolist()
+            start += rows
+        return out  # type: ignore[return-value]
+
+
+def weights_bytes(model_dir: str | Path, dtype: str) -> int:
+    """Bytes of the model's parameters once loaded in `dtype`, from the safetensors headers."""
+    from safetensors import safe_open
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"{model_dir}: no *.safetensors weights")
+    count = 0
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                n = 1
+                for dim in f.get_slice(key).get_shape():
+                    n *= dim
+                count += n
+    return count * (2 if dtype == "bfloat16" else 4)
+
+
+def weights_sha256(model_dir: str | Path) -> str:
+    digest = hashlib.sha256()
+    for file in sorted(Path(model_dir).glob("*.safetensors")):
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+class TeacherPool:
+    def __init__(self, checkpoints: dict[str, str], config: TeacherPoolConfig, dtype: str,
+                 rollout: RolloutConfig | None = None):
+        self.checkpoints, self.config, self.dtype, self.rollout = checkpoints, config, dtype, rollout
+        self.budget = int(config.memory_gib * GIB)
+        self.weights = {tid: weights_bytes(path, dtype) for tid, path in checkpoints.items()}
+        self.overhead = int(config.overhead_gib * GIB)  # raised to the largest measured
+        self.resident: OrderedDict[str, tuple[object, int]] = OrderedDict()  # id -> (actor, bytes), LRU first
+        self.stats = {"loads": 0, "unloads": 0, "load_s": 0.0, "peak_bytes": 0}
+        for tid in checkpoints:
+            if self.predicted(tid) > self.budget:
+                raise ValueError(f"teacher {tid} needs about {self.predicted(tid) / GIB:.2f} GiB, more than "
+                                 f"teacher_pool.memory_gib={config.memory_gib}")
+
+    def predicted(self, teacher_id: str) -> int:
+        return self.weights[teacher_id] + self.overhead
+
+    @property
+    def resident_bytes(self) -> int:
+        return sum(size for _, size in self.resident.values())
+
+    def logprobs(self, requests: dict[str, list[list[int]]]) -> dict[str, list[list[float]]]:
+        """Per teacher, the logprobs of its sequences; resident teachers first."""
+        order = sorted(requests, key=lambda tid: tid not in self.resident)
+        out = {}
+        for tid in order:
+            actor = self._acquire(tid)
+            out[tid] = ray.get(actor.prompt_logprobs.remote(requests[tid]), timeout=SCORE_TIMEOUT_S)
+        return out
+
+    def _acquire(self, teacher_id: str):
+        if teacher_id in self.resident:
+            self.resident.move_to_end(teacher_id)
+            return self.resident[teacher_id][0]
+        while self.resident and self.resident_bytes + self.predicted(teacher_id) > self.budget:
+            self._unload(next(iter(self.resident)))
+        started = time.perf_counter()
+        actor = self._start(teacher_id)
+        measured = ray.get(actor.memory_bytes.remote(), timeout=LOAD_TIMEOUT_S)
+        self.stats["load_s"] += time.perf_counter() - started
+        self.stats["loads"] += 1
+        self.overhead = max(self.overhead, measured - self.weights[teacher_id])
+        self.resident[teacher_id] = (actor, max(measured, self.predicted(teacher_id)))
+        self.stats["peak_bytes"] = max(self.stats["peak_bytes"], self.resident_bytes)
+        return actor
+
+    def _start(self, teacher_id: str):
+        path = self.checkpoints[teacher_id]
+        if self.config.backend == "vllm":
+            from posttrain.rollout.engine import RolloutEngine
+
+            return RolloutEngine.remote_actor(path, self.rollout or RolloutConfig(), self.dtype, seed=0)
+        return TeacherWorker.remote_actor(path, self.dtype, self.config)
+
+    def _unload(self, teacher_id: str) -> None:
+        actor, _ = self.resident.pop(teacher_id)
+        ray.kill(actor)
+        self.stats["unloads"] += 1
+
+    def metrics(self) -> dict[str, float]:
+        return {"teacher_pool/loads": float(self.stats["loads"]), "teacher_pool/unloads": float(self.stats["unloads"]),
+                "teacher_pool/load_s": self.stats["load_s"], "teacher_pool/resident": float(len(self.resident)),
+                "teacher_pool/resident_gib": self.resident_bytes / GIB,
+                "teacher_pool/peak_gib": self.stats["peak_bytes"] / GIB}
+
+    def manifest(self) -> list[dict]:
+        return [{"teacher_id": tid, "checkpoint": str(Path(path).resolve()), "sha256": weights_sha256(path)}
+                for tid, path in self.checkpoints.items()]
+
+    def close(self) -> None:
+        for tid in list(self.resident):
+            self._unload(tid)
+
+
+def same_tokenizer(student_dir: str | Path, teacher_dir: str | Path) -> bool:
+    """Token ids must mean the same in both: compare vocab size and the tokenizer file."""
+    def facts(folder):
+        folder = Path(folder)
+        config = json.loads((folder / "config.json").read_text())
+        tok = folder / "tokenizer.json"
+        return config.get("vocab_size"), hashlib.sha256(tok.read_bytes()).hexdigest() if tok.exists() else None
+
+    return facts(student_dir) == facts(teacher_dir)

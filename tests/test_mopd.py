@@ -1,0 +1,197 @@
+"""MOPD: the advantage by hand, the teacher pool's memory budget, routing of each sample to
+its own teacher, the reverse KL falling, and the manifest, on tiny models with the real
+engine, trainer and teacher workers."""
+
+import json
+import math
+import shutil
+
+import pytest
+import ray
+
+from posttrain.config import MOPDStage, TeacherPoolConfig
+from posttrain.mopd.advantage import mopd_advantages, reverse_kl
+
+
+def test_advantage_on_hand_computed_values():
+    lt, ls, mask = [-0.5, -2.0, -1.0, -0.1], [-1.0, -1.0, -3.0, -0.2], [1, 1, 0, 1]
+    assert mopd_advantages(lt, ls, mask) == pytest.approx([0.5, -1.0, 0.0, 0.1])
+    assert mopd_advantages(lt, ls, mask, outcome_advantage=-2.0, alpha=0.25) == pytest.approx([0.0, -1.5, 0.0, -0.4])
+    assert reverse_kl(lt, ls, mask) == (pytest.approx(-0.5 + 1.0 - 0.1), 3)
+    with pytest.raises(ValueError, match="lengths differ"):
+        mopd_advantages([0.0], [0.0, 1.0], [1, 1])
+
+
+def test_config_rejects_unknown_domains_duplicate_cells_and_other_temperatures():
+    base = dict(name="m", type="mopd", lr=1e-4, steps=1,
+                domains={"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]}},
+                teachers=[{"domain": "general", "effort": "max", "checkpoint": "/x"}])
+    MOPDStage(**base)
+    with pytest.raises(ValueError, match="unknown domain 'coding'"):
+        MOPDStage(**{**base, "teachers": [{"domain": "coding", "effort": "max", "checkpoint": "/x"}]})
+    with pytest.raises(ValueError, match="second teacher for cell general-max"):
+        MOPDStage(**{**base, "teachers": base["teachers"] * 2})
+    with pytest.raises(ValueError, match="temperature must be 1.0"):
+        MOPDStage(**{**base, "temperature": 0.7})
+
+
+def make_teacher(base_dir, target, answers: list[str], steps: int = 80):
+    """The tiny model fine-tuned (in process, plain torch) to reply one of `answers` (in
+    turn) to any arithmetic prompt: with one answer, a teacher with its own strong
+    preference; with several, a student that knows them all. Same tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from posttrain.config import ReasoningGymTasks
+    from posttrain.data.chat import render_prompt, render_response
+    from posttrain.data.tasks import load_tasks
+    from posttrain.rl import with_effort
+
+    shutil.copytree(base_dir, target)
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    tasks = load_tasks(ReasoningGymTasks(families=[{"name": "basic_arithmetic"}], size=16, seed=99))
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    torch.manual_seed(0)
+    for step in range(steps):
+        task = tasks[step % len(tasks)]
+        prompt = render_prompt(tok, with_effort(task.messages, ("low", "high", "max")[step % 3]))
+        ids = torch.tensor([prompt + render_response(tok, answers[step % len(answers)])])
+        logits = model(ids).logits[0, len(prompt) - 1:-1]
+        loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.save_pretrained(target, safe_serialization=True)
+    return target
+
+
+@pytest.fixture(scope="module")
+def teachers(tiny_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("teachers")
+    return {f"general-{effort}": str(make_teacher(tiny_dir, root / effort, [answer]))
+            for effort, answer in (("max", "77"), ("low", "7"), ("high", "5"))}
+
+
+@pytest.fixture(scope="module")
+def student(tiny_dir, tmp_path_factory):
+    """Answers 7 or 12 whatever the effort: MOPD must teach it which cell wants which."""
+    return make_teacher(tiny_dir, tmp_path_factory.mktemp("student") / "s", ["7", "12"], steps=150)
+
+
+def direct_logprobs(folder, seqs):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    out = []
+    with torch.no_grad():
+        for ids in seqs:
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1], -1)
+            out.append(logp.gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].tolist())
+    return out
+
+
+def flat(rows):
+    return [x for row in rows for x in row]
+
+
+def test_teacher_pool_respects_its_memory_budget(ray_session, teachers):
+    from posttrain.mopd.teachers import GIB, TeacherPool
+
+    probe = TeacherPool({"general-max": teachers["general-max"]}, TeacherPoolConfig(memory_gib=8), "float32")
+    probe.logprobs({"general-max": [[1, 2, 3]]})
+    one = probe.resident_bytes  # what one resident teacher really takes here
+    probe.close()
+    budget_gib = 2.5 * one / GIB  # room for two, not three
+    pool = TeacherPool(teachers, TeacherPoolConfig(memory_gib=budget_gib, overhead_gib=one / GIB), "float32")
+    seqs = [[1, 40, 41, 42], [1, 50]]
+    seen_resident = []
+    for tid in ["general-max", "general-low", "general-high", "general-max", "general-low"]:
+        out = pool.logprobs({tid: seqs})
+        assert flat(out[tid]) == pytest.approx(flat(direct_logprobs(teachers[tid], seqs)), abs=1e-5)
+        seen_resident.append(len(pool.resident))
+        assert pool.resident_bytes <= pool.budget
+    assert max(seen_resident) == 2
+    assert pool.stats["loads"] == 5 and pool.stats["unloads"] == 3  # LRU: max and low were evicted in turn
+    assert pool.metrics()["teacher_pool/peak_gib"] <= budget_gib
+    pool.close()
+    with pytest.raises(ValueError, match="more than teacher_pool.memory_gib"):
+        TeacherPool(teachers, TeacherPoolConfig(memory_gib=0.001, overhead_gib=0.0), "float32")
+
+
+@pytest.fixture(scope="module")
+def mopd_run(ray_session, student, teachers, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from posttrain.config import PipelineConfig, RolloutConfig, TrainerConfig
+    from posttrain.infra import Infra
+    from posttrain.metrics import MetricsLog
+    from posttrain.mopd.stage import MOPDRun, teacher_checkpoints
+    from posttrain.mopd.teachers import TeacherPool
+    from posttrain.rollout.engine import RolloutEngine
+    from posttrain.rollout.pool import EnginePool
+    from posttrain.train.group import TrainerGroup
+
+    stage = MOPDStage(
+        name="mopd", type="mopd", lr=2e-3, steps=40, prompts_per_step=8, group_size=4, max_tokens=8,
+        domains={"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 40}},
+        teachers=[{"domain": "general", "effort": e, "checkpoint": teachers[f"general-{e}"]} for e in ("max", "low")],
+        effort_max_tokens={"low": 4})
+    config = PipelineConfig(model={"name": "tiny"}, rollout=RolloutConfig(max_model_len=128),
+                            trainer=TrainerConfig(workers=2, micro_batch_tokens=512), stages=[stage])
+    run_dir = tmp_path_factory.mktemp("mopd")
+    trainers = TrainerGroup(config.trainer, seed=0)
+    trainers.load(str(student), "float32", lr=stage.lr, warmup_steps=0)
+    pool = EnginePool([RolloutEngine.remote_actor(str(student), config.rollout, "float32", 0)], None)
+    trainers.sync_weights(pool.engines)
+    teacher_pool = TeacherPool(teacher_checkpoints(stage, student), stage.teacher_pool, "float32")
+    infra = Infra(config, run_dir, trainers, pool, MetricsLog(run_dir), AutoTokenizer.from_pretrained(student))
+    run = MOPDRun(stage, infra, teacher_pool)
+    yield run
+    teacher_pool.close()
+    pool.shutdown()
+    trainers.shutdown()
+
+
+def test_every_sample_is_scored_by_its_own_teacher(mopd_run, teachers):
+    run = mopd_run
+    groups, _ = run.iterate(run.infra.trainers.version, None)
+    run.prepare(groups)
+    cells = {g.task.entry["cell"] for g in groups}
+    assert cells == {"general-max", "general-low"}  # round-robin: both cells in every batch
+    for group in groups:
+        own = group.task.entry["cell"]
+        assert "Reasoning effort: " + own.split("-")[1] in group.task.messages[0].content
+        trajs = [t for t in group.trajectories if t.response_ids]
+        seqs = [list(t.prompt_ids) + t.response_ids for t in trajs]
+        for tid, folder in teachers.items():
+            if tid not in cells:
+                continue
+            direct = [lp[len(lp) - len(t.response_ids):] for t, lp in zip(trajs, direct_logprobs(folder, seqs))]
+            used = [run.logp_teacher[t.traj_id] for t in trajs]
+            close = all(math.isclose(a, b, abs_tol=1e-4) for d, u in zip(direct, used) for a, b in zip(d, u))
+            assert close == (tid == own), (own, tid)
+        if own == "general-low":
+            assert all(len(t.response_ids) <= 4 for t in trajs)  # the effort's token limit
+    run.queue.dropped["inspected_by_test"] += sum(len(g.trajectories) for g in groups)  # keep the books whole
+
+
+def test_reverse_kl_falls_and_the_manifest_is_written(mopd_run, teachers):
+    run = mopd_run
+    run.run()
+    rows = [json.loads(line) for line in (run.infra.run_dir / "metrics.jsonl").read_text().splitlines()]
+    kl = [r["mopd/reverse_kl"] for r in rows]
+    assert len(kl) == 40 and all(f"mopd/reverse_kl/{c}" in rows[-1] for c in ("general-max", "general-low"))
+    first, last = sum(kl[:3]) / 3, sum(kl[-10:]) / 10  # per-step estimates from 32 samples: noisy
+    assert last < 0.65 * first, [round(k, 2) for k in kl]
+    assert {"reward/general-max", "response_tokens/low", "teacher_pool/loads"} <= set(rows[-1])
+    folder = run.save(run.infra.run_dir / "checkpoints" / "mopd" / "final")
+    manifest = json.loads((run.infra.run_dir / "checkpoints/mopd/final/mopd_manifest.json").read_text())
+    assert folder.endswith("final")
+    assert [(t["teacher_id"], t["domain"], t["effort"]) for t in manifest["teachers"]] == \
+        [("general-max", "general", "max"), ("general-low", "general", "low")]
+    from posttrain.mopd.teachers import weights_sha256
+
+    assert manifest["teachers"][0]["sha256"] == weights_sha256(teachers["general-max"])
+    assert ray.get(run.infra.pool.engines[0].info.remote())["version"] == run.infra.trainers.version
