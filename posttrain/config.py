@@ -449,7 +449,7 @@ class TeacherSpec(Base):
 
     domain: str = Field(description="Domain; its tasks come from the stage's `domains`.")
     effort: Effort = Field(description="Effort tier, stated in the system prompt of its prompts.")
-    checkpoint: str = Field(description="The expert's model folder.")
+    checkpoint: str = Field(description="The expert's model folder, or `stage:NAME` for the final checkpoint of an earlier stage of the pipeline.")
 
     @property
     def teacher_id(self) -> str:
@@ -527,6 +527,10 @@ class PipelineConfig(Base):
                 raise ValueError(f"duplicate stage name '{stage.name}'")
             if stage.init_from not in (None, "model") and stage.init_from not in seen:
                 raise ValueError(f"stage '{stage.name}': init_from '{stage.init_from}' names no earlier stage")
+            for i, teacher in enumerate(getattr(stage, "teachers", [])):
+                ref = teacher.checkpoint.removeprefix("stage:")
+                if teacher.checkpoint.startswith("stage:") and ref not in seen:
+                    raise ValueError(f"stage '{stage.name}': teachers[{i}].checkpoint 'stage:{ref}' names no earlier stage")
             seen.add(stage.name)
         return self
 

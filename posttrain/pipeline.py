@@ -171,8 +171,11 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
         resume_dir = resume_dirs.get(stage.name)
         entry.update(status="running", init_from=str(init_dir), started=entry.get("started", time.time()))
         write_json_atomic(run_dir / "run_state.json", state)
-        runner = {"sft": run_sft, "rl": run_rl, "mopd": run_mopd}[stage.type]
-        previous = checkpoints[stage.name] = runner(stage, init_dir, infra, resume_dir)
+        if stage.type == "mopd":
+            previous = run_mopd(stage, init_dir, infra, resume_dir, stages=checkpoints)
+        else:
+            previous = {"sft": run_sft, "rl": run_rl}[stage.type](stage, init_dir, infra, resume_dir)
+        checkpoints[stage.name] = previous
         entry.update(status="done", checkpoint=str(previous), finished=time.time())
         entry["seconds"] = round(entry["finished"] - entry["started"], 1)
         write_json_atomic(run_dir / "run_state.json", state)

@@ -24,6 +24,14 @@ PIPELINE = {
              {"type": "coding", "size": 20, "seed": 5},
              {"type": "agent", "size": 10, "seed": 5, "families": ["calculator"], "system_prompt": ""},
              {"type": "writing", "size": 10, "seed": 5}]}},
+        {"name": "grpo_low", "type": "rl", "init_from": "sft", "steps": 1, "lr": 1e-4, "prompts_per_step": 2,
+         "group_size": 2, "max_tokens": 4, "budget": {"effort": "low"},
+         "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 20, "seed": 6}},
+        {"name": "mopd", "type": "mopd", "init_from": "sft", "steps": 2, "lr": 1e-4, "prompts_per_step": 2,
+         "group_size": 2, "max_tokens": 6, "save_every": 1, "effort_max_tokens": {"low": 4},
+         "domains": {"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 20}},
+         "teachers": [{"domain": "general", "effort": "max", "checkpoint": "stage:grpo"},
+                      {"domain": "general", "effort": "low", "checkpoint": "stage:grpo_low"}]},
     ],
 }
 REQUIRED = ["reward/mean", "response_tokens/mean", "logp/mismatch", "sync/seconds", "throughput/tokens_per_s"]
@@ -56,14 +64,14 @@ def test_rewards_came_from_every_verifier(run_dir):
         sources |= {k.split("/")[1] for k in r if k.startswith("reward_source/")}
     assert {"reasoning_gym", "code", "agent"} <= sources, sources
     assert "grm" not in sources  # writing prompts: routed to the GRM, unscored without one, never trained
-    assert rows[-1]["samples/dropped/reward_flagged"] > 0
+    assert [r for r in rows if r["stage"] == "grpo"][-1]["samples/dropped/reward_flagged"] > 0
 
 
 def test_resolved_config_and_state(run_dir):
     resolved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
     assert resolved["trainer"]["zero_stage"] == 2 and resolved["stages"][1]["algo"]["type"] == "grpo"
     state = json.loads((run_dir / "run_state.json").read_text())
-    assert [s["status"] for s in state["stages"].values()] == ["done", "done"]
+    assert [s["status"] for s in state["stages"].values()] == ["done"] * 4
     assert state["stages"]["grpo"]["init_from"].endswith("sft/final")
 
 
@@ -76,3 +84,15 @@ def test_checkpoints_load_in_transformers(run_dir):
         tok = AutoTokenizer.from_pretrained(folder)
         ids = tok("Calculate 1 + 2.", return_tensors="pt")["input_ids"]
         assert torch.isfinite(model(ids).logits).all()
+
+
+def test_mopd_stage_distils_the_earlier_stages(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    mopd = [r for r in rows if r["stage"] == "mopd"]
+    assert [r["step"] for r in mopd] == [1, 2]
+    assert {"mopd/reverse_kl/general-max", "mopd/reverse_kl/general-low", "response_tokens/low",
+            "teacher_pool/loads"} <= set(mopd[-1])
+    for folder in ("final", "step_000001"):
+        manifest = json.loads((run_dir / "checkpoints/mopd" / folder / "mopd_manifest.json").read_text())
+        assert [t["checkpoint"] for t in manifest["teachers"]] == \
+            [str((run_dir / "checkpoints" / name / "final").resolve()) for name in ("grpo", "grpo_low")]

@@ -108,11 +108,15 @@ class MOPDRun(RLRun):
         return {MANIFEST_FILE: json.dumps(self.manifest, indent=1)}
 
 
-def teacher_checkpoints(stage: MOPDStage, student_dir: Path) -> dict[str, str]:
-    """Each teacher's folder, checked: it exists, and its token ids mean what the student's do."""
+def teacher_checkpoints(stage: MOPDStage, student_dir: Path, stages: dict[str, Path] | None = None) -> dict[str, str]:
+    """Each teacher's folder (`stage:NAME` is an earlier stage's final checkpoint), checked:
+    it exists, and its token ids mean what the student's do."""
     out = {}
     for i, teacher in enumerate(stage.teachers):
-        folder = Path(teacher.checkpoint).expanduser()
+        ref = teacher.checkpoint.removeprefix("stage:")
+        folder = (stages or {}).get(ref) if teacher.checkpoint.startswith("stage:") else Path(teacher.checkpoint).expanduser()
+        if folder is None:
+            raise ValueError(f"stage {stage.name}: teachers[{i}].checkpoint: stage {ref!r} has no checkpoint yet")
         if not (folder / "config.json").is_file():
             raise ValueError(f"stage {stage.name}: teachers[{i}].checkpoint: no model folder at {folder}")
         if not same_tokenizer(student_dir, folder):
@@ -122,8 +126,10 @@ def teacher_checkpoints(stage: MOPDStage, student_dir: Path) -> dict[str, str]:
     return out
 
 
-def run_mopd(stage: MOPDStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
-    pool = TeacherPool(teacher_checkpoints(stage, init_dir), stage.teacher_pool, infra.config.model.dtype,
+def run_mopd(stage: MOPDStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None,
+             stages: dict[str, Path] | None = None) -> Path:
+    """`stages`: the final checkpoints of the pipeline's earlier stages, by name."""
+    pool = TeacherPool(teacher_checkpoints(stage, init_dir, stages), stage.teacher_pool, infra.config.model.dtype,
                        infra.config.rollout)
     try:
         return run_stage(MOPDRun(stage, infra, pool), init_dir, resume_dir)
