@@ -6,16 +6,17 @@ import time
 
 import pytest
 
-from posttrain.rewards.sandbox import Limits, SandboxPool, kill_uid, run_program, UID_BASE
+from posttrain.rewards.sandbox import Limits, SandboxPool, UidLease, kill_uid, run_program
 
 FAST = Limits(wall_seconds=4, cpu_seconds=2, memory_bytes=256 * 2**20, max_processes=8, output_bytes=16384)
 
 
 def run(program, tests=None):
-    started = time.perf_counter()
-    verdict = run_program(program, tests, FAST)
-    assert time.perf_counter() - started < FAST.wall_seconds + 3, "the parent waited too long"
-    assert kill_uid(UID_BASE) == 0, "a sandboxed process outlived its run"
+    with UidLease(1) as lease:
+        started = time.perf_counter()
+        verdict = run_program(program, tests, FAST, uid=lease.uids[0])
+        assert time.perf_counter() - started < FAST.wall_seconds + 3, "the parent waited too long"
+        assert kill_uid(lease.uids[0]) == 0, "a sandboxed process outlived its run"
     return verdict
 
 
@@ -84,6 +85,32 @@ def test_cannot_delete_files():
     verdict = run("import shutil\nshutil.rmtree('/usr')\n")
     assert verdict.status == "error"
     assert os.path.exists(marker) and os.path.isdir("/usr/lib")
+
+
+def test_two_pools_on_one_machine_never_share_a_uid():
+    """Two runs on one machine: each pool's slots hold uids no other pool has, so killing
+    what one slot left behind can never kill another run's program."""
+    first, second = SandboxPool(workers=2, limits=FAST), SandboxPool(workers=2, limits=FAST)
+    try:
+        assert not set(first._slots) & set(second._slots)
+        slow = ("import time\ntime.sleep(1.5)\nx = 1", "assert x == 1")
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as both:
+            a = both.submit(first.map, [slow] * 2)
+            b = both.submit(second.map, [("x = 2", "assert x == 2")] * 8)  # its slots are cleaned 8 times
+            assert [v.status for v in a.result() + b.result()] == ["passed"] * 10
+    finally:
+        first.close()
+        second.close()
+    import fcntl
+
+    from posttrain.rewards.sandbox import LEASE_DIR
+
+    for uid in first._slots:  # released on close: the uids are free again
+        fd = os.open(LEASE_DIR / f"{uid}.lock", os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(fd)
 
 
 def test_pool_runs_checks_in_parallel_slots():

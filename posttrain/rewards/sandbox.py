@@ -3,15 +3,17 @@
 Each program runs in its own process, in namespaces of its own (mount, network, IPC, UTS),
 chrooted into a private root that holds only read-only system and Python files and a
 size-limited tmpfs work folder; with rlimits on CPU time, address space, processes, file
-size and open files; as an unprivileged uid that belongs to its worker slot alone. The
-parent enforces wall time and output size, and on the way out kills every process of
-that uid (a fork bomb that called setsid included).
+size and open files; as an unprivileged uid that belongs to its worker slot alone, leased
+machine-wide (`UidLease`), so no other pool or run on the machine uses it. The parent
+enforces wall time and output size, and on the way out kills every process of that uid
+(a fork bomb that called setsid included).
 
 What it guarantees and what it does not is in the README (Sandbox).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -23,8 +25,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 UID_BASE = 61000
+UID_COUNT = 1000  # sandbox uids are 61000..61999, each leased to one worker slot at a time
+LEASE_DIR = Path(tempfile.gettempdir()) / "posttrain-sandbox-uids"
 SETUP_ERROR = "POSTTRAIN_SANDBOX_SETUP_ERROR"
 
 
@@ -91,9 +96,53 @@ def kill_uid(uid: int) -> int:
     return killed
 
 
-def run_program(program: str, tests: str | None = None, limits: Limits = Limits(), slot: int = 0) -> Verdict:
-    """Run `program` (then `tests`, in the same module) and judge it."""
-    uid = UID_BASE + slot
+class UidLease:
+    """Sandbox uids held by this process alone, machine-wide: one lock file per uid, held
+    with flock while the lease lives (the kernel drops it if the process dies). Two runs,
+    two pools or a `posttrain sandbox` call on one machine never share a uid, so one can
+    never kill or exhaust the processes of another's programs."""
+
+    def __init__(self, count: int):
+        LEASE_DIR.mkdir(parents=True, exist_ok=True)
+        self.fds: dict[int, int] = {}
+        for uid in range(UID_BASE, UID_BASE + UID_COUNT):
+            if len(self.fds) == count:
+                break
+            fd = os.open(LEASE_DIR / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            kill_uid(uid)  # whatever a crashed earlier holder left behind
+            self.fds[uid] = fd
+        if len(self.fds) < count:
+            self.release()
+            raise RuntimeError(f"no {count} free sandbox uids in {UID_BASE}..{UID_BASE + UID_COUNT - 1}: "
+                               f"other sandbox pools on this machine hold them (locks in {LEASE_DIR})")
+
+    @property
+    def uids(self) -> list[int]:
+        return list(self.fds)
+
+    def release(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds = {}
+
+    def __enter__(self) -> "UidLease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def run_program(program: str, tests: str | None = None, limits: Limits = Limits(), uid: int | None = None) -> Verdict:
+    """Run `program` (then `tests`, in the same module) and judge it, as `uid` (one this
+    process leased), or as a uid leased for this one run."""
+    if uid is None:
+        with UidLease(1) as lease:
+            return run_program(program, tests, limits, lease.uids[0])
     root = tempfile.mkdtemp(prefix="posttrain-sandbox-")
     source = program if tests is None else f"{program}\n\n{tests}\n"
     spec = {"root": root, "uid": uid, "python": os.path.realpath(sys._base_executable),
@@ -174,21 +223,23 @@ class SandboxPool:
 
     def __init__(self, workers: int = 2, limits: Limits = Limits()):
         self.limits = limits
-        self._slots = list(range(workers))
+        self._lease = UidLease(workers)
+        self._slots = self._lease.uids
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=workers)
 
     def _run(self, program: str, tests: str | None) -> Verdict:
         with self._lock:
-            slot = self._slots.pop()
+            uid = self._slots.pop()
         try:
-            return run_program(program, tests, self.limits, slot)
+            return run_program(program, tests, self.limits, uid)
         finally:
             with self._lock:
-                self._slots.append(slot)
+                self._slots.append(uid)
 
     def map(self, jobs: list[tuple[str, str | None]]) -> list[Verdict]:
         return list(self._executor.map(lambda job: self._run(*job), jobs))
 
     def close(self) -> None:
         self._executor.shutdown()
+        self._lease.release()
