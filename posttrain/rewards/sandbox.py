@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-UID_BASE = 61000
-UID_COUNT = 1000  # sandbox uids are 61000..61999, each leased to one worker slot at a time
+UID_BASE = 61100  # 61000..61099 were slot uids before leases: a run of an older version may still use them
+UID_COUNT = 900  # sandbox uids are 61100..61999, each leased to one worker slot at a time
 LEASE_DIR = Path(tempfile.gettempdir()) / "posttrain-sandbox-uids"
 SETUP_ERROR = "POSTTRAIN_SANDBOX_SETUP_ERROR"
 
