@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from posttrain.algo.advantages import grpo_advantages
-from posttrain.config import RLStage
+from posttrain.config import RLStage, RolloutStage
 from posttrain.data.chat import render_prompt
 from posttrain.data.tasks import TaskSampler, load_tasks
 from posttrain.infra import Infra
@@ -46,7 +46,7 @@ def with_effort(messages: tuple[Message, ...], effort: str | None) -> tuple[Mess
     return (Message("system", line),) + messages
 
 
-def loss_spec(stage: RLStage) -> LossSpec:
+def loss_spec(stage: RolloutStage) -> LossSpec:
     corr = stage.partial.correction
     return LossSpec(kind="pg", clip_eps_lo=stage.algo.clip_eps_lo, clip_eps_hi=stage.algo.clip_eps_hi,
                     kl_beta=stage.algo.kl_beta, temperature=stage.temperature, correction=corr.type,
@@ -77,7 +77,7 @@ def reward_router(stage) -> RewardRouter:
     return RewardRouter(sources)
 
 
-def current_budget(stage: RLStage, step: int) -> int | None:
+def current_budget(stage: RolloutStage, step: int) -> int | None:
     b = stage.budget
     if b.anneal:
         return budget_at(step, b.anneal.start, b.anneal.end, b.anneal.steps, b.anneal.kind, b.anneal.every)
