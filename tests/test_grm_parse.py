@@ -166,3 +166,31 @@ def test_after_the_retries_the_sample_is_unscored_not_zero():
     judge = ScriptedJudge(["bad", "worse"], [])
     result = asyncio.run(grm_with(judge, retries=1).score([writing_sample()]))[0]
     assert not result.ok and "rubric reply unusable after 2 tries" in result.reason
+
+
+def test_cache_key_covers_task_candidate_judge_and_procedure():
+    class Named:  # only its name is read here
+        def __init__(self, model_id):
+            self.model_id = model_id
+
+    base = grm_with(Named("judge@1"))
+    s = writing_sample("Wheels hum.")
+    key = base.cache_key(s.task, s.completion.text)
+    assert key == grm_with(Named("judge@1")).cache_key(s.task, s.completion.text)
+    assert key != grm_with(Named("judge@2")).cache_key(s.task, s.completion.text)
+    assert key != grm_with(Named("judge@1"), max_criteria=4).cache_key(s.task, s.completion.text)
+    assert key != base.cache_key(s.task, "Wheels hum!")
+    assert key != base.cache_key(writing_sample(task_id="w/2").task, s.completion.text)
+
+
+def test_grm_metrics_count_unscored_and_capped():
+    from posttrain.rl import grm_metrics
+    from posttrain.types import RewardResult
+
+    results = [RewardResult(0.5, "r", "grm", {"status": "scored", "cache_hit": True, "latency_s": 2.0}),
+               RewardResult(-1.0, "over length cap", "grm", {"status": "length_capped", "cache_hit": False}),
+               RewardResult(0.0, "unscored: ...", "grm", {"status": "unscored", "latency_s": 2.0}, ok=False),
+               RewardResult(1.0, "correct", "reasoning_gym", {})]
+    assert grm_metrics(results) == {"grm/score_mean": 0.5, "grm/unscored": 1.0, "grm/length_capped": 1.0,
+                                    "grm/cache_hit": pytest.approx(1 / 3), "grm/latency_s": 2.0}
+    assert grm_metrics(results[3:]) == {}

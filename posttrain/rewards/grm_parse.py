@@ -58,12 +58,12 @@ def _loads(candidate: str) -> Any:
     if not candidate:
         return None
     try:
-        return json.loads(candidate)
+        return json.loads(candidate, strict=False)  # control characters inside strings are fine here
     except ValueError:
         pass
     repaired = re.sub(r",\s*([}\]])", r"\1", candidate.replace("\u201c", '"').replace("\u201d", '"'))
     try:
-        return json.loads(repaired)
+        return json.loads(repaired, strict=False)
     except ValueError:
         pass
     try:  # single quotes, True/False/None
