@@ -286,7 +286,8 @@ def grm_metrics(rewards: list[RewardResult]) -> dict:
             "grm/unscored": float(sum(not r.ok for r in judged)),
             "grm/length_capped": float(sum(r.details["status"] == "length_capped" for r in judged)),
             "grm/cache_hit": float(np.mean([bool(r.details.get("cache_hit")) for r in judged])),
-            "grm/latency_s": float(max(r.details.get("latency_s", 0.0) for r in judged))}
+            "grm/latency_s": float(max((r.details.get("latency_s", 0.0) for r in judged
+                                        if not r.details.get("cache_hit")), default=0.0))}
 
 
 def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) -> float:

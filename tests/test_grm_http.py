@@ -50,7 +50,7 @@ class Judge(BaseHTTPRequestHandler):
 
     def _reply(self, body):
         prompt = body["messages"][-1]["content"]
-        if "rubric" in prompt:
+        if "rubric" in body["messages"][0]["content"]:
             content, logprobs = json.dumps(RUBRIC), None
         else:
             answer = prompt.split("Their answer:\n", 1)[1].split("\n\n", 1)[0].lower()

@@ -35,11 +35,24 @@ PROCEDURE_VERSION = "rubric-v1"
 RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 would repeat the same malformed reply
 TOP_LOGPROBS = 10
 JUDGE_SYSTEM = "You are a careful, strict grader of written answers."
-_EXAMPLE = {"criteria": [
-    {"text": "Names exactly three colours", "kind": "essential", "weight": 5},
-    {"text": "The colours are red, yellow and blue (or red, green and blue)", "kind": "essential", "weight": 4},
-    {"text": "Answers in one short sentence", "kind": "optional", "weight": 1},
-    {"text": "Names a colour that is not primary, such as green in paint", "kind": "pitfall", "weight": 3}]}
+# Worked examples as earlier chat turns: a small judge copies the shape of an answer far
+# better than it follows a description of it. They open every prompt, so the engine's
+# prefix cache computes them once.
+_RUBRIC_EXAMPLES = [
+    ("What is 7 times 8?", [("Says that 7 times 8 is 56", "essential", 5), ("Shows the multiplication", "optional", 1),
+                            ("Gives a number other than 56", "pitfall", 5)]),
+    ("Write a limerick about a cat.", [("Is a limerick of five lines", "essential", 5), ("Is about a cat", "essential", 4),
+                                       ("Is funny", "important", 2),
+                                       ("Talks about something other than a cat", "pitfall", 3)]),
+]
+_VERDICT_EXAMPLES = [
+    ("What is 7 times 8?", "7 times 8 is 54.", "Says that 7 times 8 is 56", "essential",
+     {"verdict": "no", "reason": "It says 54, not 56."}),
+    ("Write a limerick about a cat.", "There once was a cat named Lou,\nwho slept in a size-seven shoe...",
+     "Is about a cat", "essential", {"verdict": "yes", "reason": "The limerick is about a cat named Lou."}),
+    ("Write a limerick about a cat.", "Dogs bark at the mailman every morning.",
+     "Talks about something other than a cat", "pitfall", {"verdict": "yes", "reason": "It is about dogs, not a cat."}),
+]
 
 
 def rubric_schema(min_criteria: int, max_criteria: int) -> dict:
@@ -69,23 +82,33 @@ def task_text(task: Task) -> str:
 
 
 def rubric_messages(task: str, min_criteria: int, max_criteria: int) -> tuple[dict, ...]:
-    prompt = (f"Write a grading rubric for answers to the task below: {min_criteria} to {max_criteria} criteria, "
-              "each one short check that an answer passes or fails.\n"
-              'kind: "essential" (the answer must do it), "important" (it should), "optional" (nice to have), '
-              'or "pitfall" (a mistake to avoid).\nweight: 1 (minor) to 5 (crucial).\n\n'
-              f"Example task: Name three primary colours.\nExample rubric: {json.dumps(_EXAMPLE)}\n\n"
-              f"Task: {task}\nRubric:")
-    return ({"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt})
+    system = (f"Write a grading rubric for answers to a task: {min_criteria} to {max_criteria} criteria, each one "
+              'short check that an answer passes or fails. kind: "essential" (the answer must do it), "important" '
+              '(it should), "optional" (nice to have), or "pitfall" (a mistake to avoid). weight: 1 (minor) to 5 '
+              "(crucial). Reply in JSON.")
+    turns = [{"role": "system", "content": system}]
+    for example, criteria in _RUBRIC_EXAMPLES:
+        rubric = {"criteria": [{"text": t, "kind": k, "weight": w} for t, k, w in criteria]}
+        turns += [{"role": "user", "content": f"Task: {example}"}, {"role": "assistant", "content": json.dumps(rubric)}]
+    return tuple(turns + [{"role": "user", "content": f"Task: {task}"}])
+
+
+def _verdict_prompt(task: str, candidate: str, text: str, kind: str) -> str:
+    if kind == "pitfall":
+        check = f"Mistake to look for: {text}\nDoes the answer make this mistake?"
+    else:
+        check = f"Check: {text}\nDoes the answer pass this check?"
+    return f"Task given to a writer:\n{task}\n\nTheir answer:\n{candidate}\n\n{check}"
 
 
 def verdict_messages(task: str, candidate: str, criterion: Criterion) -> tuple[dict, ...]:
-    if criterion.kind == "pitfall":
-        check = f"Mistake to look for: {criterion.text}\nDoes the answer make this mistake?"
-    else:
-        check = f"Check: {criterion.text}\nDoes the answer pass this check?"
-    prompt = (f"Task given to a writer:\n{task}\n\nTheir answer:\n{candidate}\n\n{check} "
-              'Reply in JSON: {"verdict": "yes" or "no", "reason": "<one short line>"}')
-    return ({"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt})
+    system = (JUDGE_SYSTEM + ' Judge one check at a time. Reply in JSON: {"verdict": "yes" or "no", '
+              '"reason": "<one short line>"}.')
+    turns = [{"role": "system", "content": system}]
+    for example, answer, text, kind, verdict in _VERDICT_EXAMPLES:
+        turns += [{"role": "user", "content": _verdict_prompt(example, answer, text, kind)},
+                  {"role": "assistant", "content": json.dumps(verdict)}]
+    return tuple(turns + [{"role": "user", "content": _verdict_prompt(task, candidate, criterion.text, criterion.kind)}])
 
 
 def final_score(criteria: list[Criterion], scores: list[float]) -> float:
