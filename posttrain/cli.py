@@ -117,9 +117,12 @@ def _sandbox(args) -> int:
 
 
 def _rewards(args) -> int:
+    import signal
+
     from posttrain.configfile import ConfigError
     from posttrain.dashboard.rewards import DebugError
 
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `rewards show ... | head` ends quietly
     try:
         if args.action == "try":
             from posttrain.dashboard.grm_try import try_pair

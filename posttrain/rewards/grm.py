@@ -47,11 +47,11 @@ _RUBRIC_EXAMPLES = [
 ]
 _VERDICT_EXAMPLES = [
     ("What is 7 times 8?", "7 times 8 is 54.", "Says that 7 times 8 is 56", "essential",
-     {"verdict": "no", "reason": "It says 54, not 56."}),
+     {"verdict": "no", "reason": "It says 54."}),
     ("Write a limerick about a cat.", "There once was a cat named Lou,\nwho slept in a size-seven shoe...",
      "Is about a cat", "essential", {"verdict": "yes", "reason": "The limerick is about a cat named Lou."}),
     ("Write a limerick about a cat.", "Dogs bark at the mailman every morning.",
-     "Talks about something other than a cat", "pitfall", {"verdict": "yes", "reason": "It is about dogs, not a cat."}),
+     "Talks about something other than a cat", "pitfall", {"verdict": "yes", "reason": "It talks about dogs."}),
 ]
 
 
