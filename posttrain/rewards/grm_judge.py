@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain.config import HTTPJudge, ModelConfig, VLLMJudge
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,7 @@ class VLLMBackend:
         return out
 
     async def _chunk(self, calls: list[JudgeCall]) -> list[JudgeReply]:
-        from ray.exceptions import RayError
+        from ray.exceptions import RayActorError, RayError
 
         requests = [{"messages": list(c.messages), "schema": c.schema, "max_tokens": c.max_tokens,
                      "temperature": c.temperature, "logprobs": c.logprobs} for c in calls]
@@ -93,6 +96,9 @@ class VLLMBackend:
         except asyncio.TimeoutError:
             return [JudgeReply(None, f"judge engine call timed out after {self.config.timeout_s}s") for _ in calls]
         except RayError as exc:
+            if isinstance(exc, RayActorError):  # the engine died: the GRM's retry starts a new one
+                log.warning("judge engine actor died; starting a new one: %s", exc)
+                self.actor = None
             return [JudgeReply(None, f"judge engine failed: {type(exc).__name__}: {exc}"[:500]) for _ in calls]
         return [JudgeReply(r.get("text"), r.get("error"), r.get("tokens"), r.get("top")) for r in replies]
 
