@@ -16,7 +16,7 @@ ROW_FIELDS = {"stage", "step", "sample", "group", "task_id", "family", "verifier
 
 def judge_config(judge_dir) -> dict:
     return {"judge": {"type": "vllm", "model": str(judge_dir), "max_model_len": 1536, "kv_cache_gib": 0.25},
-            "length_cap": 16, "max_criteria": 3, "retries": 1}
+            "length_cap": 16, "max_criteria": 3, "retries": 2}
 
 
 def cli(*args, timeout=600):
