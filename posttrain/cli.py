@@ -4,6 +4,9 @@
   posttrain run --resume RUN_DIR
   posttrain validate PIPELINE.yaml [-o ...]
   posttrain sandbox PROGRAM.py [--tests TESTS.py] [--timeout S]
+  posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K]
+  posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
+  posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
 """
@@ -32,7 +35,33 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("validate", help="check a pipeline YAML and print the resolved config")
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    _rewards_parser(sub.add_parser("rewards", help="reward debugging: show, replay, try"))
     return parser
+
+
+def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
+    sub = rewards.add_subparsers(dest="action", required=True)
+    show = sub.add_parser("show", help="saved samples of a run: task, response, reward, GRM rubric and verdicts")
+    show.add_argument("run_dir")
+    show.add_argument("--stage", help="RL stage (default: the last one with saved rollouts)")
+    show.add_argument("--step", type=int, help="step (default: the last)")
+    show.add_argument("--sample", help="one sample by id, STEP-INDEX (e.g. 3-0)")
+    show.add_argument("--worst", type=int, metavar="K", help="the K lowest-reward samples (of --step, else of the stage)")
+    replay = sub.add_parser("replay", help="rescore saved rollouts with the run's (or a changed) reward config")
+    replay.add_argument("run_dir")
+    replay.add_argument("--stage", help="RL stage (default: the last one with saved rollouts)")
+    replay.add_argument("-o", "--override", action="append", default=[], metavar="reward.KEY=VALUE",
+                        help="change the stage's config, e.g. -o reward.grm.length_cap=64 (repeatable)")
+    replay.add_argument("--step", type=int, action="append", help="only this step (repeatable)")
+    replay.add_argument("--last", type=int, metavar="K", help="only the last K steps")
+    replay.add_argument("--top", type=int, default=10, help="how many most-changed samples to list")
+    replay.add_argument("--no-cache", action="store_true", help="judge again instead of reusing the scoreboard")
+    trial = sub.add_parser("try", help="score one (task, response) pair with the GRM, showing each step")
+    trial.add_argument("--task", required=True, help="the task (user message)")
+    trial.add_argument("--response", required=True, help="the response to score")
+    trial.add_argument("--reward", metavar="CONFIG", help="YAML: a grm mapping, a reward mapping, or a pipeline")
+    trial.add_argument("--tokens", type=int, help="response length for the length cap (default: counted)")
+    trial.add_argument("--json", action="store_true", help="print one JSON object: score, rubric, verdicts, reasons")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "sandbox":
         return _sandbox(args)
+    if args.command == "rewards":
+        return _rewards(args)
     try:
         if args.command == "run" and args.resume:
             return _resume(args)
@@ -82,6 +113,35 @@ def _sandbox(args) -> int:
         return 2
     limits = Limits(wall_seconds=args.timeout, cpu_seconds=max(1, math.ceil(args.timeout)))
     print(run_program(program, tests, limits).to_json())
+    return 0
+
+
+def _rewards(args) -> int:
+    import signal
+
+    from posttrain.configfile import ConfigError
+    from posttrain.dashboard.rewards import DebugError
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `rewards show ... | head` ends quietly
+    try:
+        if args.action == "try":
+            from posttrain.dashboard.grm_try import try_pair
+
+            try_pair(args.task, args.response, args.reward, args.json, args.tokens)
+            return 0
+        run_dir = Path(args.run_dir)
+        if not (run_dir / "config.resolved.yaml").is_file():
+            print(f"{run_dir}: not a run folder (no config.resolved.yaml)", file=sys.stderr)
+            return 2
+        from posttrain.dashboard import rewards
+
+        if args.action == "show":
+            rewards.show(run_dir, args.stage, args.step, args.sample, args.worst)
+        else:
+            rewards.replay(run_dir, args.stage, args.override, args.step, args.last, args.top, not args.no_cache)
+    except (ConfigError, DebugError, ValueError) as exc:
+        print(f"posttrain rewards {args.action}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

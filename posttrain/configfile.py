@@ -64,7 +64,7 @@ def _short(value: Any) -> str:
 def format_validation_error(source: str, exc: ValidationError) -> str:
     """The first error of a ValidationError as `source: key.path: problem`."""
     err = exc.errors()[0]
-    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "coding", "user", "mixture", "chat_jsonl", "grpo", "tis", "mask", "exclude"})
+    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "coding", "user", "mixture", "chat_jsonl", "grpo", "tis", "mask", "exclude", "vllm", "http", "agent", "writing"})
     return f"{source}: {path}: {_describe(err)}" if path else f"{source}: {_describe(err)}"
 
 

@@ -39,6 +39,8 @@ def start_ray(config: PipelineConfig, verbose: bool) -> None:
         ray.init(address=config.ray.address, log_to_driver=verbose, runtime_env={"env_vars": env})
         return
     needed = config.rollout.engines * config.rollout.num_cpus + config.trainer.workers * config.trainer.num_cpus
+    judges = [s.reward.grm.judge for s in config.stages if s.type == "rl" and s.reward.grm is not None]
+    needed += max((j.num_cpus for j in judges if j.type == "vllm"), default=0)  # one stage's judge at a time
     ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, int(needed + 0.999)),
              include_dashboard=config.ray.dashboard, object_store_memory=config.ray.object_store_gib * 2**30,
              log_to_driver=verbose, runtime_env={"env_vars": env})

@@ -5,6 +5,8 @@ previous stage's final checkpoint (or its `init_from`).
 Run folder:
   config.resolved.yaml   the validated config with every default filled in
   metrics.jsonl          one JSON object per step and stage
+  rollouts/STAGE.jsonl   every scored sample of each RL step (posttrain/rollouts_log.py)
+  scoreboard.jsonl       every GRM judgement: rubric, verdicts, reasons, raw replies
   checkpoints/STAGE/     `final/` (and `step_N/`): Hugging Face safetensors folders
   run_state.json         each stage's status, checkpoint and timing
 """
@@ -91,22 +93,35 @@ def latest_checkpoint(stage_dir: Path, state_file: str) -> Path | None:
     return found[-1] if found else None
 
 
-def set_aside_metrics(run_dir: Path, stage: str, after_step: int) -> int:
-    """Rows of `stage` past the resume point are redone: move them to metrics.replaced.jsonl."""
-    path = run_dir / "metrics.jsonl"
+def set_aside_rows(path: Path, replaced: Path, stage: str, after_step: int) -> int:
+    """Rows of `stage` past the resume point are redone: move them from `path` to `replaced`."""
     if not path.exists():
         return 0
     keep, moved = [], []
     for line in path.read_text().splitlines():
-        row = json.loads(line) if line.strip() else None
+        try:
+            row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:  # a line torn by the crash: it is redone
+            row = {"stage": stage, "step": after_step + 1}
         (moved if row and row["stage"] == stage and row["step"] > after_step else keep).append(line)
     if moved:
-        with (run_dir / "metrics.replaced.jsonl").open("a") as f:
+        with replaced.open("a") as f:
             f.write("\n".join(moved) + "\n")
-        tmp = path.with_name(".metrics.jsonl.tmp")
+        tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text("".join(line + "\n" for line in keep))
         tmp.replace(path)
     return len(moved)
+
+
+def set_aside_metrics(run_dir: Path, stage: str, after_step: int) -> int:
+    """Metrics, saved rollouts and scoreboard rows of `stage` past the resume point are
+    redone: move them to their `*.replaced.jsonl` files. Returns the metrics rows moved."""
+    from posttrain.rollouts_log import SCOREBOARD, rollouts_path
+
+    rollouts = rollouts_path(run_dir, stage)
+    set_aside_rows(rollouts, rollouts.with_name(f"{stage}.replaced.jsonl"), stage, after_step)
+    set_aside_rows(run_dir / SCOREBOARD, run_dir / "scoreboard.replaced.jsonl", stage, after_step)
+    return set_aside_rows(run_dir / "metrics.jsonl", run_dir / "metrics.replaced.jsonl", stage, after_step)
 
 
 def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str, Path]:

@@ -67,5 +67,10 @@ def test_sigkill_then_resume_carries_the_queue(tmp_path):
     assert first_after["samples/drawn"] > queue["drawn"]  # counters continue from the saved queue
     for r in grpo:
         assert r["samples/drawn"] == r["samples/trained"] + r["samples/queued"] + r["samples/dropped"]
+    saved = [json.loads(line) for line in (run / "rollouts" / "grpo.jsonl").read_text().splitlines()]
+    ids = [r["sample"] for r in saved]
+    assert sorted({r["step"] for r in saved}) == list(range(1, 41)) and len(ids) == len(set(ids))  # redone, not doubled
+    replaced = run / "rollouts" / "grpo.replaced.jsonl"
+    assert not replaced.exists() or all(json.loads(line)["step"] > newest for line in replaced.read_text().splitlines())
     state = json.loads((run / "run_state.json").read_text())
     assert state["stages"]["grpo"]["status"] == "done" and state["stages"]["grpo"]["resumed_from"]

@@ -34,3 +34,15 @@ class RewardRouter:
             return [RewardResult(0.0, f"unscored: no reward source {name!r} configured{hint}", name, ok=False)
                     for _ in samples]
         return await score_safely(source, samples)
+
+    def start(self) -> None:
+        """Start what takes time to load (a judge engine) while rollouts begin."""
+        for source in self.sources.values():
+            if hasattr(source, "start"):
+                source.start()
+
+    def close(self) -> None:
+        """Stop what the sources started (judge actors, sandbox pools)."""
+        for source in self.sources.values():
+            if hasattr(source, "close"):
+                source.close()

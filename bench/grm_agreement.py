@@ -1,0 +1,163 @@
+"""Does the rubric procedure judge better than one prompt? Pairwise accuracy on pairs of
+responses to the same task where one is clearly better (bench/data/grm_pairs.jsonl:
+correct vs wrong, on- vs off-topic, keeps vs breaks a stated constraint, concise vs
+padded), for the GRM's rubric procedure and for a single-prompt 1-10 judge, with the
+same judge model and backend. A pair counts 1 when the better response scores higher,
+0.5 on a tie (or when either side is unscored), 0 otherwise.
+
+Each method is read two ways from the same judge calls: from the judge's picks (rubric:
+yes/no verdicts; Likert: the integer it wrote) and from its probabilities (rubric: P(yes)
+per criterion; Likert: the expected score over its top logprobs at the score token).
+
+    .venv/bin/python bench/grm_agreement.py [--judge smollm2-135m-instruct | tiny | /path]
+    .venv/bin/python bench/grm_agreement.py --http-url URL --http-model NAME [--api-key-env VAR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from pathlib import Path
+
+PAIRS = Path(__file__).parent / "data" / "grm_pairs.jsonl"
+LIKERT_SYSTEM = ("You are a careful, strict grader of written answers. Rate how well the answer does the task, "
+                 'from 1 (useless) to 10 (perfect). Reply in JSON: {"score": <1-10>, "reason": "<one short line>"}.')
+
+
+def likert_schema() -> dict:
+    return {"type": "object", "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 10},
+                                             "reason": {"type": "string", "minLength": 1, "maxLength": 80}},
+            "required": ["score", "reason"], "additionalProperties": False}
+
+
+def likert_class(continuation: str) -> str | None:
+    """The score a top alternative at the score token stands for. Digit-split tokenizers
+    give "1" for both 1 and 10; it counts as 1 unless the token itself reads "10"."""
+    head = continuation.lstrip(' "')
+    digits = head[:2] if head[:2] == "10" else head[:1]
+    return digits if digits.isdigit() and digits != "0" else None
+
+
+def likert_scores(reply) -> tuple[float | None, float | None]:
+    from posttrain.rewards.grm_parse import ParseError, extract_json, value_mass
+
+    try:
+        picked = float(extract_json(reply.text)["score"])
+    except (ParseError, KeyError, TypeError, ValueError):
+        found = re.search(r'score"?\s*[:=]\s*"?(10|[1-9])\b', reply.text or "")  # a reply cut short
+        if not found:
+            return None, None
+        picked = float(found.group(1))
+    mass = value_mass(reply.tokens, reply.top, "score", likert_class)
+    total = sum(mass.values())
+    expected = sum(int(k) * v for k, v in mass.items()) / total if total > 0 else picked
+    return picked, expected
+
+
+def samples_for(pairs: list[dict], count_tokens):
+    from posttrain.types import Completion, Message, Sample, Task
+
+    out = []
+    for pair in pairs:
+        task = Task(pair["id"], pair["kind"], (Message("user", pair["task"]),), verifier="grm")
+        for side in ("better", "worse"):
+            n = count_tokens(pair[side])
+            out.append(Sample(task, 0, (0,), Completion((0,) * n, (0.0,) * n, pair[side], "stop")))
+    return out
+
+
+def rubric_scores(grm, samples) -> tuple[list, list, float]:
+    """GRM scores (probability verdicts) and the same rubrics scored with binary verdicts."""
+    from posttrain.rewards.grm import final_score
+    from posttrain.rewards.grm_parse import Criterion
+
+    started = time.perf_counter()
+    results = asyncio.run(grm.score(samples))
+    seconds = time.perf_counter() - started
+    soft, hard = [], []
+    for r in results:
+        if not r.ok:
+            soft.append(None)
+            hard.append(None)
+            continue
+        criteria = [Criterion(**c) for c in r.details["rubric"]]
+        soft.append(r.score)
+        hard.append(final_score(criteria, [1.0 if v["verdict"] == "yes" else 0.0 for v in r.details["verdicts"]]))
+    return soft, hard, seconds
+
+
+def likert(backend, pairs: list[dict]) -> tuple[list, list, float]:
+    from posttrain.rewards.grm_judge import JudgeCall
+
+    calls = [JudgeCall(({"role": "system", "content": LIKERT_SYSTEM},
+                        {"role": "user", "content": f"Task:\n{p['task']}\n\nAnswer:\n{p[side]}"}),
+                       likert_schema(), 64, 0.0, 10) for p in pairs for side in ("better", "worse")]
+    started = time.perf_counter()
+    replies = asyncio.run(backend.complete(calls))
+    seconds = time.perf_counter() - started
+    picked, expected = zip(*(likert_scores(r) for r in replies))
+    return list(picked), list(expected), seconds
+
+
+def accuracy(scores: list, pairs: list[dict]) -> dict[str, float]:
+    by_kind: dict[str, list[float]] = {}
+    for i, pair in enumerate(pairs):
+        better, worse = scores[2 * i], scores[2 * i + 1]
+        if better is None or worse is None or abs(better - worse) < 1e-9:
+            point = 0.5
+        else:
+            point = float(better > worse)
+        by_kind.setdefault(pair["kind"], []).append(point)
+        by_kind.setdefault("all", []).append(point)
+    return {kind: sum(v) / len(v) for kind, v in by_kind.items()}
+
+
+def judge_config(args) -> dict:
+    if args.http_url:
+        return {"type": "http", "base_url": args.http_url, "model": args.http_model, "api_key_env": args.api_key_env}
+    return {"type": "vllm", "model": args.judge, "max_model_len": args.max_model_len}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--judge", default="smollm2-135m-instruct", help="vLLM judge: model name or local folder")
+    parser.add_argument("--http-url", help="OpenAI-compatible endpoint instead of a local vLLM judge")
+    parser.add_argument("--http-model", help="model name at the endpoint")
+    parser.add_argument("--api-key-env", default=None, help="environment variable with the endpoint's API key")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--max-criteria", type=int, default=10)
+    parser.add_argument("--pairs", default=str(PAIRS))
+    parser.add_argument("--limit", type=int, help="first N pairs only")
+    args = parser.parse_args()
+
+    from posttrain.config import GRMConfig
+    from posttrain.rewards.grm import GRM
+
+    pairs = [json.loads(line) for line in Path(args.pairs).read_text().splitlines() if line.strip()][:args.limit]
+    grm = GRM(GRMConfig(judge=judge_config(args), length_cap=100_000, max_criteria=args.max_criteria))
+    grm.start()
+    try:
+        samples = samples_for(pairs, lambda text: len(text.split()))  # no length cap here: lengths unused
+        soft, hard, rubric_s = rubric_scores(grm, samples)
+        picked, expected, likert_s = likert(grm.backend, pairs)
+    finally:
+        grm.close()
+    rows = [("rubric procedure, P(yes) verdicts (as in training)", soft, rubric_s),
+            ("rubric procedure, yes/no verdicts", hard, rubric_s),
+            ("single prompt 1-10, expected score", expected, likert_s),
+            ("single prompt 1-10, the integer written", picked, likert_s)]
+    kinds = sorted({p["kind"] for p in pairs})
+    print(f"judge {grm.backend.model_id}, {len(pairs)} pairs; ties and unscored count 0.5\n")
+    print("| method | " + " | ".join(kinds) + " | all | unscored | judge s |")
+    print("|---" * (len(kinds) + 4) + "|")
+    for name, scores, seconds in rows:
+        acc = accuracy(scores, pairs)
+        print(f"| {name} | " + " | ".join(f"{acc[k]:.2f}" for k in kinds) +
+              f" | **{acc['all']:.2f}** | {scores.count(None)} | {seconds:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Reward debugging (and, to come, the web dashboard)."""

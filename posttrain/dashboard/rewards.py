@@ -1,0 +1,220 @@
+"""The reward debugger: why did a sample get its reward?
+
+  show    a run's saved rollouts: the task, the response, the reward with its reason, and
+          for a GRM sample the rubric with each criterion's verdict and reason
+  replay  rescore saved rollouts with the run's reward config, or a changed one, and show
+          the distribution shift and the samples whose reward moved most
+  try     score one (task, response) pair with the GRM and show the whole procedure
+
+Reads the run folder only (rollouts/STAGE.jsonl, scoreboard.jsonl, config.resolved.yaml).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from posttrain.rollouts_log import SCOREBOARD, read_rows, rollouts_path
+from posttrain.types import Completion, Message, RewardResult, Sample, Task
+
+
+class DebugError(Exception):
+    """A request the run folder cannot answer; str() is the one line shown."""
+
+
+# ---------------------------------------------------------------- reading a run
+
+
+def rl_stages(run_dir: Path) -> list[str]:
+    """The run's stages that saved rollouts, in pipeline order when the config is there."""
+    import yaml
+
+    saved = {p.stem for p in (run_dir / "rollouts").glob("*.jsonl") if not p.stem.endswith(".replaced")}
+    config = run_dir / "config.resolved.yaml"
+    order = [s["name"] for s in yaml.safe_load(config.read_text())["stages"]] if config.is_file() else sorted(saved)
+    return [name for name in order if name in saved]
+
+
+def load_rows(run_dir: Path, stage: str | None) -> tuple[str, list[dict]]:
+    stages = rl_stages(run_dir)
+    if not stages:
+        raise DebugError(f"{run_dir}: no saved rollouts (rollouts/STAGE.jsonl); is it an RL run folder?")
+    stage = stage or stages[-1]
+    if stage not in stages:
+        raise DebugError(f"{run_dir}: no rollouts saved for stage {stage!r} (have: {', '.join(stages)})")
+    return stage, read_rows(rollouts_path(run_dir, stage))
+
+
+def scoreboard(run_dir: Path, stage: str) -> dict[str, dict]:
+    return {e["sample"]: e for e in read_rows(run_dir / SCOREBOARD) if e.get("stage") == stage}
+
+
+def row_sample(row: dict) -> Sample:
+    task = Task(row["task_id"], row["family"], tuple(Message(m["role"], m["content"]) for m in row["messages"]),
+                row["answer"], row["entry"] or {}, row["verifier"])
+    n = row["response_tokens"]
+    # token ids are not saved: verifiers read the text, budgets and the length cap the count
+    completion = Completion((0,) * n, (0.0,) * n, row["response"], row["finish_reason"])
+    return Sample(task, row["group"], (0,) * row["prompt_tokens"], completion, row["policy_version"], env=row.get("env"))
+
+
+# ---------------------------------------------------------------- show
+
+
+def show(run_dir: Path, stage: str | None = None, step: int | None = None, sample: str | None = None,
+         worst: int | None = None) -> None:
+    stage, rows = load_rows(Path(run_dir), stage)
+    if sample is not None:
+        rows = [r for r in rows if r["sample"] == sample]
+        if not rows:
+            raise DebugError(f"stage {stage}: no sample {sample!r} (ids are STEP-INDEX, e.g. 3-0)")
+    elif step is not None or worst is None:
+        step = step if step is not None else max(r["step"] for r in rows)
+        rows = [r for r in rows if r["step"] == step]
+        if not rows:
+            raise DebugError(f"stage {stage}: no saved samples at step {step}")
+    if worst is not None:
+        rows = sorted(rows, key=lambda r: (r["ok"], r["reward"]))[:worst]  # unscored first, then lowest
+    board = scoreboard(Path(run_dir), stage)
+    if sample is None and worst is None:
+        _table(stage, step, rows)
+        return
+    for row in rows:
+        print_sample(row, board.get(row["sample"]))
+
+
+def _table(stage: str, step: int, rows: list[dict]) -> None:
+    print(f"stage {stage}, step {step}: {len(rows)} samples (`--sample ID` for one, `--worst K` for the lowest)")
+    print(f"{'id':>7}  {'source':<13} {'reward':>7}  reason")
+    for r in rows:
+        reward = f"{r['reward']:.3f}" if r["ok"] else "unscored"
+        print(f"{r['sample']:>7}  {r['source']:<13} {reward:>7}  {_one_line(r['reason'], 90)}")
+
+
+def print_sample(row: dict, entry: dict | None) -> None:
+    reward = f"{row['reward']:.3f}" if row["ok"] else "unscored (left out of training)"
+    print(f"=== {row['stage']} step {row['step']} sample {row['sample']}  task {row['task_id']} "
+          f"({row['family']}, verifier {row['verifier']})")
+    for m in row["messages"]:
+        print(f"[{m['role']}]\n{_indent(m['content'])}")
+    print(f"[response] {row['response_tokens']} tokens, finish {row['finish_reason']}"
+          + (f", budget {row['budget']}" if row.get("budget") else "") + f"\n{_indent(row['response'])}")
+    print(f"reward {reward}  source {row['source']}\nreason: {row['reason']}")
+    if entry is not None:
+        print_entry(entry)
+    print()
+
+
+def print_entry(entry: dict) -> None:
+    """The GRM procedure of one sample: rubric, verdicts with reasons, final score."""
+    print(f"GRM {entry['status']}  judge {entry['judge_model']}  procedure {entry['procedure_version']}  "
+          f"latency {entry.get('latency_s', 0):.2f}s{'  (cache hit)' if entry.get('cache_hit') else ''}")
+    if not entry["rubric"]:
+        print(f"  {entry['reason']}")
+        for raw in entry.get("rubric_raw", []):
+            print(f"  rubric reply: {_one_line(raw, 200)}")
+        return
+    print(f"  {'#':>2} {'kind':<9} {'w':>3} {'verdict':<7} {'c_j':>5}  criterion / reason")
+    verdicts = {v["criterion"]: v for v in entry["verdicts"]}
+    for j, c in enumerate(entry["rubric"]):
+        v = verdicts.get(j, {})
+        score = f"{v['score']:.2f}" if v.get("score") is not None else "-"
+        print(f"  {j:>2} {c['kind']:<9} {c['weight']:>3g} {v.get('verdict') or 'none':<7} {score:>5}  {c['text']}")
+        print(f"  {'':>30}  reason: {_one_line(v.get('reason', ''), 100)}")
+    if entry["status"] == "scored":
+        print(f"  score = 2 * (sum w*c over criteria + sum w*(1-c) over pitfalls) / sum w - 1 = {entry['score']:.3f}")
+    else:
+        print(f"  {entry['reason']}")
+
+
+def _one_line(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _indent(text: str) -> str:
+    return textwrap.indent(text if text.strip() else "(empty)", "  ")
+
+
+# ---------------------------------------------------------------- replay
+
+
+def replay(run_dir: Path, stage: str | None, overrides: list[str], steps: list[int] | None = None,
+           last: int | None = None, top: int = 10, use_cache: bool = True) -> list[RewardResult]:
+    """Rescore saved rollouts with the stage's reward config, changed by `overrides`
+    (`reward.grm.length_cap=64`: keys relative to the stage)."""
+    from posttrain.configfile import load_pipeline, read_yaml
+    from posttrain.rewards.base import score_sync
+    from posttrain.rl import reward_router
+    from posttrain.rollout.budget import apply_budget
+
+    run_dir = Path(run_dir)
+    stage, rows = load_rows(run_dir, stage)
+    resolved = run_dir / "config.resolved.yaml"
+    index = [s["name"] for s in read_yaml(resolved)["stages"]].index(stage)
+    config = load_pipeline(resolved, [o if o.startswith("stages") else f"stages[{index}].{o}" for o in overrides])
+    if steps:
+        rows = [r for r in rows if r["step"] in set(steps)]
+    if last:
+        wanted = sorted({r["step"] for r in rows})[-last:]
+        rows = [r for r in rows if r["step"] in set(wanted)]
+    if not rows:
+        raise DebugError(f"stage {stage}: no saved samples to replay")
+    router = reward_router(config.stages[index])
+    grm = router.sources.get("grm")
+    if grm is not None and use_cache:
+        print(f"GRM cache: {grm.preload(list(scoreboard(run_dir, stage).values()))} judgements loaded from {SCOREBOARD}")
+    samples = [row_sample(r) for r in rows]
+    try:
+        results = score_sync(router, samples)
+    finally:
+        router.close()
+    results = [apply_budget(r, s.model_tokens, row["budget"]) for r, s, row in zip(results, samples, rows)]
+    print_shift(rows, results, top)
+    return results
+
+
+def print_shift(rows: list[dict], results: list[RewardResult], top: int) -> None:
+    old = [r["reward"] if r["ok"] else None for r in rows]
+    new = [r.score if r.ok else None for r in results]
+    sources = sorted({r["source"] for r in rows})
+    print(f"replayed {len(rows)} samples of steps {rows[0]['step']}..{rows[-1]['step']}")
+    print(f"{'source':<14} {'n':>5}  {'mean old -> new':>22}  {'std old -> new':>17}  "
+          f"{'p10/p50/p90 old -> new':>36}  {'unscored':>9}  changed")
+    for name in sources + ["all"]:
+        idx = [i for i, r in enumerate(rows) if name == "all" or r["source"] == name]
+        a, b = [old[i] for i in idx], [new[i] for i in idx]
+        print(f"{name:<14} {len(idx):>5}  {_stat(a, np.mean):>9} -> {_stat(b, np.mean):<9} ({_delta(a, b)})  "
+              f"{_stat(a, np.std):>7} -> {_stat(b, np.std):<7}  {_quantiles(a):>16} -> {_quantiles(b):<16}  "
+              f"{a.count(None):>3} -> {b.count(None):<3}  {sum(_moved(x, y) > 1e-9 for x, y in zip(a, b))}")
+    moved = sorted(range(len(rows)), key=lambda i: -_moved(old[i], new[i]))
+    moved = [i for i in moved if _moved(old[i], new[i]) > 1e-9][:top]
+    print(f"\n{len(moved)} samples whose reward changed most:" if moved else "\nno reward changed")
+    for i in moved:
+        fmt = lambda v: "unscored" if v is None else f"{v:.3f}"  # noqa: E731
+        print(f"  {rows[i]['sample']:>7} {rows[i]['source']:<13} {fmt(old[i])} -> {fmt(new[i])}")
+        print(f"          was: {_one_line(rows[i]['reason'], 110)}\n          now: {_one_line(results[i].reason, 110)}")
+
+
+def _moved(a: float | None, b: float | None) -> float:
+    if a is None or b is None:
+        return 0.0 if a is b else 2.0  # scored <-> unscored counts as the largest move
+    return abs(a - b)
+
+
+def _stat(values: list, fn) -> str:
+    kept = [v for v in values if v is not None]
+    return f"{fn(kept):.3f}" if kept else "-"
+
+
+def _delta(a: list, b: list) -> str:
+    ka, kb = [v for v in a if v is not None], [v for v in b if v is not None]
+    return f"{np.mean(kb) - np.mean(ka):+.3f}" if ka and kb else "  -   "
+
+
+def _quantiles(values: list) -> str:
+    kept = [v for v in values if v is not None]
+    return "/".join(f"{q:.2f}" for q in np.percentile(kept, [10, 50, 90])) if kept else "-"

@@ -1,0 +1,307 @@
+"""The agentic generative reward model (RECIPE.md; Rubrics as Rewards, arXiv 2507.17746):
+a fixed procedure of judge calls, each parsed and validated, not one prompt.
+
+1. read: the task and the candidate; a candidate over `length_cap` tokens scores -1 here;
+2. rubric: the judge writes 3-10 weighted criteria for the task (one call per task,
+   shared by every candidate of the task and cached);
+3. score: one judge call per (candidate, criterion), all batched into one engine call,
+   each a yes/no verdict with a one-line reason; c_j = P(yes) where the backend returns
+   logprobs, else 1/0;
+4. record: a scoreboard entry (RewardResult.details) with every intermediate result.
+
+Final score, pitfalls counted negative and mapped linearly to [-1, 1]:
+    r = 2 * (sum_{non-pitfall} w_j c_j + sum_{pitfall} w_j (1 - c_j)) / sum_j w_j - 1
+so r = 1 when every criterion is met and no pitfall is hit, and r = -1 in the opposite case.
+A reply that cannot be read is retried; after the retries the sample is unscored (ok=False).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Callable
+
+from posttrain.config import GRMConfig
+from posttrain.rewards.grm_judge import JudgeCall, JudgeReply, make_backend
+from posttrain.rewards.grm_parse import KINDS, Criterion, ParseError, Verdict, parse_rubric, parse_verdict
+from posttrain.types import RewardResult, Sample, Task
+
+log = logging.getLogger(__name__)
+
+PROCEDURE_VERSION = "rubric-v1"
+RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 would repeat the same malformed reply
+TOP_LOGPROBS = 10
+JUDGE_SYSTEM = "You are a careful, strict grader of written answers."
+# Worked examples as earlier chat turns: a small judge copies the shape of an answer far
+# better than it follows a description of it. They open every prompt, so the engine's
+# prefix cache computes them once.
+_RUBRIC_EXAMPLES = [
+    ("What is 7 times 8?", [("Says that 7 times 8 is 56", "essential", 5), ("Shows the multiplication", "optional", 1),
+                            ("Gives a number other than 56", "pitfall", 5)]),
+    ("Write a limerick about a cat.", [("Is a limerick of five lines", "essential", 5), ("Is about a cat", "essential", 4),
+                                       ("Is funny", "important", 2),
+                                       ("Talks about something other than a cat", "pitfall", 3)]),
+]
+_VERDICT_EXAMPLES = [
+    ("What is 7 times 8?", "7 times 8 is 54.", "Says that 7 times 8 is 56", "essential",
+     {"verdict": "no", "reason": "It says 54."}),
+    ("Write a limerick about a cat.", "There once was a cat named Lou,\nwho slept in a size-seven shoe...",
+     "Is about a cat", "essential", {"verdict": "yes", "reason": "The limerick is about a cat named Lou."}),
+    ("Write a limerick about a cat.", "Dogs bark at the mailman every morning.",
+     "Talks about something other than a cat", "pitfall", {"verdict": "yes", "reason": "It talks about dogs."}),
+]
+
+
+def rubric_schema(min_criteria: int, max_criteria: int) -> dict:
+    item = {"type": "object", "properties": {
+        "text": {"type": "string", "minLength": 3, "maxLength": 120},
+        "kind": {"type": "string", "enum": list(KINDS)},
+        "weight": {"type": "integer", "minimum": 1, "maximum": 5}},
+        "required": ["text", "kind", "weight"], "additionalProperties": False}
+    return {"type": "object", "properties": {"criteria": {"type": "array", "items": item, "minItems": min_criteria,
+                                                          "maxItems": max_criteria}},
+            "required": ["criteria"], "additionalProperties": False}
+
+
+def verdict_schema(reason_chars: int) -> dict:
+    return {"type": "object", "properties": {
+        "verdict": {"type": "string", "enum": ["yes", "no"]},
+        "reason": {"type": "string", "minLength": 1, "maxLength": reason_chars}},
+        "required": ["verdict", "reason"], "additionalProperties": False}
+
+
+def task_text(task: Task) -> str:
+    """What the judge is told the task was: the user turn, with any system turn before it."""
+    turns = [m for m in task.messages if m.role in ("system", "user")]
+    if len(turns) == 1:
+        return turns[0].content
+    return "\n".join(f"{m.role}: {m.content}" for m in turns)
+
+
+def rubric_messages(task: str, min_criteria: int, max_criteria: int) -> tuple[dict, ...]:
+    system = (f"Write a grading rubric for answers to a task: {min_criteria} to {max_criteria} criteria, each one "
+              'short check that an answer passes or fails. kind: "essential" (the answer must do it), "important" '
+              '(it should), "optional" (nice to have), or "pitfall" (a mistake to avoid). weight: 1 (minor) to 5 '
+              "(crucial). Reply in JSON.")
+    turns = [{"role": "system", "content": system}]
+    for example, criteria in _RUBRIC_EXAMPLES:
+        rubric = {"criteria": [{"text": t, "kind": k, "weight": w} for t, k, w in criteria]}
+        turns += [{"role": "user", "content": f"Task: {example}"}, {"role": "assistant", "content": json.dumps(rubric)}]
+    return tuple(turns + [{"role": "user", "content": f"Task: {task}"}])
+
+
+def _verdict_prompt(task: str, candidate: str, text: str, kind: str) -> str:
+    if kind == "pitfall":
+        check = f"Mistake to look for: {text}\nDoes the answer make this mistake?"
+    else:
+        check = f"Check: {text}\nDoes the answer pass this check?"
+    return f"Task given to a writer:\n{task}\n\nTheir answer:\n{candidate}\n\n{check}"
+
+
+def verdict_messages(task: str, candidate: str, criterion: Criterion) -> tuple[dict, ...]:
+    system = (JUDGE_SYSTEM + ' Judge one check at a time. Reply in JSON: {"verdict": "yes" or "no", '
+              '"reason": "<one short line>"}.')
+    turns = [{"role": "system", "content": system}]
+    for example, answer, text, kind, verdict in _VERDICT_EXAMPLES:
+        turns += [{"role": "user", "content": _verdict_prompt(example, answer, text, kind)},
+                  {"role": "assistant", "content": json.dumps(verdict)}]
+    return tuple(turns + [{"role": "user", "content": _verdict_prompt(task, candidate, criterion.text, criterion.kind)}])
+
+
+def final_score(criteria: list[Criterion], scores: list[float]) -> float:
+    total = sum(c.weight for c in criteria)
+    got = sum(c.weight * (1.0 - s if c.kind == "pitfall" else s) for c, s in zip(criteria, scores))
+    return 2.0 * got / total - 1.0
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
+
+
+@dataclass
+class Asked:
+    """The outcome of one judge call and its retries."""
+
+    value: object | None
+    raw: list[str]
+    error: str | None = None
+
+    @property
+    def tries(self) -> int:
+        return len(self.raw)
+
+
+class GRM:
+    """A reward source (`score(samples) -> list[RewardResult]`) for tasks with verifier `grm`."""
+
+    name = "grm"
+
+    def __init__(self, config: GRMConfig, backend=None):
+        self.config = config
+        self.backend = backend if backend is not None else make_backend(config.judge)
+        self.cache: dict[str, dict] = {}  # cache key -> scoreboard entry
+        self.rubrics: dict[str, Asked] = {}  # rubric key -> a successful rubric call
+        c = config
+        self.procedure = f"{PROCEDURE_VERSION}/{c.min_criteria}-{c.max_criteria}/{c.verdict}/t{c.temperature}"
+
+    def start(self) -> None:
+        """Start the judge now (a vLLM judge loads in the background meanwhile)."""
+        self.backend.start()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def rubric_key(self, task: Task) -> str:
+        return _digest(task.task_id, task_text(task), self.backend.model_id, self.procedure)
+
+    def cache_key(self, task: Task, candidate: str) -> str:
+        return _digest(self.rubric_key(task), candidate)
+
+    def preload(self, entries: list[dict]) -> int:
+        """Fill the cache from scoreboard entries judged with this judge and procedure."""
+        before = len(self.cache)
+        for e in entries:
+            if e.get("status") == "scored" and e.get("judge_model") == self.backend.model_id \
+                    and e.get("procedure_version") == self.procedure:
+                self.cache[e["cache_key"]] = e
+        return len(self.cache) - before
+
+    # ------------------------------------------------------------ the procedure
+
+    async def score(self, samples: list[Sample]) -> list[RewardResult]:
+        started = time.perf_counter()
+        results: list[RewardResult | None] = [None] * len(samples)
+        fresh: dict[str, list[int]] = {}
+        for i, s in enumerate(samples):
+            if s.model_tokens > self.config.length_cap:
+                results[i] = self._capped(s)
+                continue
+            key = self.cache_key(s.task, s.completion.text)
+            if self.config.cache and key in self.cache:
+                results[i] = self._result(self.cache[key], cache_hit=True)
+            else:
+                fresh.setdefault(key, []).append(i)  # identical candidates are judged once
+        if fresh:
+            entries = await self._judge({key: samples[idx[0]] for key, idx in fresh.items()})
+            latency = time.perf_counter() - started
+            for key, idx in fresh.items():
+                entry = dict(entries[key], latency_s=round(latency, 3))
+                if entry["status"] == "scored" and self.config.cache:
+                    self.cache[key] = entry
+                for n, i in enumerate(idx):
+                    results[i] = self._result(entry, cache_hit=n > 0)
+        return results  # type: ignore[return-value]
+
+    async def _judge(self, firsts: dict[str, Sample]) -> dict[str, dict]:
+        tasks = {self.rubric_key(s.task): s.task for s in firsts.values()}
+        rubrics = await self._rubrics(tasks)
+        pairs = [(key, j, criterion) for key, s in firsts.items()
+                 for j, criterion in enumerate(rubrics[self.rubric_key(s.task)].value or [])]
+        calls = [self._verdict_call(firsts[key], criterion) for key, _, criterion in pairs]
+        asked = await self._ask(calls, self._parse_verdict)
+        verdicts: dict[str, list[Asked]] = {key: [] for key in firsts}
+        for (key, _, _), outcome in zip(pairs, asked):
+            verdicts[key].append(outcome)
+        return {key: self._entry(key, s, rubrics[self.rubric_key(s.task)], verdicts[key]) for key, s in firsts.items()}
+
+    async def _rubrics(self, tasks: dict[str, Task]) -> dict[str, Asked]:
+        missing = [key for key in tasks if key not in self.rubrics]
+        c = self.config
+        calls = [JudgeCall(rubric_messages(task_text(tasks[key]), c.min_criteria, c.max_criteria),
+                           rubric_schema(c.min_criteria, c.max_criteria), c.rubric_tokens, c.temperature)
+                 for key in missing]
+        parse = lambda reply: parse_rubric(reply.text, c.min_criteria, c.max_criteria)  # noqa: E731
+        fresh = dict(zip(missing, await self._ask(calls, parse)))
+        for key, outcome in fresh.items():
+            if outcome.value is not None:  # a failed rubric is asked for again next time
+                self.rubrics[key] = outcome
+        return {key: self.rubrics.get(key) or fresh[key] for key in tasks}
+
+    def _verdict_call(self, sample: Sample, criterion: Criterion) -> JudgeCall:
+        c = self.config
+        return JudgeCall(verdict_messages(task_text(sample.task), sample.completion.text, criterion),
+                         verdict_schema(c.reason_chars), c.verdict_tokens, c.temperature,
+                         TOP_LOGPROBS if c.verdict == "probability" else 0)
+
+    def _parse_verdict(self, reply: JudgeReply) -> Verdict:
+        return parse_verdict(reply.text, reply.tokens, reply.top, self.config.verdict == "probability",
+                             self.config.reason_chars)
+
+    async def _ask(self, calls: list[JudgeCall], parse: Callable[[JudgeReply], object]) -> list[Asked]:
+        """Each call until its reply parses, at most 1 + retries times; all pending calls of
+        a round go to the judge together."""
+        out = [Asked(None, []) for _ in calls]
+        pending = list(range(len(calls)))
+        for attempt in range(1 + self.config.retries):
+            if not pending:
+                break
+            temperature = self.config.temperature if attempt == 0 else max(self.config.temperature, RETRY_TEMPERATURE)
+            replies = await self.backend.complete([replace(calls[i], temperature=temperature) for i in pending])
+            still = []
+            for i, reply in zip(pending, replies):
+                out[i].raw.append(reply.text if reply.text is not None else f"<error: {reply.error}>")
+                try:
+                    if reply.text is None:
+                        raise ParseError(reply.error or "no reply")
+                    out[i].value, out[i].error = parse(reply), None
+                except ParseError as exc:
+                    out[i].error = str(exc)
+                    still.append(i)
+            if still:
+                log.warning("grm: %d of %d judge replies unusable (try %d): %s", len(still), len(pending),
+                            attempt + 1, out[still[0]].error)
+            pending = still
+        return out
+
+    # ------------------------------------------------------------ the record
+
+    def _base(self, key: str | None, sample: Sample) -> dict:
+        return {"task_id": sample.task.task_id, "family": sample.task.family, "task": task_text(sample.task),
+                "candidate": sample.completion.text, "response_tokens": sample.model_tokens,
+                "length_cap": self.config.length_cap, "judge_model": self.backend.model_id,
+                "procedure_version": self.procedure, "cache_key": key}
+
+    def _entry(self, key: str, sample: Sample, rubric: Asked, verdicts: list[Asked]) -> dict:
+        entry = self._base(key, sample)
+        criteria: list[Criterion] = rubric.value or []
+        entry.update(rubric=[asdict(c) for c in criteria], rubric_raw=rubric.raw, verdicts=[
+            {"criterion": j, "verdict": None if v.value is None else ("yes" if v.value.yes else "no"),
+             "score": None if v.value is None else round(v.value.score, 4),
+             "probability": None if v.value is None or v.value.probability is None else round(v.value.probability, 4),
+             "reason": v.value.reason if v.value is not None else f"unusable: {v.error}", "raw": v.raw}
+            for j, v in enumerate(verdicts)])
+        entry["judge_tries"] = {"rubric": rubric.tries, "verdicts": sum(v.tries for v in verdicts)}
+        failed = [j for j, v in enumerate(verdicts) if v.value is None]
+        if rubric.value is None:
+            entry.update(status="unscored", score=None,
+                         reason=f"unscored: rubric reply unusable after {rubric.tries} tries: {rubric.error}")
+        elif failed:
+            entry.update(status="unscored", score=None,
+                         reason=f"unscored: verdict on criterion {failed[0]} unusable after "
+                                f"{verdicts[failed[0]].tries} tries: {verdicts[failed[0]].error}")
+        else:
+            score = final_score(criteria, [v.value.score for v in verdicts])
+            entry.update(status="scored", score=round(score, 4), reason=_summary(score, criteria, verdicts))
+        return entry
+
+    def _capped(self, sample: Sample) -> RewardResult:
+        entry = self._base(None, sample)
+        entry.update(status="length_capped", score=-1.0, rubric=[], rubric_raw=[], verdicts=[], judge_tries={"rubric": 0, "verdicts": 0},
+                     latency_s=0.0, reason=f"over length cap: {sample.model_tokens} > {self.config.length_cap} tokens")
+        return self._result(entry, cache_hit=False)
+
+    def _result(self, entry: dict, cache_hit: bool) -> RewardResult:
+        details = dict(entry, cache_hit=cache_hit)
+        if entry["status"] == "unscored":
+            return RewardResult(0.0, entry["reason"], self.name, details, ok=False)
+        return RewardResult(float(entry["score"]), entry["reason"], self.name, details)
+
+
+def _summary(score: float, criteria: list[Criterion], verdicts: list[Asked]) -> str:
+    """`rubric 0.42: essential yes (0.91) Names..., pitfall no (0.12) ...` in at most 300 characters."""
+    parts = [f"{c.kind} {'yes' if v.value.yes else 'no'} ({v.value.score:.2f}) {c.text[:40]}"
+             for c, v in zip(criteria, verdicts)]
+    return f"rubric {score:.2f}: " + "; ".join(parts)[:290]
