@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from posttrain.config_base import BUILTIN_MODELS, Base, model_name  # noqa: F401 (re-exported)
 from posttrain.config_reward import GRMConfig, HTTPJudge, Judge, RewardConfig, VLLMJudge  # noqa: F401
