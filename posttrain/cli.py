@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    _print_summary(state, run_dir)
+    from posttrain.summary import print_summary
+
+    print_summary(state, run_dir)
     return 0
 
 
@@ -160,34 +162,10 @@ def _resume(args) -> int:
         return 2
     config = load_pipeline(resolved)
     state = run_pipeline(config, run_dir, verbose=args.verbose, source=str(resolved), resume=True)
-    _print_summary(state, run_dir)
+    from posttrain.summary import print_summary
+
+    print_summary(state, run_dir)
     return 0
-
-
-def _print_summary(state: dict, run_dir: Path) -> None:
-    from posttrain.metrics import read_metrics
-
-    rows = read_metrics(run_dir)
-    for name, entry in state["stages"].items():
-        line = f"{name}: {entry['status']} in {entry.get('seconds', 0)}s -> {entry.get('checkpoint')}"
-        stage_rows = [r for r in rows if r["stage"] == name]
-        keys = ["reward/mean"] + sorted({k for r in stage_rows for k in r if k.startswith("reward_source/")})
-        trend = [_trend(key, [r[key] for r in stage_rows if key in r]) for key in keys]
-        if trend[0]:
-            line += f" ({trend[0]})"
-        print(line)
-        if len([t for t in trend if t]) > 2:  # several reward sources: one line each
-            for t in trend[1:]:
-                print(f"  {t}")
-    print(f"run folder: {run_dir}")
-
-
-def _trend(key: str, values: list[float]) -> str:
-    """`KEY: first k steps X, last k steps Y` (k up to 10), or '' with too few values."""
-    if len(values) < 2:
-        return ""
-    k = min(10, len(values) // 2)
-    return f"{key}: first {k} steps {sum(values[:k]) / k:.3f}, last {k} steps {sum(values[-k:]) / k:.3f}"
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from posttrain.config_base import BUILTIN_MODELS, Base, model_name  # noqa: F401 (re-exported)
 from posttrain.config_reward import GRMConfig, HTTPJudge, Judge, RewardConfig, VLLMJudge  # noqa: F401
 from posttrain.config_stages import (  # noqa: F401 (re-exported)
-    AnnealConfig, BudgetConfig, Effort, GRPOConfig, MOPDStage, PartialRolloutConfig, RLStage, RolloutStage, SFTStage,
+    AnnealConfig, BudgetConfig, Effort, EffortSpec, EvalStage, ExpertsStage, GRPOConfig, MOPDStage, PartialRolloutConfig, RLStage, RolloutStage, SFTStage,
     Stage, StageBase, TeacherPoolConfig, TeacherSpec)
 from posttrain.config_tasks import (  # noqa: F401 (task sources are part of this module's API)
     AgentFamily, AgentTasks, ChatJsonl, CodingTasks, LeafSource, MixtureTasks, ReasoningGymFamily, ReasoningGymTasks,
@@ -174,18 +174,47 @@ class PipelineConfig(Base):
 
     @model_validator(mode="after")
     def _stage_references(self) -> "PipelineConfig":
-        seen: set[str] = set()
-        for stage in self.stages:
+        seen: dict[str, object] = {}
+        for i, stage in enumerate(self.stages):
+            where = f"stages[{i}] ({stage.name})"
             if stage.name in seen:
-                raise ValueError(f"duplicate stage name '{stage.name}'")
-            if stage.init_from not in (None, "model") and stage.init_from not in seen:
-                raise ValueError(f"stage '{stage.name}': init_from '{stage.init_from}' names no earlier stage")
-            for i, teacher in enumerate(getattr(stage, "teachers", [])):
-                ref = teacher.checkpoint.removeprefix("stage:")
-                if teacher.checkpoint.startswith("stage:") and ref not in seen:
-                    raise ValueError(f"stage '{stage.name}': teachers[{i}].checkpoint 'stage:{ref}' names no earlier stage")
-            seen.add(stage.name)
+                raise ValueError(f"{where}: duplicate stage name '{stage.name}'")
+            if stage.init_from not in (None, "model"):
+                self._checkpoint_ref(seen, stage.init_from, f"{where}.init_from")
+            for j, teacher in enumerate(getattr(stage, "teachers", [])):
+                if teacher.checkpoint.startswith("stage:"):
+                    self._checkpoint_ref(seen, teacher.checkpoint.removeprefix("stage:"), f"{where}.teachers[{j}].checkpoint")
+            if getattr(stage, "experts", None) is not None:
+                if not isinstance(seen.get(stage.experts), ExpertsStage):
+                    raise ValueError(f"{where}.experts: '{stage.experts}' names no earlier experts stage")
+            if stage.type == "eval":
+                for j, ref in enumerate(stage.checkpoints):
+                    if ref != "model":
+                        self._checkpoint_ref(seen, ref, f"{where}.checkpoints[{j}]", whole_experts=True)
+                if stage.experts is None and sum(isinstance(s, ExpertsStage) for s in seen.values()) != 1:
+                    raise ValueError(f"{where}.experts: name the experts stage whose cells to evaluate "
+                                     f"(earlier experts stages: {[n for n, s in seen.items() if isinstance(s, ExpertsStage)]})")
+            seen[stage.name] = stage
         return self
+
+    @staticmethod
+    def _checkpoint_ref(seen: dict, ref: str, where: str, whole_experts: bool = False) -> None:
+        """`ref` must name an earlier stage with a checkpoint: an sft, rl or mopd stage, one
+        job of an experts stage (`EXPERTS/DOMAIN-EFFORT`), or (eval) a whole experts stage."""
+        name, _, cell = ref.partition("/")
+        stage = seen.get(name)
+        if stage is None:
+            raise ValueError(f"{where}: '{ref}' names no earlier stage")
+        if stage.type == "eval":
+            raise ValueError(f"{where}: '{ref}' is an eval stage, which makes no checkpoint")
+        if stage.type == "experts":
+            cells = [f"{d}-{e}" for d, e in stage.cells()]
+            if not cell and not whole_experts:
+                raise ValueError(f"{where}: '{ref}' is an experts stage: name one of its jobs, e.g. '{name}/{cells[0]}'")
+            if cell and cell not in cells:
+                raise ValueError(f"{where}: '{ref}': experts stage '{name}' has no job '{cell}' (jobs: {', '.join(cells)})")
+        elif cell:
+            raise ValueError(f"{where}: '{ref}': only an experts stage has jobs ('{name}' is {stage.type})")
 
     def stage(self, name: str) -> SFTStage | RLStage:
         return next(s for s in self.stages if s.name == name)

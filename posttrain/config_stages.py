@@ -98,6 +98,14 @@ class BudgetConfig(Base):
 # ---------------------------------------------------------------- stages
 
 
+def stage_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+        raise ValueError("must be letters, digits, '_', '.', '-' (at most 64)")
+    if name == "model":
+        raise ValueError("'model' is reserved (init_from: model means the base model)")
+    return name
+
+
 class StageBase(Base):
     name: str = Field(description="Stage name; checkpoints go to RUN_DIR/checkpoints/NAME.")
     init_from: str | None = Field(None, description="Earlier stage whose final checkpoint starts this one; `model`: the base model; none: the previous stage, or the model for the first stage.")
@@ -109,11 +117,21 @@ class StageBase(Base):
     @field_validator("name")
     @classmethod
     def _safe_name(cls, name: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
-            raise ValueError("must be letters, digits, '_', '.', '-' (at most 64)")
-        if name == "model":
-            raise ValueError("'model' is reserved (init_from: model means the base model)")
-        return name
+        return stage_name(name)
+
+
+class ThinkConfig(Base):
+    """A scratchpad of random length before some reference answers: the first assistant
+    turn starts with `prefix` and the first k words of the question (k uniform in
+    1..max_words), on a line of its own. The SFT model then answers with or without
+    thinking at lengths that vary; the experts' token budgets choose among them (a stand-in
+    for reasoning traces when the task data has none)."""
+
+    prob: float = Field(0.5, ge=0, le=1, description="Share of conversations that get a scratchpad.")
+    max_words: int = Field(8, ge=1, le=1000, description="Longest scratchpad, in words of the question.")
+    prefix: str = Field("Thinking:", min_length=1, description="Start of the scratchpad line.")
+    code_prefix: str = Field("# Thinking:", min_length=1, description="Start of the line for code tasks (a comment, so the program still runs).")
+    seed: int = Field(0, description="Seed of which conversations get one, and how long.")
 
 
 class SFTStage(StageBase):
@@ -123,6 +141,7 @@ class SFTStage(StageBase):
     data: SFTSource = Field(description="Where the chat data comes from.")
     batch_size: int = Field(32, ge=1, description="Conversations per optimizer step, over all ranks.")
     max_len: int = Field(512, ge=8, description="Conversations are cut to this many tokens.")
+    think: ThinkConfig | None = Field(None, description="Scratchpads of random length before some task answers (task sources only).")
 
 
 class RolloutStage(StageBase):
@@ -189,8 +208,9 @@ class MOPDStage(RolloutStage):
     A_t = sg[log pi_T - log pi_student] + alpha * A_outcome."""
 
     type: Literal["mopd"]
-    domains: dict[str, TaskSource] = Field(min_length=1, description="Task source of each domain.")
-    teachers: list[TeacherSpec] = Field(min_length=1, description="One teacher per (domain, effort) cell.")
+    experts: str | None = Field(None, description="An earlier experts stage: its nine experts are the teachers and its domains the prompts (instead of `domains` and `teachers`).")
+    domains: dict[str, TaskSource] = Field(default_factory=dict, description="Task source of each domain.")
+    teachers: list[TeacherSpec] = Field(default_factory=list, description="One teacher per (domain, effort) cell.")
     effort_max_tokens: dict[Effort, int] = Field(default_factory=dict, description="Most tokens per response of each effort; missing: max_tokens.")
     alpha: float = Field(0.0, ge=0, le=100, description="Weight of the outcome (verifier) advantage added to the teacher's.")
     teacher_pool: TeacherPoolConfig = Field(default_factory=TeacherPoolConfig, description="Where teachers run.")
@@ -205,6 +225,10 @@ class MOPDStage(RolloutStage):
 
     @model_validator(mode="after")
     def _cells(self) -> "MOPDStage":
+        if self.experts is not None and (self.domains or self.teachers):
+            raise ValueError("give `experts` (teachers and domains from an experts stage) or `domains` and `teachers`, not both")
+        if self.experts is None and not (self.domains and self.teachers):
+            raise ValueError("needs `experts: STAGE` (an earlier experts stage) or both `domains` and `teachers`")
         seen = set()
         for i, t in enumerate(self.teachers):
             if t.domain not in self.domains:
@@ -220,4 +244,96 @@ class MOPDStage(RolloutStage):
         return self
 
 
-Stage = Annotated[Union[SFTStage, RLStage, MOPDStage], Field(discriminator="type")]
+
+
+Domain = Literal["general", "agent", "coding"]
+EFFORT_ORDER: tuple[str, ...] = ("max", "high", "low")  # each effort's expert starts from the one before
+
+
+class EffortSpec(Base):
+    """Token budget of one effort tier (RECIPE.md, Token-budget effort annealing)."""
+
+    tokens: int | dict[Domain, int] | None = Field(None, description="Absolute budget per response; one number, or one per domain.")
+    multiple: float | None = Field(None, gt=0, description="Budget as a multiple of the task's reference answer length.")
+    steps: int | None = Field(None, ge=1, le=10_000_000, description="Optimizer steps of this effort's jobs; none: the stage's `steps`.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "EffortSpec":
+        if (self.tokens is None) == (self.multiple is None):
+            raise ValueError("give exactly one of tokens, multiple")
+        values = self.tokens.values() if isinstance(self.tokens, dict) else [self.tokens]
+        if any(v is not None and v < 1 for v in values):
+            raise ValueError("tokens must be >= 1")
+        return self
+
+    def tokens_for(self, domain: str) -> int | None:
+        if isinstance(self.tokens, dict):
+            if domain not in self.tokens:
+                raise ValueError(f"tokens has no budget for domain {domain!r}")
+            return self.tokens[domain]
+        return self.tokens
+
+
+class EffortAnneal(Base):
+    """How a `high` or `low` expert's budget shrinks from the previous effort's to its own."""
+
+    steps: int = Field(ge=1, description="Optimizer steps from the previous effort's budget to this one's.")
+    kind: Literal["linear", "step"] = Field("linear", description="Straight line or stairs.")
+    every: int = Field(1, ge=1, description="Stair width in steps (kind: step).")
+
+
+class ExpertsStage(RolloutStage):
+    """The nine RL experts: one RL job per (domain, effort). Per domain, `max` starts from
+    this stage's init checkpoint, `high` from `max` and `low` from `high`, each annealing
+    its budget down from the previous effort's. Jobs of different domains run in parallel
+    as far as Ray's resources allow, each in a placement group of its engines and trainers."""
+
+    type: Literal["experts"]
+    domains: dict[Domain, TaskSource] = Field(min_length=1, description="Task source of each domain (general, agent, coding).")
+    efforts: dict[Effort, EffortSpec] = Field(min_length=1, description="Budget of each effort tier (max, high, low).")
+    anneal: EffortAnneal | None = Field(None, description="Budget schedule of high and low from the previous effort's; none: their own budget from step 1.")
+    parallel: int | None = Field(None, ge=1, le=1024, description="Job slots (placement groups) at most; none: one per domain.")
+    max_attempts: int = Field(3, ge=1, le=100, description="Tries of a job whose trainer or engine actors died; each continues from the job's newest checkpoint.")
+
+    @model_validator(mode="after")
+    def _budgets(self) -> "ExpertsStage":
+        if self.budget != BudgetConfig():
+            raise ValueError("budget: set the budgets per effort under `efforts`, not `budget`")
+        for effort, spec in self.efforts.items():
+            for domain in self.domains:
+                tokens = spec.tokens_for(domain) if spec.tokens is not None else None
+                if tokens is not None and tokens >= self.max_tokens:
+                    raise ValueError(f"efforts.{effort}: budget of {tokens} tokens ({domain}) needs max_tokens above it "
+                                     f"(is {self.max_tokens}): an over-budget response could never be generated")
+        return self
+
+    def cells(self) -> list[tuple[str, str]]:
+        """(domain, effort) of every job, in the order they can start."""
+        return [(d, e) for e in EFFORT_ORDER if e in self.efforts for d in self.domains]
+
+
+class EvalStage(Base):
+    """Score checkpoints on held-out tasks of every (domain, effort) cell; writes
+    RUN_DIR/eval.json and prints the table. An experts stage's checkpoints are each
+    scored on their own cell; any other checkpoint on every cell."""
+
+    type: Literal["eval"]
+    name: str = Field(description="Stage name.")
+    checkpoints: list[str] = Field(min_length=1, description="Earlier stages to score (`model`: the base model).")
+    experts: str | None = Field(None, description="The experts stage whose domains and effort budgets define the cells; none: the pipeline's only experts stage.")
+    domains: dict[Domain, TaskSource] | None = Field(None, description="Held-out tasks per domain; none: the experts stage's sources with their seeds moved by `seed_offset`.")
+    seed_offset: int = Field(100_003, description="Added to every task seed of the experts' sources to draw held-out tasks.")
+    tasks_per_cell: int = Field(32, ge=1, le=100_000, description="Tasks scored per cell.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 is greedy.")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        return stage_name(name)
+
+    @property
+    def init_from(self) -> None:
+        return None
+
+
+Stage = Annotated[Union[SFTStage, RLStage, ExpertsStage, MOPDStage, EvalStage], Field(discriminator="type")]

@@ -27,6 +27,10 @@ class Infra:
     pool: object  # EnginePool
     metrics: MetricsLog
     tokenizer: object
+    judge: object = None  # the slot's JudgeSlot (GRM judge engine kept across stages), or None
+    pg: object = None  # the placement group of these engines and trainers (slot 0)
+    node: str = ""  # the node it sits on
+    live_progress: bool = True
 
 
 def start_ray(config: PipelineConfig, verbose: bool) -> None:
@@ -38,9 +42,9 @@ def start_ray(config: PipelineConfig, verbose: bool) -> None:
     if config.ray.address:
         ray.init(address=config.ray.address, log_to_driver=verbose, runtime_env={"env_vars": env})
         return
-    needed = config.rollout.engines * config.rollout.num_cpus + config.trainer.workers * config.trainer.num_cpus
-    judges = [s.reward.grm.judge for s in config.stages if s.type == "rl" and s.reward.grm is not None]
-    needed += max((j.num_cpus for j in judges if j.type == "vllm"), default=0)  # one stage's judge at a time
+    from posttrain.placement import slot_cpus
+
+    needed = slot_cpus(config)  # one slot: engines, trainer ranks and judge (more slots need `ray.num_cpus`)
     ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, int(needed + 0.999)),
              include_dashboard=config.ray.dashboard, object_store_memory=config.ray.object_store_gib * 2**30,
              log_to_driver=verbose, runtime_env={"env_vars": env})

@@ -9,25 +9,31 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 import time
 from pathlib import Path
+
+
+# Expert jobs write the run folder's shared files (metrics, scoreboard) from their own
+# threads, and a job that restarts rewrites them (rows past its checkpoint set aside):
+# every write and rewrite holds this lock, and files are opened per write, never held.
+RUN_FILES_LOCK = threading.RLock()
 
 
 class MetricsLog:
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
 
     def log(self, stage: str, step: int, metrics: dict[str, float]) -> dict:
         row = {"stage": stage, "step": step, "time": round(time.time(), 3)}
         row.update({k: _clean(v) for k, v in metrics.items()})
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        with RUN_FILES_LOCK, self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
         return row
 
     def close(self) -> None:
-        self._file.close()
+        pass
 
 
 def _clean(value):
@@ -60,10 +66,10 @@ def _duration(seconds: float) -> str:
 class Progress:
     """One live line per stage: rewritten in place on a terminal, a line every 10% otherwise."""
 
-    def __init__(self, stage: str, total: int, stream=None):
+    def __init__(self, stage: str, total: int, stream=None, live: bool = True):
         self.stage, self.total = stage, total
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
+        self.live = live and self.stream.isatty()  # several jobs at once: lines, not a rewritten one
         self.started = time.perf_counter()
         self._last_tenth = -1
 

@@ -41,8 +41,12 @@ def preflight(config: PipelineConfig, source: str) -> None:
 
 def _leaves(stage) -> list[tuple[str, object]]:
     """(key path, leaf task source) of a stage."""
-    roots = {"sft": lambda: [("data", stage.data)], "rl": lambda: [("tasks", stage.tasks)],
-             "mopd": lambda: [(f"domains.{name}", source) for name, source in stage.domains.items()]}[stage.type]()
+    if stage.type == "sft":
+        roots = [("data", stage.data)]
+    elif stage.type == "rl":
+        roots = [("tasks", stage.tasks)]
+    else:  # experts, mopd, eval: a source per domain (mopd and eval may take an experts stage's)
+        roots = [(f"domains.{name}", source) for name, source in (stage.domains or {}).items()]
     out = []
     for field, data in roots:
         if data.type == "mixture":
@@ -116,12 +120,14 @@ def set_aside_rows(path: Path, replaced: Path, stage: str, after_step: int) -> i
 def set_aside_metrics(run_dir: Path, stage: str, after_step: int) -> int:
     """Metrics, saved rollouts and scoreboard rows of `stage` past the resume point are
     redone: move them to their `*.replaced.jsonl` files. Returns the metrics rows moved."""
+    from posttrain.metrics import RUN_FILES_LOCK
     from posttrain.rollouts_log import SCOREBOARD, rollouts_path
 
     rollouts = rollouts_path(run_dir, stage)
-    set_aside_rows(rollouts, rollouts.with_name(f"{stage}.replaced.jsonl"), stage, after_step)
-    set_aside_rows(run_dir / SCOREBOARD, run_dir / "scoreboard.replaced.jsonl", stage, after_step)
-    return set_aside_rows(run_dir / "metrics.jsonl", run_dir / "metrics.replaced.jsonl", stage, after_step)
+    with RUN_FILES_LOCK:  # expert jobs of other slots may be writing these files
+        set_aside_rows(rollouts, rollouts.with_name(f"{rollouts.stem}.replaced.jsonl"), stage, after_step)
+        set_aside_rows(run_dir / SCOREBOARD, run_dir / "scoreboard.replaced.jsonl", stage, after_step)
+        return set_aside_rows(run_dir / "metrics.jsonl", run_dir / "metrics.replaced.jsonl", stage, after_step)
 
 
 def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str, Path]:
@@ -130,8 +136,8 @@ def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str,
     plan = {}
     for stage in config.stages:
         entry = state["stages"][stage.name]
-        if entry["status"] == "done":
-            continue
+        if entry["status"] == "done" or stage.type not in STATE_FILES:
+            continue  # experts: each job finds its own checkpoint; eval: runs again whole
         found = latest_checkpoint(run_dir / "checkpoints" / stage.name, STATE_FILES[stage.type])
         step = json.loads((found / STATE_FILES[stage.type]).read_text())["step"] if found else 0
         set_aside_metrics(run_dir, stage.name, step)
@@ -158,43 +164,79 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
 
     from transformers import AutoTokenizer
 
-    from posttrain.infra import Infra, engine_pool, start_ray
+    from posttrain.infra import Infra, start_ray
     from posttrain.metrics import MetricsLog, write_json_atomic
     from posttrain.models import resolve_model
-    from posttrain.mopd.stage import run_mopd
-    from posttrain.rl import run_rl
-    from posttrain.sft import run_sft
-    from posttrain.train.group import TrainerGroup
+    from posttrain.placement import open_slot, reserve, wait_ready
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
     model_dir = resolve_model(config.model)
     state["model"] = str(model_dir)
     start_ray(config, verbose)
-    pool = engine_pool(config, model_dir)
-    trainers = TrainerGroup(config.trainer, config.seed)
-    pool.on_restart = lambda engine: trainers.sync_weights([engine])
-    infra = Infra(config=config, run_dir=run_dir, trainers=trainers, pool=pool,
-                  metrics=MetricsLog(run_dir), tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    pg = reserve(config, 0)
+    wait_ready(pg, config)
+    slot = open_slot(config, model_dir, 0, pg)
+    infra = Infra(config=config, run_dir=run_dir, trainers=slot.trainers, pool=slot.pool,
+                  metrics=MetricsLog(run_dir), tokenizer=AutoTokenizer.from_pretrained(model_dir),
+                  judge=slot.judge, pg=pg, node=slot.node)
+    save_state = lambda: write_json_atomic(run_dir / "run_state.json", state)  # noqa: E731
     checkpoints: dict[str, Path] = {"model": model_dir}
     previous = model_dir
-    for stage in config.stages:
-        entry = state["stages"][stage.name]
-        if entry["status"] == "done":
-            previous = checkpoints[stage.name] = Path(entry["checkpoint"])
-            continue
-        init_dir = checkpoints[stage.init_from] if stage.init_from else previous
-        resume_dir = resume_dirs.get(stage.name)
-        entry.update(status="running", init_from=str(init_dir), started=entry.get("started", time.time()))
-        write_json_atomic(run_dir / "run_state.json", state)
-        if stage.type == "mopd":
-            previous = run_mopd(stage, init_dir, infra, resume_dir, stages=checkpoints)
-        else:
-            previous = {"sft": run_sft, "rl": run_rl}[stage.type](stage, init_dir, infra, resume_dir)
-        checkpoints[stage.name] = previous
-        entry.update(status="done", checkpoint=str(previous), finished=time.time())
-        entry["seconds"] = round(entry["finished"] - entry["started"], 1)
-        write_json_atomic(run_dir / "run_state.json", state)
-    infra.metrics.close()
-    infra.trainers.shutdown()
-    pool.shutdown()
+    try:
+        for stage in config.stages:
+            entry = state["stages"][stage.name]
+            if entry["status"] == "done":
+                previous = _restore_done(stage, entry, checkpoints, previous)
+                continue
+            init_dir = checkpoints[stage.init_from] if stage.init_from else previous
+            entry.update(status="running", started=entry.get("started", time.time()))
+            if stage.type != "eval":
+                entry["init_from"] = str(init_dir)
+            save_state()
+            previous = run_stage(stage, init_dir, infra, resume_dirs.get(stage.name), checkpoints, entry, save_state,
+                                 model_dir) or previous
+            entry.update(status="done", finished=time.time())
+            entry["seconds"] = round(entry["finished"] - entry["started"], 1)
+            save_state()
+    finally:
+        save_state()
+        slot.close()
     return state
+
+
+def run_stage(stage, init_dir: Path, infra, resume_dir: Path | None, checkpoints: dict[str, Path], entry: dict,
+              save_state, model_dir: Path) -> Path | None:
+    """Run one stage; returns the checkpoint the next stage starts from by default (an
+    experts or eval stage leaves it as it was: None)."""
+    from posttrain.evaluate import run_eval
+    from posttrain.experts import run_experts
+    from posttrain.mopd.stage import run_mopd
+    from posttrain.rl import run_rl
+    from posttrain.sft import run_sft
+
+    if stage.type == "experts":
+        finals = run_experts(stage, init_dir, infra, model_dir, entry, save_state)
+        checkpoints.update({f"{stage.name}/{job}": path for job, path in finals.items()})
+        entry["checkpoints"] = {job: str(path) for job, path in finals.items()}
+        return None
+    if stage.type == "eval":
+        entry["output"] = str(run_eval(stage, infra, checkpoints))
+        return None
+    if stage.type == "mopd":
+        final = run_mopd(stage, init_dir, infra, resume_dir, stages=checkpoints)
+    else:
+        final = {"sft": run_sft, "rl": run_rl}[stage.type](stage, init_dir, infra, resume_dir)
+    checkpoints[stage.name] = final
+    entry["checkpoint"] = str(final)
+    return final
+
+
+def _restore_done(stage, entry: dict, checkpoints: dict[str, Path], previous: Path) -> Path:
+    """A stage finished before a resume: its checkpoints, as if it had just run."""
+    if stage.type == "experts":
+        checkpoints.update({f"{stage.name}/{job}": Path(p) for job, p in entry["checkpoints"].items()})
+        return previous
+    if stage.type == "eval":
+        return previous
+    checkpoints[stage.name] = Path(entry["checkpoint"])
+    return checkpoints[stage.name]

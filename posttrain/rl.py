@@ -60,7 +60,8 @@ def task_leaves(stage) -> list:
     return [leaf for root in roots for leaf in (root.sources if root.type == "mixture" else [root])]
 
 
-def reward_router(stage) -> RewardRouter:
+def reward_router(stage, judge=None) -> RewardRouter:
+    """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
     sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format), "agent": AgentVerifier()}
     leaves = task_leaves(stage)
     coding = [leaf for leaf in leaves if leaf.type == "coding"]
@@ -78,7 +79,7 @@ def reward_router(stage) -> RewardRouter:
     if stage.reward.grm is not None:
         from posttrain.rewards.grm import GRM
 
-        sources["grm"] = GRM(stage.reward.grm)
+        sources["grm"] = GRM(stage.reward.grm, shared=judge)
     return RewardRouter(sources)
 
 
@@ -95,7 +96,7 @@ class RLRun:
     def __init__(self, stage, infra: Infra, sampler=None):
         self.stage, self.infra = stage, infra
         self.sampler = sampler or TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
-        self.verifier = reward_router(stage)
+        self.verifier = reward_router(stage, infra.judge)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
         self.agents = AgentLoop(infra.tokenizer, infra.config.rollout.max_model_len)
@@ -202,7 +203,7 @@ class RLRun:
     def run(self) -> None:
         stage, infra = self.stage, self.infra
         spec = loss_spec(stage)
-        progress = Progress(stage.name, stage.steps)
+        progress = Progress(stage.name, stage.steps, live=infra.live_progress)
         ckpt_root = infra.run_dir / "checkpoints" / stage.name
         while self.step < stage.steps:
             started = time.perf_counter()

@@ -29,10 +29,11 @@ def rollouts_path(run_dir: Path, stage: str) -> Path:
 def _append(path: Path, rows: list[dict]) -> None:
     if not rows:
         return
+    from posttrain.metrics import RUN_FILES_LOCK
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
+    with RUN_FILES_LOCK, path.open("a", encoding="utf-8") as f:
         f.write("".join(json.dumps(row, default=str) + "\n" for row in rows))
-        f.flush()
 
 
 def read_rows(path: Path) -> list[dict]:

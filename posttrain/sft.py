@@ -19,7 +19,22 @@ from posttrain.types import LossSpec, Message, TrainSequence
 def sft_conversations(stage: SFTStage) -> list[tuple[Message, ...]]:
     if isinstance(stage.data, ChatJsonl):
         return load_chat_jsonl(stage.data)
-    return [t.messages + gold_turns(t) for t in load_tasks(stage.data) if t.answer is not None]
+    rng = random.Random(stage.think.seed if stage.think else 0)
+    return [with_scratchpad(t.messages + gold_turns(t), stage.think, t.verifier == "code", rng)
+            for t in load_tasks(stage.data) if t.answer is not None]
+
+
+def with_scratchpad(messages: tuple[Message, ...], think, code: bool, rng: random.Random) -> tuple[Message, ...]:
+    """The conversation with a scratchpad line opening its first assistant turn (ThinkConfig)."""
+    if think is None or rng.random() >= think.prob:
+        return messages
+    first = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
+    question = next((m.content for m in reversed(messages[:first or 0]) if m.role == "user"), "")
+    words = question.split()[:rng.randint(1, think.max_words)]
+    if first is None or not words:
+        return messages
+    line = f"{think.code_prefix if code else think.prefix} {' '.join(words)}"
+    return messages[:first] + (Message("assistant", f"{line}\n{messages[first].content}"),) + messages[first + 1:]
 
 
 def gold_turns(task) -> tuple[Message, ...]:

@@ -51,7 +51,7 @@ def test_good_config_loads_with_defaults(tmp_path):
     (broken(**{"stages.0.colour": 1}), "p.yaml: stages[0].colour: unknown key"),
     (broken(**{"trainer": {"zero_stage": 5}}), "p.yaml: trainer.zero_stage: must be <= 3"),
     (broken(**{"stages.1.type": "ppo"}), "p.yaml: stages[1]: unknown type 'ppo'"),
-    (broken(**{"stages.1.init_from": "nope"}), "init_from 'nope' names no earlier stage"),
+    (broken(**{"stages.1.init_from": "nope"}), "stages[1] (grpo).init_from: 'nope' names no earlier stage"),
     (broken(**{"model": {"name": "/no/such/folder"}}), "p.yaml: model.name: model path does not exist: /no/such/folder"),
     (broken(**{"stages.1.group_size": 1}), "p.yaml: stages[1].group_size: must be >= 2"),
     (broken(**{"stages": []}), "p.yaml: stages: must have at least 1 item(s)"),

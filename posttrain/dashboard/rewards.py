@@ -11,7 +11,6 @@ Reads the run folder only (rollouts/STAGE.jsonl, scoreboard.jsonl, config.resolv
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 

@@ -12,6 +12,7 @@ checkpoint path, sha256 of the weights) it was distilled from.
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -27,12 +28,32 @@ from posttrain.types import Task
 MANIFEST_FILE = "mopd_manifest.json"
 
 
-def cell_tasks(stage: MOPDStage) -> list[tuple[str, list[Task]]]:
-    """(teacher id, its prompts) for every cell."""
+def with_experts(stage: MOPDStage, config) -> tuple[MOPDStage, dict[str, int]]:
+    """A stage with `experts: NAME` gets that experts stage's domains and its nine jobs as
+    teachers; each cell's token limit is its expert's final budget plus the margin (unless
+    `effort_max_tokens` sets one). Returns the stage and {cell: token limit}."""
+    if stage.experts is None:
+        return stage, {}
+    from posttrain.config import TeacherSpec
+    from posttrain.experts import job_stage
+
+    experts = config.stage(stage.experts)
+    teachers = [TeacherSpec(domain=d, effort=e, checkpoint=f"stage:{experts.name}/{d}-{e}") for d, e in experts.cells()]
+    limits = {}
+    for d, e in experts.cells():
+        b = job_stage(experts, d, e).budget
+        final = b.anneal.end if b.anneal else b.tokens
+        if final is not None and e not in stage.effort_max_tokens:
+            limits[f"{d}-{e}"] = math.ceil(final * (1 + b.margin))
+    return stage.model_copy(update={"domains": dict(experts.domains), "teachers": teachers}), limits
+
+
+def cell_tasks(stage: MOPDStage, limits: dict[str, int] | None = None) -> list[tuple[str, list[Task]]]:
+    """(teacher id, its prompts) for every cell; `limits`: token limit per cell."""
     by_domain = {name: load_tasks(source) for name, source in stage.domains.items()}
     cells = []
     for teacher in stage.teachers:
-        limit = stage.effort_max_tokens.get(teacher.effort, stage.max_tokens)
+        limit = (limits or {}).get(teacher.teacher_id) or stage.effort_max_tokens.get(teacher.effort, stage.max_tokens)
         cells.append((teacher.teacher_id, [
             Task(task_id=f"{teacher.teacher_id}/{t.task_id}", family=t.family, answer=t.answer,
                  messages=with_effort(t.messages, teacher.effort), verifier=t.verifier,
@@ -69,8 +90,8 @@ class CellSampler:
 
 
 class MOPDRun(RLRun):
-    def __init__(self, stage: MOPDStage, infra: Infra, teachers: TeacherPool):
-        super().__init__(stage, infra, sampler=CellSampler(cell_tasks(stage), infra.config.seed))
+    def __init__(self, stage: MOPDStage, infra: Infra, teachers: TeacherPool, limits: dict[str, int] | None = None):
+        super().__init__(stage, infra, sampler=CellSampler(cell_tasks(stage, limits), infra.config.seed))
         self.teachers = teachers
         self.uses_outcome = stage.alpha > 0  # alpha = 0: the verifiers' rewards are logged, not trained on
         self.logp_teacher: dict[str, list[float]] = {}
@@ -128,10 +149,12 @@ def teacher_checkpoints(stage: MOPDStage, student_dir: Path, stages: dict[str, P
 
 def run_mopd(stage: MOPDStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None,
              stages: dict[str, Path] | None = None) -> Path:
-    """`stages`: the final checkpoints of the pipeline's earlier stages, by name."""
+    """`stages`: the final checkpoints of the pipeline's earlier stages, by name (an experts
+    stage's jobs as `EXPERTS/DOMAIN-EFFORT`)."""
+    stage, limits = with_experts(stage, infra.config)
     pool = TeacherPool(teacher_checkpoints(stage, init_dir, stages), stage.teacher_pool, infra.config.model.dtype,
                        infra.config.rollout)
     try:
-        return run_stage(MOPDRun(stage, infra, pool), init_dir, resume_dir)
+        return run_stage(MOPDRun(stage, infra, pool, limits), init_dir, resume_dir)
     finally:
         pool.close()

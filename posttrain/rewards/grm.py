@@ -139,9 +139,9 @@ class GRM:
 
     name = "grm"
 
-    def __init__(self, config: GRMConfig, backend=None):
+    def __init__(self, config: GRMConfig, backend=None, shared=None):
         self.config = config
-        self.backend = backend if backend is not None else make_backend(config.judge)
+        self.backend = backend if backend is not None else make_backend(config.judge, shared)
         self.cache: dict[str, dict] = {}  # cache key -> scoreboard entry
         self.rubrics: dict[str, Asked] = {}  # rubric key -> a successful rubric call
         c = config

@@ -53,10 +53,12 @@ def folder_version(folder: Path) -> str:
 
 
 class VLLMBackend:
-    def __init__(self, config: VLLMJudge):
+    def __init__(self, config: VLLMJudge, shared=None):
+        """`shared`: a `JudgeSlot` whose engine outlives this stage (a job slot's), or None:
+        an engine of this backend's own, killed by `close`."""
         from posttrain.models import resolve_model
 
-        self.config = config
+        self.config, self.shared = config, shared
         self.model_dir = resolve_model(ModelConfig(name=config.model))
         self.model_id = f"{config.model}@{folder_version(self.model_dir)}:{config.dtype}"
         self.actor = None
@@ -74,7 +76,10 @@ class VLLMBackend:
                 ray.init(num_cpus=max(2, int(self.config.num_cpus + 0.999)), include_dashboard=False,
                          log_to_driver=False, configure_logging=False)
                 self._own_ray = True
-            self.actor = JudgeEngine.remote_actor(str(self.model_dir), self.config)
+            if self.shared is not None:
+                self.actor = self.shared.get(self.model_dir, self.config)
+            else:
+                self.actor = JudgeEngine.remote_actor(str(self.model_dir), self.config)
 
     async def complete(self, calls: list[JudgeCall]) -> list[JudgeReply]:
         self.start()
@@ -99,15 +104,17 @@ class VLLMBackend:
             if isinstance(exc, RayActorError):  # the engine died: the GRM's retry starts a new one
                 log.warning("judge engine actor died; starting a new one: %s", exc)
                 self.actor = None
+                if self.shared is not None:
+                    self.shared.lost()
             return [JudgeReply(None, f"judge engine failed: {type(exc).__name__}: {exc}"[:500]) for _ in calls]
         return [JudgeReply(r.get("text"), r.get("error"), r.get("tokens"), r.get("top")) for r in replies]
 
     def close(self) -> None:
         import ray
 
-        if self.actor is not None:
+        if self.actor is not None and self.shared is None:  # a shared engine stays for the next stage
             ray.kill(self.actor)
-            self.actor = None
+        self.actor = None
         if self._own_ray:
             ray.shutdown()
             self._own_ray = False
@@ -177,6 +184,7 @@ class HTTPBackend:
         pass
 
 
-def make_backend(config: VLLMJudge | HTTPJudge):
-    return VLLMBackend(config) if config.type == "vllm" else HTTPBackend(config)
+def make_backend(config: VLLMJudge | HTTPJudge, shared=None):
+    """`shared`: the job slot's `JudgeSlot` (a vLLM judge engine kept across stages)."""
+    return VLLMBackend(config, shared) if config.type == "vllm" else HTTPBackend(config)
 

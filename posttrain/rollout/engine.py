@@ -61,9 +61,10 @@ class RolloutEngine:
         self._requests = 0
 
     @classmethod
-    def remote_actor(cls, model_dir: str, config: RolloutConfig, dtype: str, seed: int, name: str | None = None):
+    def remote_actor(cls, model_dir: str, config: RolloutConfig, dtype: str, seed: int, name: str | None = None,
+                     placement=None):
         options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus, max_concurrency=1,
-                       runtime_env={"env_vars": engine_env(config)})
+                       runtime_env={"env_vars": engine_env(config)}, **(placement.options() if placement else {}))
         if name:
             options["name"] = name
         return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed)
@@ -131,6 +132,24 @@ class RolloutEngine:
         self.llm.reset_prefix_cache()
         self.version = versions[0]
         return self.version
+
+    def load_folder(self, folder: str, version: int) -> int:
+        """Serve the weights of a saved model folder (eval of a checkpoint), in place."""
+        import json
+        from pathlib import Path
+
+        from safetensors.torch import load_file
+
+        from posttrain.rollout.weights import pack_state_dict
+
+        state: dict = {}
+        for path in sorted(Path(folder).glob("*.safetensors")):
+            state.update(load_file(str(path)))
+        if not state:
+            raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+        tied = bool(json.loads((Path(folder) / "config.json").read_text()).get("tie_word_embeddings"))
+        packet = pack_state_dict(state, version, tied)
+        return self.update_weights(packet)
 
     def prompt_logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         """Logprob of each token given the ones before it (the first has none): a scoring pass."""

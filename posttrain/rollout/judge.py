@@ -24,6 +24,31 @@ def judge_env() -> dict[str, str]:
     return env
 
 
+class JudgeSlot:
+    """The judge engine of a job slot: started on first use in the slot's judge bundle, kept
+    for the next stage or job on the slot (a judge takes seconds to load and its weights
+    never change), replaced when another judge model is asked for, killed with the slot."""
+
+    def __init__(self, placement=None):
+        self.placement, self.actor, self.key = placement, None, None
+
+    def get(self, model_dir, config: VLLMJudge):
+        key = (str(model_dir), config.model_dump_json())
+        if self.actor is not None and self.key != key:
+            self.close()
+        if self.actor is None:
+            self.actor, self.key = JudgeEngine.remote_actor(str(model_dir), config, self.placement), key
+        return self.actor
+
+    def lost(self) -> None:
+        self.actor = None
+
+    def close(self) -> None:
+        if self.actor is not None:
+            ray.kill(self.actor)
+        self.actor = None
+
+
 class JudgeEngine:
     """Wraps `vllm.LLM`. Create with `JudgeEngine.remote_actor(...)`."""
 
@@ -50,9 +75,9 @@ class JudgeEngine:
         self.busy_seconds = 0.0
 
     @classmethod
-    def remote_actor(cls, model_dir: str, config: VLLMJudge):
+    def remote_actor(cls, model_dir: str, config: VLLMJudge, placement=None):
         options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus, max_concurrency=1,
-                       runtime_env={"env_vars": judge_env()})
+                       runtime_env={"env_vars": judge_env()}, **(placement.options() if placement else {}))
         return ray.remote(cls).options(**options).remote(model_dir, config)
 
     def info(self) -> dict:

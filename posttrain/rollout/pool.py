@@ -68,6 +68,23 @@ class EnginePool:
         if self.on_restart:
             self.on_restart(self.engines[index])
 
+    def revive(self, timeout: float = 120.0) -> int:
+        """Replace every engine that died (an actor error on a ping), without pushing weights:
+        the caller syncs them next. Returns how many were replaced."""
+        replaced = 0
+        for index, engine in enumerate(self.engines):
+            try:
+                ray.get(engine.info.remote(), timeout=timeout)
+            except (RayActorError, ray.exceptions.GetTimeoutError):
+                try:
+                    ray.kill(engine)
+                except Exception:  # already gone
+                    pass
+                self.engines[index] = self.start_engine(index)
+                self.restarts += 1
+                replaced += 1
+        return replaced
+
     def shutdown(self) -> None:
         for engine in self.engines:
             ray.kill(engine)

@@ -36,17 +36,32 @@ def shard_balanced(seqs: list[TrainSequence], ranks: int) -> list[list[int]]:
     return shards
 
 
+def get_all(refs: list, timeout: float | None = None, skip: tuple = ()) -> list:
+    """`ray.get` of every rank's result, raising as soon as one rank fails: the others may be
+    blocked in a collective with the dead rank and would never return. Refs in `skip` are
+    waited for but not fetched here (a weight packet stays in the object store)."""
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=timeout, fetch_local=False)
+        if not done:
+            raise TimeoutError(f"trainer ranks gave no result within {timeout} s")
+        if done[0] not in skip:
+            ray.get(done[0])  # raises the rank's error (RayActorError if it died)
+    return [None if r in skip else ray.get(r) for r in refs]
+
+
 class TrainerGroup:
-    def __init__(self, config: TrainerConfig, seed: int, env: dict | None = None):
+    def __init__(self, config: TrainerConfig, seed: int, env: dict | None = None, placement: list | None = None):
         self.config, self.seed, self.env = config, seed, env or {}
+        self.placement = placement or [None] * config.workers  # a placement-group bundle per rank
         self.workers = self._start()
         self.loaded = False
         self.version = 0
 
     def _start(self) -> list:
         port = free_port()
-        return [TrainerWorker.remote_actor(r, self.config.workers, port, self.config, self.seed, self.env)
-                for r in range(self.config.workers)]
+        return [TrainerWorker.remote_actor(r, self.config.workers, port, self.config, self.seed, self.env,
+                                           self.placement[r]) for r in range(self.config.workers)]
 
     def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0,
              resume: bool = False) -> dict:
@@ -56,7 +71,7 @@ class TrainerGroup:
         if self.loaded:
             self.shutdown()
             self.workers = self._start()
-        facts = ray.get([w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume) for w in self.workers])
+        facts = get_all([w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume) for w in self.workers])
         self.loaded = True
         self.dtype = dtype
         return facts[0]
@@ -66,7 +81,7 @@ class TrainerGroup:
         trainer's logprobs of its response tokens before the step."""
         global_tokens = int(sum(sum(s.loss_mask) for s in seqs))
         shards = shard_balanced(seqs, len(self.workers))
-        results = ray.get([w.train_step.remote([seqs[i] for i in idx], spec, global_tokens)
+        results = get_all([w.train_step.remote([seqs[i] for i in idx], spec, global_tokens)
                            for w, idx in zip(self.workers, shards)])
         logp: list[list[float]] = [[] for _ in seqs]
         sums: dict[str, float] = {}
@@ -81,7 +96,7 @@ class TrainerGroup:
 
     def logprobs(self, seqs: list[TrainSequence], temperature: float = 1.0) -> list[list[float]]:
         shards = shard_balanced(seqs, len(self.workers))
-        results = ray.get([w.logprobs.remote([seqs[i] for i in idx], temperature)
+        results = get_all([w.logprobs.remote([seqs[i] for i in idx], temperature)
                            for w, idx in zip(self.workers, shards)])
         out: list[list[float]] = [[] for _ in seqs]
         for idx, res in zip(shards, results):
@@ -94,7 +109,7 @@ class TrainerGroup:
         started = time.perf_counter()
         refs = [w.get_weights.remote(self.version) for w in self.workers]
         packet_ref = refs[0]
-        ray.get(refs[1:])
+        get_all(refs, skip=(packet_ref,))
         versions = ray.get([e.update_weights.remote(packet_ref) for e in engines], timeout=SYNC_TIMEOUT_S)
         if any(v != self.version for v in versions):
             raise RuntimeError(f"weight sync: engines report versions {versions}, expected {self.version}")
@@ -102,7 +117,7 @@ class TrainerGroup:
         return {"sync/seconds": seconds}
 
     def save(self, folder: str, extra: dict[str, str] | None = None) -> str:
-        return ray.get([w.save.remote(folder, extra) for w in self.workers])[0]
+        return get_all([w.save.remote(folder, extra) for w in self.workers])[0]
 
     def shutdown(self) -> None:
         for w in self.workers:

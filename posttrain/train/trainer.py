@@ -49,9 +49,11 @@ class TrainerWorker:
         self.ref_model = None
 
     @classmethod
-    def remote_actor(cls, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int, env: dict):
+    def remote_actor(cls, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int, env: dict,
+                     placement=None):
         options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus,
-                       runtime_env={"env_vars": {"OMP_NUM_THREADS": str(config.threads), **env}})
+                       runtime_env={"env_vars": {"OMP_NUM_THREADS": str(config.threads), **env}},
+                       **(placement.options() if placement else {}))
         return ray.remote(cls).options(**options).remote(rank, world_size, master_port, config, seed)
 
     # ------------------------------------------------------------ setup

@@ -1,0 +1,229 @@
+"""The experts stage: one RL job per (domain, effort), run on slots of Ray resources.
+
+Per domain the efforts form a chain: `max` starts from the stage's init checkpoint,
+`high` from `max`'s final checkpoint and `low` from `high`'s, each annealing its budget
+down from the previous effort's (RECIPE.md). Jobs of different domains are independent.
+
+Slots (posttrain/placement.py) are placement groups of one job's engines, trainer ranks
+and judge; slot 0 is the pipeline's own, the others are asked for at the start and used
+as Ray grants them (`parallel` at most). A job runs on a free ready slot, in a thread of
+the driver; jobs without a free slot wait in order. Placement groups are reserved whole,
+so waiting jobs hold nothing and cannot deadlock.
+
+Each job checkpoints like an RL stage (`checkpoints/STAGE/DOMAIN-EFFORT/step_N`, then
+`final`). If one of its actors dies, the job is tried again (`max_attempts`) from its
+newest checkpoint on fresh trainer ranks and engines; a resumed pipeline does the same
+for every unfinished job. `run_state.json` holds each job's status, checkpoint, node,
+attempts and timings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from posttrain.config import AnnealConfig, BudgetConfig, ExpertsStage, RLStage
+from posttrain.config_stages import EFFORT_ORDER
+from posttrain.infra import Infra
+
+ACTOR_ERRORS: tuple = ()  # filled on first use (ray import)
+
+
+@dataclass
+class Job:
+    name: str  # DOMAIN-EFFORT
+    domain: str
+    effort: str
+    after: str | None  # the job whose final checkpoint this one starts from
+    stage: RLStage
+
+
+def job_stage(stage: ExpertsStage, domain: str, effort: str) -> RLStage:
+    """The RL stage a job runs: the experts stage's settings, its domain's tasks and its
+    effort's budget (annealed from the previous effort's when `anneal` is set)."""
+    spec = stage.efforts[effort]
+    earlier = [e for e in EFFORT_ORDER[:EFFORT_ORDER.index(effort)] if e in stage.efforts]
+    margin = stage.budget.margin
+    if spec.multiple is not None:
+        budget = BudgetConfig(effort=effort, multiple=spec.multiple, margin=margin)
+    else:
+        tokens = spec.tokens_for(domain)
+        previous = stage.efforts[earlier[-1]] if earlier else None
+        start = previous.tokens_for(domain) if previous is not None and previous.tokens is not None else None
+        if stage.anneal is not None and start is not None and start != tokens:
+            a = stage.anneal
+            budget = BudgetConfig(effort=effort, margin=margin,
+                                  anneal=AnnealConfig(start=start, end=tokens, steps=a.steps, kind=a.kind, every=a.every))
+        else:
+            budget = BudgetConfig(effort=effort, tokens=tokens, margin=margin)
+    shared = {k: getattr(stage, k) for k in RLStage.model_fields if k not in ("type", "name", "tasks", "budget", "steps")}
+    job = RLStage.model_validate({**shared, "type": "rl", "name": "job", "tasks": stage.domains[domain],
+                                  "budget": budget, "steps": spec.steps or stage.steps})
+    return job.model_copy(update={"name": f"{stage.name}/{domain}-{effort}", "init_from": None})
+
+
+def expert_jobs(stage: ExpertsStage) -> dict[str, Job]:
+    jobs: dict[str, Job] = {}
+    for domain, effort in stage.cells():
+        earlier = [e for e in EFFORT_ORDER[:EFFORT_ORDER.index(effort)] if e in stage.efforts]
+        name = f"{domain}-{effort}"
+        jobs[name] = Job(name, domain, effort, f"{domain}-{earlier[-1]}" if earlier else None,
+                         job_stage(stage, domain, effort))
+    return jobs
+
+
+class ExpertsRunner:
+    """Runs the jobs of one experts stage to the end; `run()` returns {job: final checkpoint}."""
+
+    def __init__(self, stage: ExpertsStage, init_dir: Path, infra: Infra, model_dir: Path, entry: dict,
+                 save_state: Callable[[], None]):
+        self.stage, self.init_dir, self.infra, self.model_dir = stage, init_dir, infra, model_dir
+        self.entry, self.save_state = entry, save_state
+        self.jobs = expert_jobs(stage)
+        states = entry.setdefault("jobs", {})
+        for name, job in self.jobs.items():
+            states.setdefault(name, {"domain": job.domain, "effort": job.effort, "status": "pending", "attempts": 0,
+                                     "resumed_from": []})
+            if states[name]["status"] != "done":
+                states[name]["status"] = "pending"  # running or failed when the driver stopped: go again
+        self.slots: list = []
+        self.waiting: dict[int, tuple[object, object]] = {}  # slot index -> (placement group, its ready ref)
+
+    # ------------------------------------------------------------ slots
+
+    def _ask_for_slots(self) -> None:
+        from posttrain.placement import Slot, reserve
+
+        main = Slot(index=0, pg=self.infra.pg, pool=self.infra.pool, trainers=self.infra.trainers,
+                    judge=self.infra.judge, node=self.infra.node)
+        self.slots = [main]
+        wanted = min(self.stage.parallel or len(self.stage.domains), len(self.stage.domains))
+        for index in range(1, wanted):
+            pg = reserve(self.infra.config, index)
+            self.waiting[index] = (pg, pg.ready())
+
+    def _open_granted(self) -> None:
+        import ray
+
+        from posttrain.placement import open_slot
+
+        for index, (pg, ready) in list(self.waiting.items()):
+            if ray.wait([ready], timeout=0)[0]:
+                del self.waiting[index]
+                self.slots.append(open_slot(self.infra.config, self.model_dir, index, pg))
+                print(f"[{self.stage.name}] slot {index} granted on node {self.slots[-1].node}", flush=True)
+
+    def _close_extra(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        for slot in self.slots[1:]:
+            slot.close()
+        for pg, _ in self.waiting.values():
+            remove_placement_group(pg)
+        self.slots, self.waiting = self.slots[:1], {}
+
+    # ------------------------------------------------------------ jobs
+
+    def _runnable(self, running: set[str]) -> Job | None:
+        states = self.entry["jobs"]
+        for name, job in self.jobs.items():
+            if states[name]["status"] == "pending" and name not in running:
+                if job.after is None or states[job.after]["status"] == "done":
+                    return job
+        return None
+
+    def _run_job(self, job: Job, slot) -> Path:
+        """In a worker thread: the job's RL stage on `slot`, tried again from its newest
+        checkpoint when one of its actors dies."""
+        from posttrain.pipeline import STATE_FILES, latest_checkpoint, set_aside_metrics
+        from posttrain.rl import run_rl
+
+        global ACTOR_ERRORS
+        if not ACTOR_ERRORS:
+            from ray.exceptions import RayActorError
+
+            ACTOR_ERRORS = (RayActorError,)
+        state = self.entry["jobs"][job.name]
+        init = Path(self.entry["jobs"][job.after]["checkpoint"]) if job.after else self.init_dir
+        infra = replace(self.infra, pool=slot.pool, trainers=slot.trainers, judge=slot.judge, live_progress=False)
+        ckpt_dir = self.infra.run_dir / "checkpoints" / job.stage.name
+        while True:
+            resume = latest_checkpoint(ckpt_dir, STATE_FILES["rl"])
+            step = json.loads((resume / STATE_FILES["rl"]).read_text())["step"] if resume else 0
+            moved = set_aside_metrics(self.infra.run_dir, job.stage.name, step)
+            if resume or moved:
+                state.setdefault("resumed_from", []).append(str(resume) if resume else "step 0")
+                print(f"[{job.stage.name}] continuing from {resume or init} (step {step})", flush=True)
+            try:
+                return run_rl(job.stage, init, infra, resume)
+            except ACTOR_ERRORS as exc:
+                state["attempts"] = state.get("attempts", 0) + 1
+                if state["attempts"] >= self.stage.max_attempts:
+                    raise RuntimeError(f"job {job.name}: an actor died on each of {state['attempts']} tries; "
+                                       f"last: {str(exc).splitlines()[0]}") from exc
+                print(f"[{job.stage.name}] an actor died ({type(exc).__name__}): try {state['attempts'] + 1} of "
+                      f"{self.stage.max_attempts} from the newest checkpoint", flush=True)
+                slot.pool.revive()  # dead engines are replaced; the trainer ranks restart in load()
+
+    def run(self) -> dict[str, Path]:
+        states = self.entry["jobs"]
+        self._ask_for_slots()
+        busy: dict[int, str] = {}  # slot index -> job name
+        futures: dict[Future, tuple[Job, object]] = {}
+        failures: list[str] = []
+        with ThreadPoolExecutor(max_workers=max(1, len(self.waiting) + 1), thread_name_prefix="expert") as pool:
+            try:
+                while True:
+                    self._open_granted()
+                    for slot in self.slots:
+                        if slot.index in busy or failures:
+                            continue
+                        job = self._runnable(set(busy.values()))
+                        if job is None:
+                            break
+                        busy[slot.index] = job.name
+                        states[job.name].update(status="running", node=slot.node, slot=slot.index,
+                                                started=states[job.name].get("started", time.time()))
+                        self.save_state()
+                        print(f"[{self.stage.name}] {job.name}: start on slot {slot.index} (node {slot.node})", flush=True)
+                        futures[pool.submit(self._run_job, job, slot)] = (job, slot)
+                    if not futures:
+                        break
+                    done, _ = wait(futures, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        job, slot = futures.pop(future)
+                        del busy[slot.index]
+                        self._finish(job, future, failures)
+            finally:
+                self._close_extra()
+        if failures:
+            raise RuntimeError(f"experts stage {self.stage.name}: " + "; ".join(failures))
+        undone = [n for n, s in states.items() if s["status"] != "done"]
+        if undone:
+            raise RuntimeError(f"experts stage {self.stage.name}: jobs never ran: {', '.join(undone)}")
+        return {name: Path(states[name]["checkpoint"]) for name in self.jobs}
+
+    def _finish(self, job: Job, future: Future, failures: list[str]) -> None:
+        state = self.entry["jobs"][job.name]
+        state["finished"] = time.time()
+        state["seconds"] = round(state["finished"] - state["started"], 1)
+        error = future.exception()
+        if error is None:
+            state.update(status="done", checkpoint=str(future.result()))
+            print(f"[{self.stage.name}] {job.name}: done in {state['seconds']}s", flush=True)
+        else:
+            state.update(status="failed", error=f"{type(error).__name__}: {error}")
+            failures.append(f"{job.name}: {state['error']}")
+            print(f"[{self.stage.name}] {job.name}: FAILED: {state['error']}", flush=True)
+            traceback.print_exception(error)
+        self.save_state()
+
+
+def run_experts(stage: ExpertsStage, init_dir: Path, infra: Infra, model_dir: Path, entry: dict,
+                save_state: Callable[[], None]) -> dict[str, Path]:
+    return ExpertsRunner(stage, init_dir, infra, model_dir, entry, save_state).run()
