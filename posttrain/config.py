@@ -108,6 +108,8 @@ class TrainerConfig(Base):
     workers: int = Field(2, ge=1, le=4096, description="Data-parallel ranks (Ray actors).")
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
     offload_optimizer: bool = Field(False, description="Keep optimizer state on CPU (ZeRO-2/3).")
+    restart_on_load: Literal["auto", "always", "never"] = Field(
+        "auto", description="Fresh rank processes for each stage or job after the first (a dropped DeepSpeed engine keeps its memory); auto: for models over 256 MB.")
     micro_batch_tokens: int = Field(2048, ge=16, description="Most tokens (padded) per forward/backward on one rank; logits cost 4 x vocab bytes per token, several times over.")
     optimizer: Optimizer = Field(default_factory=AdamWOptimizer, description="`adamw` (default), `muon` or `muon_per_head`.")
     grad_clip: float = Field(1.0, ge=0, description="Gradient norm clip; 0 turns it off; unset: 1.0 with AdamW, 0 with Muon.")

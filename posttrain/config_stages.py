@@ -301,7 +301,10 @@ class ExpertsStage(RolloutStage):
             raise ValueError("budget: set the budgets per effort under `efforts`, not `budget`")
         for effort, spec in self.efforts.items():
             for domain in self.domains:
-                tokens = spec.tokens_for(domain) if spec.tokens is not None else None
+                try:
+                    tokens = spec.tokens_for(domain) if spec.tokens is not None else None
+                except ValueError as exc:
+                    raise ValueError(f"efforts.{effort}: {exc}") from None
                 if tokens is not None and tokens >= self.max_tokens:
                     raise ValueError(f"efforts.{effort}: budget of {tokens} tokens ({domain}) needs max_tokens above it "
                                      f"(is {self.max_tokens}): an over-budget response could never be generated")

@@ -31,13 +31,23 @@ _MESSAGES = {
 }
 
 
-def _loc_path(loc: tuple, tags: set[str]) -> str:
-    """('stages', 1, 'rl', 'lr') -> 'stages[1].lr' (discriminator tags dropped)."""
+TAGS = {"sft", "rl", "experts", "mopd", "eval", "reasoning_gym", "coding", "user", "mixture", "chat_jsonl", "grpo",
+        "tis", "mask", "exclude", "vllm", "http", "agent", "writing", "adamw", "muon", "muon_per_head"}
+UNION_FIELDS = {"stages", "data", "tasks", "sources", "judge", "correction", "algo", "optimizer"}
+DICT_UNION_FIELDS = {"domains"}  # {name: task source}: the key, then the source's tag
+
+
+def _loc_path(loc: tuple, tags: set[str] = TAGS) -> str:
+    """('stages', 1, 'rl', 'lr') -> 'stages[1].lr': the tags pydantic puts after a union
+    field (or after a key of a dict of unions) are dropped; a dict key stays."""
     out = ""
     for i, part in enumerate(loc):
+        prev, prev2 = (loc[i - 1] if i else None), (loc[i - 2] if i > 1 else None)
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in tags and i > 0 and isinstance(loc[i - 1], (int, str)) and out:
+        elif part == "[key]":
+            continue
+        elif part in tags and (isinstance(prev, int) or prev in UNION_FIELDS or prev2 in DICT_UNION_FIELDS):
             continue
         else:
             out += f".{part}" if out else str(part)
@@ -64,7 +74,7 @@ def _short(value: Any) -> str:
 def format_validation_error(source: str, exc: ValidationError) -> str:
     """The first error of a ValidationError as `source: key.path: problem`."""
     err = exc.errors()[0]
-    path = _loc_path(tuple(err["loc"]), tags={"sft", "rl", "reasoning_gym", "coding", "user", "mixture", "chat_jsonl", "grpo", "tis", "mask", "exclude", "vllm", "http", "agent", "writing"})
+    path = _loc_path(tuple(err["loc"]))
     return f"{source}: {path}: {_describe(err)}" if path else f"{source}: {_describe(err)}"
 
 

@@ -168,7 +168,8 @@ class ExpertsRunner:
                                        f"last: {str(exc).splitlines()[0]}") from exc
                 print(f"[{job.stage.name}] an actor died ({type(exc).__name__}): try {state['attempts'] + 1} of "
                       f"{self.stage.max_attempts} from the newest checkpoint", flush=True)
-                slot.pool.revive()  # dead engines are replaced; the trainer ranks restart in load()
+                slot.pool.revive()  # dead engines are replaced
+                slot.trainers.restart()
 
     def run(self) -> dict[str, Path]:
         states = self.entry["jobs"]

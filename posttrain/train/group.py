@@ -36,6 +36,15 @@ def shard_balanced(seqs: list[TrainSequence], ranks: int) -> list[list[int]]:
     return shards
 
 
+RESTART_BYTES = 256 * 2**20
+
+
+def weights_bytes(model_dir: str) -> int:
+    from pathlib import Path
+
+    return sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors"))
+
+
 def get_all(refs: list, timeout: float | None = None, skip: tuple = ()) -> list:
     """`ray.get` of every rank's result, raising as soon as one rank fails: the others may be
     blocked in a collective with the dead rank and would never return. Refs in `skip` are
@@ -65,16 +74,23 @@ class TrainerGroup:
 
     def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0,
              resume: bool = False) -> dict:
-        """Build the model and optimizer on every rank. Each load after the first starts fresh
-        rank processes: a DeepSpeed engine dropped in place does not give its memory back
-        (measured: SmolLM2 ranks grew from 3.3 to 9 GB over 5 loads and were OOM-killed)."""
-        if self.loaded:
-            self.shutdown()
-            self.workers = self._start()
+        """Build the model and optimizer on every rank. A load after the first starts fresh
+        rank processes (`restart_on_load`; auto: for models over 256 MB): a DeepSpeed engine
+        dropped in place does not give its memory back (measured: SmolLM2 ranks grew from
+        3.3 to 9 GB over 5 loads and were OOM-killed); a small model's leftovers cost less
+        than the seconds of a restart."""
+        mode = self.config.restart_on_load
+        if self.loaded and (mode == "always" or (mode == "auto" and weights_bytes(model_dir) > RESTART_BYTES)):
+            self.restart()
         facts = get_all([w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume) for w in self.workers])
         self.loaded = True
         self.dtype = dtype
         return facts[0]
+
+    def restart(self) -> None:
+        """Fresh rank processes (after a rank died, or to free a dropped engine's memory)."""
+        self.shutdown()
+        self.workers = self._start()
 
     def train_step(self, seqs: list[TrainSequence], spec: LossSpec) -> dict:
         """One optimizer step on all ranks. Returns summed metrics and, per sequence, the
