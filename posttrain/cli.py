@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
                      help="set a config value, e.g. -o stages[1].steps=10 (repeatable)")
     run.add_argument("--verbose", action="store_true", help="show engine and trainer logs")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the placement plan (slots, nodes, expert job order) and start nothing")
     box = sub.add_parser("sandbox", help="run one program in the code sandbox and print its verdict as JSON")
     box.add_argument("program", help="Python file")
     box.add_argument("--tests", help="Python file run after the program, in the same module")
@@ -84,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
 
             preflight(config, args.pipeline)
             print(dump_config(config), end="")
+            return 0
+        if args.command == "run" and args.dry_run:
+            from posttrain.dryrun import dry_run
+            from posttrain.pipeline import preflight
+
+            preflight(config, args.pipeline)
+            print(dry_run(config))
             return 0
         from posttrain.pipeline import run_pipeline
 
