@@ -7,6 +7,7 @@
   posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K]
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
+  posttrain review RUN_DIR [--stage S] [--list | --show ID | --accept ID | --reject ID | --edit ID --file F]
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
 """
@@ -38,6 +39,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     _rewards_parser(sub.add_parser("rewards", help="reward debugging: show, replay, try"))
+    rev = sub.add_parser("review", help="the review queue of synthesized trajectories: accept, reject or edit")
+    rev.add_argument("run_dir")
+    rev.add_argument("--stage", help="synthesis stage (default: the only one)")
+    rev.add_argument("--list", action="store_true", help="print the queue and the counts, ask nothing")
+    rev.add_argument("--show", metavar="ID", help="print one candidate with its verdicts")
+    rev.add_argument("--accept", action="append", default=[], metavar="ID", help="accept a candidate (repeatable)")
+    rev.add_argument("--reject", action="append", default=[], metavar="ID", help="reject a candidate (repeatable)")
+    rev.add_argument("--edit", action="append", default=[], metavar="ID", help="replace a candidate's conversation by --file's")
+    rev.add_argument("--file", action="append", default=[], metavar="F", help="JSON conversation for the --edit at the same position")
     return parser
 
 
@@ -74,6 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         return _sandbox(args)
     if args.command == "rewards":
         return _rewards(args)
+    if args.command == "review":
+        from posttrain.synthesis.review import review
+        from posttrain.synthesis.store import ReviewError
+
+        try:
+            return review(Path(args.run_dir), args.stage, args.accept, args.reject, args.edit, args.file, args.show,
+                          args.list)
+        except ReviewError as exc:
+            print(f"posttrain review: {exc}", file=sys.stderr)
+            return 2
     try:
         if args.command == "run" and args.resume:
             return _resume(args)
@@ -101,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        if type(exc).__name__ != "ReviewPending":
+            raise
+        print(exc, file=sys.stderr)
+        return 3
     from posttrain.summary import print_summary
 
     print_summary(state, run_dir)
@@ -170,7 +195,13 @@ def _resume(args) -> int:
         print(f"{run_dir}: not a run folder (no run_state.json or config.resolved.yaml)", file=sys.stderr)
         return 2
     config = load_pipeline(resolved)
-    state = run_pipeline(config, run_dir, verbose=args.verbose, source=str(resolved), resume=True)
+    try:
+        state = run_pipeline(config, run_dir, verbose=args.verbose, source=str(resolved), resume=True)
+    except RuntimeError as exc:
+        if type(exc).__name__ != "ReviewPending":
+            raise
+        print(exc, file=sys.stderr)
+        return 3
     from posttrain.summary import print_summary
 
     print_summary(state, run_dir)

@@ -16,10 +16,10 @@ from posttrain.config_base import BUILTIN_MODELS, Base, model_name  # noqa: F401
 from posttrain.config_reward import GRMConfig, HTTPJudge, Judge, RewardConfig, VLLMJudge  # noqa: F401
 from posttrain.config_stages import (  # noqa: F401 (re-exported)
     AnnealConfig, BudgetConfig, Effort, EffortSpec, EvalStage, ExpertsStage, GRPOConfig, MOPDStage, PartialRolloutConfig, RLStage, RolloutStage, SFTStage,
-    Stage, StageBase, TeacherPoolConfig, TeacherSpec)
+    Stage, StageBase, SynthesisStage, TeacherPoolConfig, TeacherSpec)
 from posttrain.config_tasks import (  # noqa: F401 (task sources are part of this module's API)
     AgentFamily, AgentTasks, ChatJsonl, CodingTasks, LeafSource, MixtureTasks, ReasoningGymFamily, ReasoningGymTasks,
-    SFTSource, TaskSource, UserTasks, WritingTasks)
+    SFTSource, SynthesisData, TaskSource, UserTasks, WritingTasks)
 
 
 # ---------------------------------------------------------------- model
@@ -189,6 +189,9 @@ class PipelineConfig(Base):
             if getattr(stage, "experts", None) is not None:
                 if not isinstance(seen.get(stage.experts), ExpertsStage):
                     raise ValueError(f"{where}.experts: '{stage.experts}' names no earlier experts stage")
+            if stage.type == "sft" and stage.data.type == "synthesis":
+                if not isinstance(seen.get(stage.data.stage), SynthesisStage):
+                    raise ValueError(f"{where}.data.stage: '{stage.data.stage}' names no earlier synthesis stage")
             if stage.type == "eval":
                 for j, ref in enumerate(stage.checkpoints):
                     if ref != "model":
@@ -207,8 +210,8 @@ class PipelineConfig(Base):
         stage = seen.get(name)
         if stage is None:
             raise ValueError(f"{where}: '{ref}' names no earlier stage")
-        if stage.type == "eval":
-            raise ValueError(f"{where}: '{ref}' is an eval stage, which makes no checkpoint")
+        if stage.type in ("eval", "synthesis"):
+            raise ValueError(f"{where}: '{ref}' is an {stage.type} stage, which makes no checkpoint")
         if stage.type == "experts":
             cells = [f"{d}-{e}" for d, e in stage.cells()]
             if not cell and not whole_experts:

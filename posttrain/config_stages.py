@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from posttrain.config_base import Base
+from posttrain.config_base import Base, model_name
 from posttrain.config_reward import RewardConfig
 from posttrain.config_tasks import SFTSource, TaskSource
 
@@ -339,4 +339,102 @@ class EvalStage(Base):
         return None
 
 
-Stage = Annotated[Union[SFTStage, RLStage, ExpertsStage, MOPDStage, EvalStage], Field(discriminator="type")]
+class TeacherModel(Base):
+    """The model that writes the candidate trajectories, on vLLM engine actors of its own
+    (it may differ from the pipeline's model)."""
+
+    model: str = Field(description="`tiny`, `smollm2-135m-instruct`, or a local Hugging Face model folder.")
+    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Engine dtype.")
+    engines: int = Field(1, ge=1, le=1024, description="Engine actors; tasks are spread across them.")
+    max_model_len: int = Field(512, ge=16, le=1_048_576, description="Longest prompt + trajectory an engine holds.")
+    kv_cache_gib: float = Field(1.0, gt=0, le=1024, description="KV cache size on CPU.")
+    num_cpus: float = Field(0, ge=0, description="Ray CPUs per engine; 0: it runs while the trainer ranks wait.")
+    num_gpus: float = Field(0, ge=0, description="Ray GPUs per engine.")
+    seed: int = Field(0, description="Engine sampling seed.")
+
+    @field_validator("model")
+    @classmethod
+    def _known_or_folder(cls, name: str) -> str:
+        return model_name(name)
+
+
+class FormatCheck(Base):
+    """The trajectory reads back through the serialization template, every assistant turn
+    is closed, every tool call is well formed (known tool, its arguments), and the last
+    turn is an answer, not a call."""
+
+    enabled: bool = Field(True, description="Run this check.")
+
+
+class OutcomeCheck(Base):
+    """The task's verifier (or the GRM, for tasks without one) scores the trajectory."""
+
+    enabled: bool = Field(True, description="Run this check.")
+    threshold: float = Field(1.0, ge=-1, le=1, description="Lowest verifier score that passes (verifiers score 0..1).")
+    grm_threshold: float = Field(0.5, ge=-1, le=1, description="Lowest GRM score that passes (GRM scores -1..1).")
+
+
+class LengthCheck(Base):
+    """Length limits on the assistant tokens of the trajectory (in the pipeline model's tokens)."""
+
+    enabled: bool = Field(True, description="Run this check.")
+    min_tokens: int = Field(1, ge=0, description="Fewest assistant tokens.")
+    max_tokens: int = Field(512, ge=1, description="Most assistant tokens.")
+
+
+class DedupCheck(Base):
+    """A trajectory whose assistant turns (whitespace and case folded) repeat an earlier
+    kept one of the same task is rejected."""
+
+    enabled: bool = Field(True, description="Run this check.")
+    across_tasks: bool = Field(False, description="Compare with kept trajectories of every task, not only the same task's.")
+
+
+class VerifyConfig(Base):
+    """Verification stages, run in this order; each records its verdict per trajectory."""
+
+    format: FormatCheck = Field(default_factory=FormatCheck)
+    outcome: OutcomeCheck = Field(default_factory=OutcomeCheck)
+    length: LengthCheck = Field(default_factory=LengthCheck)
+    dedup: DedupCheck = Field(default_factory=DedupCheck)
+
+
+class ReviewConfig(Base):
+    """Which trajectories wait for a person (`posttrain review RUN_DIR`)."""
+
+    fraction: float = Field(0.0, ge=0, le=1, description="Random share of the passing trajectories sent to review.")
+    near_threshold: float = Field(0.0, ge=0, le=2, description="Trajectories whose outcome score differs from the threshold by more than 0 and at most this (either side) go to review, if every other check passed.")
+    wait: bool = Field(False, description="Stop the pipeline after this stage while the queue is not empty (review, then `posttrain run --resume`); false: pending ones are left out of the SFT set.")
+    seed: int = Field(0, description="Seed of the random share.")
+
+
+class SynthesisStage(Base):
+    """A teacher model writes K candidate trajectories per task (multi-turn with tools for
+    agent tasks); each is verified (format, outcome, length, dedup) and some go to human
+    review. The kept ones are the SFT set of a later `data: {type: synthesis}` stage."""
+
+    type: Literal["synthesis"]
+    name: str = Field(description="Stage name; the set goes to RUN_DIR/synthesis/NAME/.")
+    teacher: TeacherModel = Field(description="The model that writes the trajectories.")
+    tasks: TaskSource = Field(description="Tasks to write trajectories for (each is scored by its verifier).")
+    candidates: int = Field(4, ge=1, le=1024, description="K: candidate trajectories per task.")
+    max_tokens: int = Field(128, ge=1, description="Most teacher tokens per trajectory (all its turns).")
+    temperature: float = Field(0.8, ge=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    chunk: int = Field(8, ge=1, le=100_000, description="Tasks generated, verified and written together (the unit a resume skips).")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Answer extraction and the GRM for tasks without a verifier.")
+    verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Verification stages.")
+    review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review queue.")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        return stage_name(name)
+
+    @property
+    def init_from(self) -> None:
+        return None
+
+
+Stage = Annotated[Union[SFTStage, RLStage, ExpertsStage, MOPDStage, EvalStage, SynthesisStage],
+                  Field(discriminator="type")]

@@ -87,6 +87,14 @@ class ChatJsonl(Base):
         return path
 
 
+class SynthesisData(Base):
+    """SFT data from a synthesis stage of the same pipeline: its trajectories that passed
+    every verification stage, plus those a reviewer accepted or edited."""
+
+    type: Literal["synthesis"]
+    stage: str = Field(description="Name of an earlier synthesis stage.")
+
+
 AgentFamily = Literal["calculator", "kv_store", "kv_recall", "lookup", "lookup_store"]
 
 
@@ -131,5 +139,5 @@ class MixtureTasks(Base):
 
 TaskSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, WritingTasks, UserTasks, MixtureTasks],
                       Field(discriminator="type")]
-SFTSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, MixtureTasks, ChatJsonl],
+SFTSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, MixtureTasks, ChatJsonl, SynthesisData],
                       Field(discriminator="type")]

@@ -32,7 +32,7 @@ _MESSAGES = {
 
 
 TAGS = {"sft", "rl", "experts", "mopd", "eval", "reasoning_gym", "coding", "user", "mixture", "chat_jsonl", "grpo",
-        "tis", "mask", "exclude", "vllm", "http", "agent", "writing", "adamw", "muon", "muon_per_head"}
+        "tis", "mask", "exclude", "vllm", "http", "agent", "writing", "adamw", "muon", "muon_per_head", "synthesis"}
 UNION_FIELDS = {"stages", "data", "tasks", "sources", "judge", "correction", "algo", "optimizer"}
 DICT_UNION_FIELDS = {"domains"}  # {name: task source}: the key, then the source's tag
 

@@ -43,6 +43,8 @@ def _leaves(stage) -> list[tuple[str, object]]:
     """(key path, leaf task source) of a stage."""
     if stage.type == "sft":
         roots = [("data", stage.data)]
+    elif stage.type == "synthesis":
+        roots = [("tasks", stage.tasks)]
     elif stage.type == "rl":
         roots = [("tasks", stage.tasks)]
     else:  # experts, mopd, eval: a source per domain (mopd and eval may take an experts stage's)
@@ -51,7 +53,7 @@ def _leaves(stage) -> list[tuple[str, object]]:
     for field, data in roots:
         if data.type == "mixture":
             out += [(f"{field}.sources[{k}]", leaf) for k, leaf in enumerate(data.sources)]
-        elif data.type != "chat_jsonl":
+        elif data.type not in ("chat_jsonl", "synthesis"):
             out.append((field, data))
     return out
 
@@ -222,6 +224,11 @@ def run_stage(stage, init_dir: Path, infra, resume_dir: Path | None, checkpoints
     if stage.type == "eval":
         entry["output"] = str(run_eval(stage, infra, checkpoints))
         return None
+    if stage.type == "synthesis":
+        from posttrain.synthesis.stage import run_synthesis
+
+        entry["summary"] = run_synthesis(stage, infra)
+        return None
     if stage.type == "mopd":
         final = run_mopd(stage, init_dir, infra, resume_dir, stages=checkpoints)
     else:
@@ -236,7 +243,7 @@ def _restore_done(stage, entry: dict, checkpoints: dict[str, Path], previous: Pa
     if stage.type == "experts":
         checkpoints.update({f"{stage.name}/{job}": Path(p) for job, p in entry["checkpoints"].items()})
         return previous
-    if stage.type == "eval":
+    if stage.type in ("eval", "synthesis"):
         return previous
     checkpoints[stage.name] = Path(entry["checkpoint"])
     return checkpoints[stage.name]

@@ -35,7 +35,7 @@ class Placement:
 def judge_config(config: PipelineConfig):
     """The vLLM judge a stage of this pipeline needs (the largest), or None."""
     judges = [s.reward.grm.judge for s in config.stages
-              if s.type in ("rl", "experts", "mopd") and s.reward.grm is not None and s.reward.grm.judge.type == "vllm"]
+              if s.type in ("rl", "experts", "mopd", "synthesis") and s.reward.grm is not None and s.reward.grm.judge.type == "vllm"]
     return max(judges, key=lambda j: (j.num_cpus, j.num_gpus), default=None)
 
 

@@ -16,9 +16,19 @@ from posttrain.infra import Infra
 from posttrain.types import LossSpec, Message, TrainSequence
 
 
-def sft_conversations(stage: SFTStage) -> list[tuple[Message, ...]]:
+def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tuple[Message, ...]]:
     if isinstance(stage.data, ChatJsonl):
         return load_chat_jsonl(stage.data)
+    if stage.data.type == "synthesis":  # what a synthesis stage of this run kept
+        from posttrain.synthesis.store import SynthesisStore
+
+        store = SynthesisStore(run_dir, stage.data.stage)
+        conversations = store.conversations()
+        if not conversations:
+            raise ValueError(f"stage {stage.name}: the synthesis stage {stage.data.stage} kept no trajectory "
+                             f"(see {store.candidates}: every candidate's verdicts)")
+        print(f"[{stage.name}] {len(conversations)} synthesized conversations from {store.sft}", flush=True)
+        return conversations
     rng = random.Random(stage.think.seed if stage.think else 0)
     return [with_scratchpad(t.messages + gold_turns(t), stage.think, t.verifier == "code", rng)
             for t in load_tasks(stage.data) if t.answer is not None]
@@ -68,7 +78,7 @@ def _save(infra: Infra, folder: Path, step: int, rng: random.Random) -> str:
 
 def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
     """SFT from `init_dir`, or continued from one of its own checkpoints (same batches after)."""
-    seqs = sft_sequences(infra.tokenizer, sft_conversations(stage), stage.max_len)
+    seqs = sft_sequences(infra.tokenizer, sft_conversations(stage, infra.run_dir), stage.max_len)
     rng = random.Random(infra.config.seed)
     infra.trainers.load(str(resume_dir or init_dir), infra.config.model.dtype, stage.lr, stage.warmup_steps,
                         resume=resume_dir is not None)

@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+from posttrain.data.chat import TOOL_CALL, format_call, parse_calls, wants_tools  # noqa: F401 (the template's syntax)
+
 MAX_CALLS_PER_TURN = 4
 MAX_RESULT_CHARS = 400
 
@@ -174,37 +175,6 @@ def _text(value: Any) -> str:
     if isinstance(value, (int, float, bool)) or value is None:
         return json.dumps(value)
     raise ValueError(f"arguments must be strings or numbers, got {type(value).__name__}")
-
-
-def parse_calls(text: str) -> tuple[list[tuple[str, dict]], list[str]]:
-    """(well-formed calls, error messages for the malformed ones) found in one turn."""
-    calls, errors = [], []
-    for body in TOOL_CALL.findall(text):
-        try:
-            call = json.loads(body)
-        except json.JSONDecodeError as exc:
-            errors.append(f"error: tool call is not valid JSON ({exc.msg} at character {exc.pos})")
-            continue
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            errors.append("error: a tool call must be a JSON object with a \"name\" string and \"arguments\"")
-            continue
-        arguments = call.get("arguments", {})
-        if isinstance(arguments, str):  # OpenAI style: arguments as a JSON string
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                arguments = None
-        if not isinstance(arguments, dict):
-            errors.append(f"error: the arguments of {call['name']} must be a JSON object")
-            continue
-        calls.append((call["name"], arguments))
-    if text.count("<tool_call>") > text.count("</tool_call>"):
-        errors.append("error: <tool_call> without a closing </tool_call>")
-    return calls, errors
-
-
-def wants_tools(text: str) -> bool:
-    return "<tool_call>" in text
 
 
 def step(state: EnvState, turn_text: str, corpus_seed: int) -> str | None:
@@ -346,10 +316,6 @@ def generate_task(family: str, rng: random.Random, corpus_seed: int, max_operand
 
 
 FAMILIES = ("calculator", "kv_store", "kv_recall", "lookup", "lookup_store")
-
-
-def format_call(name: str, arguments: dict) -> str:
-    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
 def gold_turns(spec: AgentTaskSpec, corpus_seed: int) -> list[tuple[str, str]]:

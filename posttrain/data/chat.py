@@ -1,12 +1,68 @@
-"""Chat rendering: messages -> prompt token ids with the model's chat template.
+"""The serialization template of conversations with tool calls (TEMPLATE_VERSION), and
+chat rendering: messages -> token ids with the model's chat template on top.
 
-The same rendering feeds SFT, rollouts and the trainer, so the token ids a response is
-trained on are exactly the ids the engine was given and produced.
+Template `tools-v1`:
+- a conversation is a list of messages with roles system, user, assistant, tool;
+- an assistant turn calls a tool by writing
+  `<tool_call>{"name": NAME, "arguments": {...}}</tool_call>` (Hermes / Qwen) in its
+  content; a turn without a call is a final answer;
+- a tool result is a `tool` message whose content is the results of the previous turn's
+  calls, one per line (`error: ...` for a call that failed);
+- the model's chat template renders the messages; an assistant turn ends with the eos
+  token (the engine stops on it), and what follows it up to the next assistant header
+  is the tool (or user) message.
+
+The same rendering feeds SFT (`sft_example`), rollouts (`render_prompt`, the agent loop's
+`tool_turn_ids`) and the loss masks (1 on assistant tokens, 0 on the rest), so the token
+ids a response is trained on are exactly the ids the engine was given and produced;
+`parse_response` reads token ids and a mask back into messages (a lossless round trip,
+tested), which is how synthesized trajectories become SFT data.
 """
 
 from __future__ import annotations
 
+import json
+import re
+
 from posttrain.types import Message
+
+TEMPLATE_VERSION = "tools-v1"
+TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def format_call(name: str, arguments: dict) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def wants_tools(text: str) -> bool:
+    return "<tool_call>" in text
+
+
+def parse_calls(text: str) -> tuple[list[tuple[str, dict]], list[str]]:
+    """(well-formed calls, error messages for the malformed ones) found in one turn."""
+    calls, errors = [], []
+    for body in TOOL_CALL.findall(text):
+        try:
+            call = json.loads(body)
+        except json.JSONDecodeError as exc:
+            errors.append(f"error: tool call is not valid JSON ({exc.msg} at character {exc.pos})")
+            continue
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            errors.append("error: a tool call must be a JSON object with a \"name\" string and \"arguments\"")
+            continue
+        arguments = call.get("arguments", {})
+        if isinstance(arguments, str):  # OpenAI style: arguments as a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                arguments = None
+        if not isinstance(arguments, dict):
+            errors.append(f"error: the arguments of {call['name']} must be a JSON object")
+            continue
+        calls.append((call["name"], arguments))
+    if text.count("<tool_call>") > text.count("</tool_call>"):
+        errors.append("error: <tool_call> without a closing </tool_call>")
+    return calls, errors
 
 
 def render_prompt(tokenizer, messages: tuple[Message, ...] | list[Message]) -> list[int]:
@@ -61,3 +117,54 @@ def sft_example(tokenizer, messages: tuple[Message, ...] | list[Message],
     prompt_len = min(len(prompt), max_len)
     ids = (prompt + response)[:max_len]
     return ids, prompt_len, mask[: len(ids) - prompt_len]
+
+
+def _decode(tokenizer, ids) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _between_turns(tokenizer, role: str) -> tuple[str, str]:
+    """The text the template puts before and after a `role` message's content, between
+    an assistant turn's eos and the next assistant header."""
+    text = _decode(tokenizer, tool_turn_ids(tokenizer, _PLACEHOLDER, role))
+    before, _, after = text.partition(_PLACEHOLDER)
+    return before, after
+
+
+class TemplateError(ValueError):
+    """Token ids that the serialization template cannot read back into messages."""
+
+
+def parse_response(tokenizer, response_ids, mask) -> tuple[Message, ...]:
+    """The messages after the prompt, read back from token ids and their loss mask (what
+    `sft_example` and the agent loop write): runs of mask 1 are assistant turns, each
+    closed by the eos token; runs of mask 0 are tool (or user) messages with the next
+    assistant header. Raises TemplateError for tokens the template cannot have made (an
+    assistant turn left open, a message between turns in another shape)."""
+    if len(response_ids) != len(mask):
+        raise TemplateError(f"{len(response_ids)} tokens but {len(mask)} mask values")
+    runs: list[tuple[int, list[int]]] = []
+    for tok, m in zip(response_ids, mask):
+        m = int(m > 0)
+        if runs and runs[-1][0] == m:
+            runs[-1][1].append(tok)
+        else:
+            runs.append((m, [tok]))
+    out: list[Message] = []
+    for i, (m, ids) in enumerate(runs):
+        if m:
+            if ids[-1] != tokenizer.eos_token_id:
+                raise TemplateError(f"assistant turn {len(out)} is not closed by the end-of-turn token")
+            out.append(Message("assistant", _decode(tokenizer, ids[:-1])))
+            continue
+        if i == 0:
+            raise TemplateError("the response starts with a non-assistant message")
+        text = _decode(tokenizer, ids)
+        for role in ("tool", "user"):
+            before, after = _between_turns(tokenizer, role)
+            if text.startswith(before) and text.endswith(after) and len(text) >= len(before) + len(after):
+                out.append(Message(role, text[len(before):len(text) - len(after)]))
+                break
+        else:
+            raise TemplateError(f"message {len(out)} between assistant turns does not match the template: {text[:80]!r}")
+    return tuple(out)
