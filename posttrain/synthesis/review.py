@@ -55,7 +55,8 @@ def render(row: dict, out=sys.stdout) -> None:
     if "score" in row:
         out.write(f"--- reward {row['score']:.3g} ({row['source']}): {row['reason']}\n")
     for stage, v in row["verdicts"].items():
-        out.write(f"    {stage:8s} {'pass' if v['pass'] else 'FAIL'}  {v['reason']}\n")
+        shown = {True: "pass", False: "FAIL", None: "-"}[v["pass"]]
+        out.write(f"    {stage:8s} {shown:4s}  {v['reason']}\n")
 
 
 def summary_line(store: SynthesisStore) -> str:

@@ -153,7 +153,7 @@ class SynthesisStore:
         from posttrain.synthesis.verify import STAGES
 
         for stage in STAGES:
-            reached = [r for r in rows if stage in r["verdicts"]]
+            reached = [r for r in rows if r["verdicts"].get(stage, {}).get("pass") is not None]
             out[f"pass_rate/{stage}"] = (sum(r["verdicts"][stage]["pass"] for r in reached) / len(reached)) if reached else 0.0
         out["acceptance"] = out["sft_set"] / n if n else 0.0
         return out

@@ -22,8 +22,12 @@ STAGES = ("format", "outcome", "length", "dedup")
 PASSED, REJECTED, REVIEW = "passed", "rejected", "review"
 
 
-def verdict(ok: bool, reason: str) -> dict:
-    return {"pass": bool(ok), "reason": reason}
+def verdict(ok: bool | None, reason: str) -> dict:
+    """ok None: the stage could not run (no conversation was read back: see format)."""
+    return {"pass": None if ok is None else bool(ok), "reason": reason}
+
+
+NOT_RUN = verdict(None, "not run: no conversation was read back (format)")
 
 
 def check_messages(messages: tuple[Message, ...], tools: bool) -> dict:
@@ -130,12 +134,12 @@ class Verifier:
         if not cfg.length.enabled:
             verdicts["length"] = verdict(True, "disabled")
         else:
-            verdicts["length"] = check_length(tokens, self.stage) if tokens is not None else verdict(False, "no conversation")
+            verdicts["length"] = check_length(tokens, self.stage) if tokens is not None else NOT_RUN
         key = dedup_key(task_id, messages, cfg.dedup.across_tasks) if messages else None
         if not cfg.dedup.enabled:
             verdicts["dedup"] = verdict(True, "disabled")
         elif key is None:
-            verdicts["dedup"] = verdict(False, "no conversation")
+            verdicts["dedup"] = NOT_RUN
         elif key in self.kept:
             verdicts["dedup"] = verdict(False, f"duplicate of {self.kept[key]}")
         else:
