@@ -7,6 +7,7 @@ Run folder:
   metrics.jsonl          one JSON object per step and stage
   rollouts/STAGE.jsonl   every scored sample of each RL step (posttrain/rollouts_log.py)
   scoreboard.jsonl       every GRM judgement: rubric, verdicts, reasons, raw replies
+  synthesis/STAGE/       a synthesis stage's candidates with their verdicts, review decisions, SFT set
   checkpoints/STAGE/     `final/` (and `step_N/`): Hugging Face safetensors folders
   run_state.json         each stage's status, checkpoint and timing
 """
@@ -228,6 +229,7 @@ def run_stage(stage, init_dir: Path, infra, resume_dir: Path | None, checkpoints
         from posttrain.synthesis.stage import run_synthesis
 
         entry["summary"] = run_synthesis(stage, infra)
+        entry["output"] = str(infra.run_dir / "synthesis" / stage.name)
         return None
     if stage.type == "mopd":
         final = run_mopd(stage, init_dir, infra, resume_dir, stages=checkpoints)

@@ -6,7 +6,8 @@ checkpoints like any other data. The model calls a tool by writing
 
     <tool_call>{"name": "calculator", "arguments": {"expression": "3 * (4 + 5)"}}</tool_call>
 
-(the Hermes / Qwen convention); the environment answers with a `tool` message. A call
+(the Hermes / Qwen convention, the serialization template of posttrain/data/chat.py, where
+the call syntax lives); the environment answers with a `tool` message. A call
 that cannot be parsed or executed gets an error message as its result, never an
 exception. A turn without a tool call is the final answer.
 

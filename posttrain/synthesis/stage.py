@@ -160,6 +160,8 @@ def run_synthesis(stage: SynthesisStage, infra: Infra) -> dict:
         finally:
             router.close()
             pool.shutdown()
+            if infra.judge is not None:  # frees its memory for the next stage; one that judges starts it again
+                infra.judge.close()
     store.write_sft()
     summary = store.summary()
     infra.metrics.log(stage.name, summary["tasks"], metric_row(summary))
