@@ -281,3 +281,27 @@ def test_config_checks_synthesis_references():
     assert isinstance(SynthesisStage(**syn).tasks, ReasoningGymTasks) and from_messages([]) == []
     with pytest.raises(ReviewError):
         SynthesisStore(".", "x").decide("1", "maybe")
+
+
+def test_review_wait_stops_the_pipeline_until_the_queue_is_empty(tmp_path):
+    """With review.wait, a synthesis stage whose tasks are all done (a resume) raises while
+    trajectories wait, and passes once they are decided."""
+    from types import SimpleNamespace
+
+    from posttrain.metrics import MetricsLog
+    from posttrain.synthesis.stage import ReviewPending, run_synthesis
+
+    s = stage(candidates=1, tasks={"type": "agent", "size": 3}, review={"wait": True})
+    rows = fake_rows([PASSED, REVIEW, REVIEW])
+    for row, task in zip(rows, load_tasks(s.tasks)):
+        row["task_id"] = task.task_id
+    store = SynthesisStore(tmp_path, "syn")
+    store.folder.mkdir(parents=True)
+    store.append(rows)
+    infra = SimpleNamespace(run_dir=tmp_path, metrics=MetricsLog(tmp_path), live_progress=False, judge=None)
+    with pytest.raises(ReviewPending, match="2 trajectories of stage syn wait for review"):
+        run_synthesis(s, infra)
+    store.decide("1-0", "accept")
+    store.decide("2-0", "reject")
+    summary = run_synthesis(s, infra)
+    assert summary["queue"] == 0 and summary["sft_set"] == 2 and summary["candidates"] == 3
