@@ -123,6 +123,7 @@ class RLRun:
                 continue
             reference = len(tok(task.answer, add_special_tokens=False)["input_ids"]) if task.answer else None
             tokens = task_budget(budget, stage.budget.multiple, reference)
+            tokens = task.entry.get("budget", tokens)  # a (domain, effort) cell's own budget
             limit = task.entry.get("max_tokens", stage.max_tokens)  # MOPD: the cell's effort sets it
             cap = limit if tokens is None else min(limit, math.ceil(tokens * (1 + stage.budget.margin)))
             trajs += self.queue.add_group(task, prompt, stage.group_size, min(cap, max_len - len(prompt)), tokens, version)

@@ -157,23 +157,23 @@ def jobs(run):
 def faulted_run(tmp_path_factory):
     """The pipeline with two faults; returns (run folder, facts seen before the resume)."""
     root = tmp_path_factory.mktemp("experts")
-    (root / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
+    (root / "p.yaml").write_text(yaml.safe_dump(PIPELINE, sort_keys=False))  # jobs: general, coding, agent
     run = root / "run"
     proc = cli("run", str(root / "p.yaml"), "--run-dir", str(run))
     facts = {}
     try:
-        # fault 1: a trainer rank dies in general-max after its first checkpoint
+        # fault 1: a trainer rank dies in general-max (the first job) after its first checkpoint
         ckpt = run / "checkpoints" / "experts" / "general-max"
         wait_for(lambda: (ckpt / "step_000001" / "rollout_state.json").exists(), proc, 400, "general-max step 1")
         ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
                  if "TrainerWorker" in " ".join(p.cmdline())]
         assert ranks, "no trainer rank process found"
         ranks[0].kill()
-        # fault 2: the driver dies (whole process group) once coding-max is done and a later
-        # job has a checkpoint
+        # fault 2: the driver dies (whole process group) once general-max and coding-max are
+        # done and a later job has a checkpoint
         def later_job_checkpointed():
             js = jobs(run)
-            return js.get("coding-max", {}).get("status") == "done" and any(
+            return all(js.get(n, {}).get("status") == "done" for n in ("general-max", "coding-max")) and any(
                 (run / "checkpoints" / "experts" / name / "step_000001" / "rollout_state.json").exists()
                 for name, j in js.items() if j["status"] == "running")
         wait_for(later_job_checkpointed, proc, 600, "a later job's checkpoint")
