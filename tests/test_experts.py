@@ -233,3 +233,29 @@ def test_eval_json_has_every_cell_for_sft_experts_and_student(faulted_run):
     manifest = json.loads((run / "checkpoints" / "mopd" / "final" / "mopd_manifest.json").read_text())
     assert sorted(t["teacher_id"] for t in manifest["teachers"]) == sorted(
         f"{d}-{e}" for d, e in CELLS)
+
+
+def test_sft_scratchpads_open_some_first_answers_with_part_of_the_question():
+    import random
+
+    from posttrain.config_stages import ThinkConfig
+    from posttrain.sft import with_scratchpad
+    from posttrain.types import Message
+
+    think = ThinkConfig(prob=0.5, max_words=3)
+    convo = (Message("user", "What is 2 + 3 ?"), Message("assistant", "5"))
+    code = (Message("user", "Write solve: add one"), Message("assistant", "def solve(x):\n    return x + 1"))
+    rng = random.Random(0)
+    outs = [with_scratchpad(convo, think, False, rng) for _ in range(200)]
+    padded = [o for o in outs if o[1].content != "5"]
+    assert 60 < len(padded) < 140  # about half
+    lines = {o[1].content.split("\n")[0] for o in padded}
+    assert lines == {"Thinking: What", "Thinking: What is", "Thinking: What is 2"}  # 1..3 words of the question
+    assert all(o[1].content.endswith("\n5") and o[0] == convo[0] for o in padded)
+    coded = [with_scratchpad(code, think, True, rng) for _ in range(50)]
+    assert any(c[1].content.startswith("# Thinking: Write") for c in coded)
+    for c in coded:  # a comment line: the program still runs
+        namespace = {}
+        exec(c[1].content, namespace)
+        assert namespace["solve"](1) == 2
+    assert with_scratchpad(convo, None, False, rng) == convo
