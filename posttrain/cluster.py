@@ -63,8 +63,9 @@ def _token_from(path: Path, source: str, required: bool) -> Token | None:
 
 def connect(address: str, token_file: str | None = None):
     """A JobSubmissionClient for the dashboard at `address`, after checking that the
-    cluster answers and accepts the token (a one-line error otherwise)."""
-    import requests
+    cluster answers and accepts the token (a one-line error otherwise). A cluster that
+    answers without any token has auth off: said on stderr, since anyone reaching it can
+    run code there."""
     from ray.job_submission import JobSubmissionClient
 
     address = address.rstrip("/")
@@ -72,19 +73,30 @@ def connect(address: str, token_file: str | None = None):
         address = f"http://{address}"
     token = read_token(token_file)
     headers = {"Authorization": f"Bearer {token.value}"} if token else {}
+    status = _version_status(address, {})
+    if status == 200:
+        print(f"warning: {address} has Ray token auth off; start the cluster with a token (see README)",
+              file=sys.stderr)
+    elif status == 401 and token is None:
+        raise ClusterError(f"{address}: the cluster requires a token and none was found; pass --token-file FILE "
+                           "or set RAY_AUTH_TOKEN (`ray get-auth-token` on the head node prints it)")
+    elif status == 401:
+        status = _version_status(address, headers)
+        if status in (401, 403):
+            raise ClusterError(f"{address}: the cluster rejected the token from {token.source}")
+    if status != 200:
+        raise ClusterError(f"{address}: /api/version answered HTTP {status}; is this a Ray dashboard?")
+    return JobSubmissionClient(address, headers=headers)
+
+
+def _version_status(address: str, headers: dict) -> int:
+    import requests
+
     try:
-        reply = requests.get(f"{address}/api/version", headers=headers, timeout=15)
+        return requests.get(f"{address}/api/version", headers=headers, timeout=15).status_code
     except requests.RequestException as exc:
         raise ClusterError(f"{address}: cannot reach the Ray dashboard ({type(exc).__name__}); "
                            "is the cluster up and the address http://HEAD:8265?") from None
-    if reply.status_code == 401:
-        raise ClusterError(f"{address}: the cluster requires a token and none was found; pass --token-file FILE "
-                           "or set RAY_AUTH_TOKEN (`ray get-auth-token` on the head node prints it)")
-    if reply.status_code == 403:
-        raise ClusterError(f"{address}: the cluster rejected the token from {token.source if token else '?'}")
-    if reply.status_code != 200:
-        raise ClusterError(f"{address}: /api/version answered HTTP {reply.status_code}; is this a Ray dashboard?")
-    return JobSubmissionClient(address, headers=headers)
 
 
 def entrypoint(pipeline_name: str, run_dir: str, overrides: list[str], join_cluster: bool) -> str:

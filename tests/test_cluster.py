@@ -3,10 +3,12 @@ machine (a head and two workers, each with its own ports, CPUs and custom resour
 auth on with the cluster's own token), plus unit tests of the token and command plumbing.
 The cluster tests are marked `cluster` (deselect with `-m "not cluster"`)."""
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,52 @@ def test_broken_pipeline_is_refused_before_contacting_the_cluster(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"{tmp_path / 'bad.yaml'}: stages[0].lr: must be > 0")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+class _Dashboard(http.server.BaseHTTPRequestHandler):
+    """Answers /api/version as a Ray dashboard does: 401 without a token, 403 with a wrong
+    one; with `auth_off`, 200 to anyone."""
+
+    auth_off = False
+
+    def do_GET(self):
+        given = self.headers.get("Authorization")
+        code = 200 if self.auth_off or given == "Bearer right" else 403 if given else 401
+        body = json.dumps({"ray_version": "2.60.0", "version": "4"}).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def dashboard():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    _Dashboard.auth_off = False
+
+
+def test_connect_checks_the_token(dashboard, tmp_path, monkeypatch, capsys):
+    address = f"127.0.0.1:{dashboard.server_port}"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    with pytest.raises(cl.ClusterError, match="requires a token and none was found"):
+        cl.connect(address)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "wrong")
+    with pytest.raises(cl.ClusterError, match="rejected the token from RAY_AUTH_TOKEN$"):
+        cl.connect(address)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "right")
+    assert cl.connect(address)._headers["Authorization"] == "Bearer right"
+    assert capsys.readouterr().err == ""
+    _Dashboard.auth_off = True
+    cl.connect(address)
+    assert "has Ray token auth off" in capsys.readouterr().err
 
 
 def test_unreachable_cluster_is_one_line(tmp_path):
