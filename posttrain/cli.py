@@ -149,7 +149,11 @@ def _cluster(args) -> int:
             rows = cluster.status(client, args.submission_id)
             print(cluster.dump(rows) if args.json else cluster.format_status(rows))
             return 0
-        final = cluster.logs(client, args.submission_id, args.follow)
+        try:
+            final = cluster.logs(client, args.submission_id, args.follow)
+        except KeyboardInterrupt:  # only the following stops; the run goes on
+            print(f"\nstopped following {args.submission_id}; the run goes on", file=sys.stderr)
+            return 130
         return 0 if not args.follow or final == "SUCCEEDED" else 1
     except (ConfigError, cluster.ClusterError) as exc:
         print(exc, file=sys.stderr)

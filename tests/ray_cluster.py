@@ -25,6 +25,10 @@ from pathlib import Path
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
+class NodeExited(RuntimeError):
+    """A `ray start` that ended while its node should be up."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -39,6 +43,7 @@ class LocalCluster:
     env: dict[str, str] = field(default_factory=dict)
     object_store_bytes: int = 150 * 2**20
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    node_manager_ports: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         # Short: Ray's unix socket paths live under it (108-byte limit).
@@ -60,15 +65,29 @@ class LocalCluster:
                    PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **self.env)
         return env
 
-    def start(self, timeout: float = 120) -> "LocalCluster":
+    def start(self, timeout: float = 120, tries: int = 3) -> "LocalCluster":
+        """Start the head, then the workers one at a time. A node that exits while starting
+        is started again (Ray gives a raylet 30 s to register, which a loaded machine can miss)."""
         names = list(self.nodes)
-        self._start_node(names[0], ["--head", f"--port={self.gcs_port}", f"--dashboard-port={self.dashboard_port}",
-                                    "--dashboard-host=127.0.0.1", "--include-dashboard=true",
-                                    f"--ray-client-server-port={free_port()}"])
-        self._wait_dashboard(timeout)
-        for name in names[1:]:  # one at a time: nodes starting together raced for ports
-            self._start_node(name, [f"--address=127.0.0.1:{self.gcs_port}"])
-            self.wait_nodes(names.index(name) + 1, timeout)
+        head = ["--head", f"--port={self.gcs_port}", f"--dashboard-port={self.dashboard_port}",
+                "--dashboard-host=127.0.0.1", "--include-dashboard=true", f"--ray-client-server-port={free_port()}"]
+        for attempt in range(tries):
+            try:
+                self._start_node(names[0], head)
+                self._wait_dashboard(timeout)
+                break
+            except NodeExited:
+                if attempt == tries - 1:
+                    raise
+        for count, name in enumerate(names[1:], start=2):
+            for attempt in range(tries):
+                try:
+                    self._start_node(name, [f"--address=127.0.0.1:{self.gcs_port}"])
+                    self.wait_nodes(count, timeout)
+                    break
+                except NodeExited:
+                    if attempt == tries - 1:
+                        raise
         return self
 
     def _start_node(self, name: str, args: list[str]) -> None:
@@ -80,6 +99,7 @@ class LocalCluster:
                f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats", *args]
         for flag in ports:
             cmd += [flag, str(free_port())]
+        self.node_manager_ports[name] = int(cmd[cmd.index("--node-manager-port") + 1])
         log = open(self.temp_dir / f"{name}.out", "w")
         self.procs[name] = subprocess.Popen(cmd, env=self.node_env(), stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
@@ -121,7 +141,13 @@ class LocalCluster:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
                 tail = (self.temp_dir / f"{name}.out").read_text()[-2000:]
-                raise RuntimeError(f"ray node {name} exited with {proc.returncode}:\n{tail}")
+                raise NodeExited(f"ray node {name} exited with {proc.returncode}:\n{tail}")
+
+    def node_name(self, address: str) -> str | None:
+        """Our name of the node at `IP:NODE_MANAGER_PORT` (how run_state.json records where a
+        job ran); every node here shares one IP, so the port tells them apart."""
+        port = int(address.rsplit(":", 1)[1]) if ":" in address else -1
+        return next((name for name, p in self.node_manager_ports.items() if p == port), None)
 
     def token(self) -> str:
         return self.token_file.read_text().strip()
@@ -156,3 +182,10 @@ class LocalCluster:
             except OSError:
                 continue
         return pids
+
+
+def expert_job_nodes(run_dir: Path, cluster: LocalCluster, stage: str = "experts") -> dict[str, str | None]:
+    """{job: node name} of an experts stage, from the `node` each job's entry in
+    run_state.json records (None for a node that is not one of the cluster's)."""
+    state = json.loads((Path(run_dir) / "run_state.json").read_text())
+    return {job: cluster.node_name(entry.get("node", "")) for job, entry in state["stages"][stage]["jobs"].items()}

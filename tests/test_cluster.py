@@ -168,6 +168,10 @@ def test_three_nodes_each_with_its_own_resources(ray_cluster):
     owned = sorted(k for t in totals for k in t if k in ("head", "nodeA", "nodeB", "accelA", "accelB"))
     assert owned == ["accelA", "accelB", "head", "nodeA", "nodeB"]
     assert len({n["raylet"]["nodeId"] for n in nodes}) == 3
+    # run_state.json names a job's node IP:NODE_MANAGER_PORT; one IP here, so the port must tell them apart
+    named = {ray_cluster.node_name(f"{n['raylet']['nodeManagerAddress']}:{n['raylet']['nodeManagerPort']}")
+             for n in nodes}
+    assert named == {"head", "node_a", "node_b"}
 
 
 @pytest.mark.cluster
