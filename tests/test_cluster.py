@@ -1,6 +1,7 @@
 """`posttrain submit`, `status` and `logs` against a real 3-node Ray cluster started on this
 machine (a head and two workers, each with its own ports, CPUs and custom resource, token
-auth on with the cluster's own token), plus unit tests of the token and command plumbing.
+auth on with the cluster's own token): a submitted SFT -> experts pipeline whose expert
+jobs must land on different nodes. Plus unit tests of the token and command plumbing.
 The cluster tests are marked `cluster` (deselect with `-m "not cluster"`)."""
 
 import http.server
@@ -15,22 +16,26 @@ import pytest
 import yaml
 
 from posttrain import cluster as cl
-from ray_cluster import LocalCluster
+from ray_cluster import LocalCluster, expert_job_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
+# A slot (one job's placement group) is 1 engine + 1 trainer rank = 2 CPUs, a whole node
+# here: the two expert jobs' slots (parallel: 2) can only be granted on two different nodes.
 PIPELINE = {
     "name": "onray",
     "model": {"name": "tiny"},
-    "rollout": {"max_model_len": 96},
-    "trainer": {"workers": 2},
+    "rollout": {"max_model_len": 96, "engines": 1, "num_cpus": 1},
+    "trainer": {"workers": 1, "num_cpus": 1},
     "stages": [
         {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3, "batch_size": 8,
          "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 20}},
-        {"name": "grpo", "type": "rl", "steps": 2, "lr": 1e-4, "prompts_per_step": 2, "group_size": 2,
-         "max_tokens": 8, "tasks": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 20, "seed": 3}},
+        {"name": "experts", "type": "experts", "steps": 1, "lr": 1e-4, "prompts_per_step": 2, "group_size": 2,
+         "max_tokens": 8, "parallel": 2, "efforts": {"max": {"tokens": 6}},
+         "domains": {"general": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 20, "seed": 3},
+                     "agent": {"type": "agent", "size": 10, "seed": 5, "families": ["calculator"],
+                               "system_prompt": ""}}},
     ],
 }
-
 
 def cli(*args, env=None, timeout=60):
     """The CLI in a subprocess, with no Ray token of the caller's unless `env` gives one."""
@@ -185,8 +190,8 @@ def test_token_missing_or_wrong_is_refused(ray_cluster, tmp_path):
 
 
 @pytest.mark.cluster
-@pytest.mark.timeout(400)
-def test_submit_status_logs_on_the_cluster(ray_cluster, tmp_path):
+@pytest.mark.timeout(500)
+def test_submit_status_logs_and_expert_jobs_spread_across_nodes(ray_cluster, tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run_dir = tmp_path / "run"
     token = {"RAY_AUTH_TOKEN": ray_cluster.token()}
@@ -200,9 +205,10 @@ def test_submit_status_logs_on_the_cluster(ray_cluster, tmp_path):
     early = json.loads(cli("status", sid, "--json", "--address", ray_cluster.dashboard, env=token).stdout)
     assert early[0]["status"] in ("PENDING", "RUNNING", "SUCCEEDED") and early[0]["run_dir"] == str(run_dir)
 
-    follow = cli("logs", sid, "--follow", "--address", ray_cluster.dashboard, env=token, timeout=360)
+    follow = cli("logs", sid, "--follow", "--address", ray_cluster.dashboard, env=token, timeout=420)
     assert follow.returncode == 0, follow.stdout[-3000:] + follow.stderr[-2000:]
-    assert "[grpo] step 2/2" in follow.stdout and "Connecting to existing Ray cluster" in follow.stdout
+    assert "Connecting to existing Ray cluster" in follow.stdout
+    assert "[experts] general-max: done" in follow.stdout and "[experts] agent-max: done" in follow.stdout
 
     done = json.loads(cli("status", "--json", "--address", ray_cluster.dashboard, env=token).stdout)
     mine = [r for r in done if r["submission_id"] == sid]
@@ -213,11 +219,15 @@ def test_submit_status_logs_on_the_cluster(ray_cluster, tmp_path):
 
     state = json.loads((run_dir / "run_state.json").read_text())
     assert [s["status"] for s in state["stages"].values()] == ["done", "done"]
-    assert (run_dir / "checkpoints" / "grpo" / "final" / "config.json").is_file()
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if r["stage"] == "grpo"] == [1, 2]
+    for job in ("general-max", "agent-max"):
+        assert (run_dir / "checkpoints" / "experts" / job / "final" / "config.json").is_file()
     resolved = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
     assert resolved["ray"]["address"] == "auto"
+
+    # the expert jobs ran on two different nodes of this cluster
+    nodes = expert_job_nodes(run_dir, ray_cluster)
+    assert set(nodes) == {"general-max", "agent-max"} and None not in nodes.values(), nodes
+    assert len(set(nodes.values())) == 2, nodes
 
 
 @pytest.mark.cluster
