@@ -59,10 +59,14 @@ class LocalCluster:
 
     def node_env(self) -> dict[str, str]:
         """Environment of every node: token auth with this cluster's token only (never
-        ~/.ray/auth_token), the test's Python first on PATH so jobs find `posttrain`."""
+        ~/.ray/auth_token), the test's Python first on PATH so jobs find `posttrain`.
+        Ray's memory monitor is off: it compares the whole machine's memory, other
+        programs' included, with its 95% threshold, and on a shared machine it killed this
+        cluster's job supervisor for memory that other runs held."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token_file), RAY_USAGE_STATS_ENABLED="0",
-                   PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}", **self.env)
+                   RAY_memory_monitor_refresh_ms="0", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+                   **self.env)
         return env
 
     def start(self, timeout: float = 120, tries: int = 3) -> "LocalCluster":

@@ -190,7 +190,7 @@ def test_token_missing_or_wrong_is_refused(ray_cluster, tmp_path):
 
 
 @pytest.mark.cluster
-@pytest.mark.timeout(500)
+@pytest.mark.timeout(1100)
 def test_submit_status_logs_and_expert_jobs_spread_across_nodes(ray_cluster, tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run_dir = tmp_path / "run"
@@ -205,7 +205,7 @@ def test_submit_status_logs_and_expert_jobs_spread_across_nodes(ray_cluster, tmp
     early = json.loads(cli("status", sid, "--json", "--address", ray_cluster.dashboard, env=token).stdout)
     assert early[0]["status"] in ("PENDING", "RUNNING", "SUCCEEDED") and early[0]["run_dir"] == str(run_dir)
 
-    follow = cli("logs", sid, "--follow", "--address", ray_cluster.dashboard, env=token, timeout=420)
+    follow = cli("logs", sid, "--follow", "--address", ray_cluster.dashboard, env=token, timeout=900)  # minutes when the machine is loaded 20x
     assert follow.returncode == 0, follow.stdout[-3000:] + follow.stderr[-2000:]
     assert "Connecting to existing Ray cluster" in follow.stdout
     assert "[experts] general-max: done" in follow.stdout and "[experts] agent-max: done" in follow.stdout
