@@ -69,7 +69,7 @@ class LocalCluster:
                    **self.env)
         return env
 
-    def start(self, timeout: float = 120, tries: int = 3) -> "LocalCluster":
+    def start(self, timeout: float = 120, tries: int = 3) -> LocalCluster:
         """Start the head, then the workers one at a time. A node that exits while starting
         is started again (Ray gives a raylet 30 s to register, which a loaded machine can miss)."""
         names = list(self.nodes)
@@ -104,9 +104,9 @@ class LocalCluster:
         for flag in ports:
             cmd += [flag, str(free_port())]
         self.node_manager_ports[name] = int(cmd[cmd.index("--node-manager-port") + 1])
-        log = open(self.temp_dir / f"{name}.out", "w")
-        self.procs[name] = subprocess.Popen(cmd, env=self.node_env(), stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+        with open(self.temp_dir / f"{name}.out", "w") as log:  # the child keeps its own copy
+            self.procs[name] = subprocess.Popen(cmd, env=self.node_env(), stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
 
     def _wait_dashboard(self, timeout: float) -> None:
         deadline = time.time() + timeout
