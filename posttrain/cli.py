@@ -7,6 +7,9 @@
   posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K]
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
+  posttrain submit PIPELINE.yaml --address http://HEAD:8265 [--run-dir DIR] [-o ...] [--env K=V ...]
+  posttrain status [SUBMISSION_ID] --address http://HEAD:8265 [--json]
+  posttrain logs SUBMISSION_ID --address http://HEAD:8265 [--follow]
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
 """
@@ -38,7 +41,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     _rewards_parser(sub.add_parser("rewards", help="reward debugging: show, replay, try"))
+    _cluster_parsers(sub)
     return parser
+
+
+def _cluster_parsers(sub) -> None:
+    submit = sub.add_parser("submit", help="run a pipeline on a Ray cluster through the Ray Jobs API")
+    submit.add_argument("pipeline", help="pipeline YAML file (validated here first)")
+    submit.add_argument("--run-dir", help="run folder on the cluster (default: runs/NAME, made absolute here)")
+    submit.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment variable of the job on the cluster (repeatable)")
+    status = sub.add_parser("status", help="status, times and run folder of one or all submitted runs")
+    status.add_argument("submission_id", nargs="?")
+    status.add_argument("--json", action="store_true", help="print a JSON list")
+    logs = sub.add_parser("logs", help="driver log of a submitted run")
+    logs.add_argument("submission_id")
+    logs.add_argument("--follow", action="store_true", help="stream until the run ends; exit 0 only if it succeeded")
+    for cmd in (submit, status, logs):
+        cmd.add_argument("--address", required=True, help="Ray dashboard address, e.g. http://HEAD:8265")
+        cmd.add_argument("--token-file", help="file holding the cluster token (else RAY_AUTH_TOKEN, "
+                         "RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)")
 
 
 def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
@@ -74,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return _sandbox(args)
     if args.command == "rewards":
         return _rewards(args)
+    if args.command in ("submit", "status", "logs"):
+        return _cluster(args)
     try:
         if args.command == "run" and args.resume:
             return _resume(args)
@@ -105,6 +130,34 @@ def main(argv: list[str] | None = None) -> int:
 
     print_summary(state, run_dir)
     return 0
+
+
+def _cluster(args) -> int:
+    from posttrain import cluster
+    from posttrain.configfile import ConfigError
+
+    try:
+        if args.command == "submit":
+            sid, run_dir = cluster.submit(args.pipeline, args.address, args.run_dir, args.override,
+                                          args.token_file, args.env)
+            follow = f"--address {args.address}" + (f" --token-file {args.token_file}" if args.token_file else "")
+            print(f"submitted {sid}\nrun folder (on the cluster): {run_dir}\n"
+                  f"follow it: posttrain status {sid} {follow}\n           posttrain logs {sid} {follow} --follow")
+            return 0
+        client = cluster.connect(args.address, args.token_file)
+        if args.command == "status":
+            rows = cluster.status(client, args.submission_id)
+            print(cluster.dump(rows) if args.json else cluster.format_status(rows))
+            return 0
+        try:
+            final = cluster.logs(client, args.submission_id, args.follow)
+        except KeyboardInterrupt:  # only the following stops; the run goes on
+            print(f"\nstopped following {args.submission_id}; the run goes on", file=sys.stderr)
+            return 130
+        return 0 if not args.follow or final == "SUCCEEDED" else 1
+    except (ConfigError, cluster.ClusterError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
 
 
 def _sandbox(args) -> int:
