@@ -127,8 +127,11 @@ def test_eval_needs_an_experts_stage(tmp_path):
 
 
 def cli(*args):
+    # Ray's memory monitor watches the whole machine: other programs' memory would get this
+    # run's actors killed (as faults this test did not plan)
+    env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0"}
     return subprocess.Popen([sys.executable, "-m", "posttrain.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
 
 
 def wait_for(predicate, proc, seconds, what):
