@@ -7,6 +7,7 @@
   posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K]
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
+  posttrain dashboard RUN_DIR [RUN_DIR ...] [--port P] [--host H] [--token T]
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
 """
@@ -34,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     box.add_argument("program", help="Python file")
     box.add_argument("--tests", help="Python file run after the program, in the same module")
     box.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds (CPU limit follows)")
+    dash = sub.add_parser("dashboard", help="serve a web dashboard of one or more run folders (live)")
+    dash.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders; several are shown side by side")
+    dash.add_argument("--port", type=int, default=8600, help="port (default 8600)")
+    dash.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; any other needs --token)")
+    dash.add_argument("--token", help="token every request must carry (required off loopback)")
     check = sub.add_parser("validate", help="check a pipeline YAML and print the resolved config")
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
@@ -74,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         return _sandbox(args)
     if args.command == "rewards":
         return _rewards(args)
+    if args.command == "dashboard":
+        return _dashboard(args)
     try:
         if args.command == "run" and args.resume:
             return _resume(args)
@@ -152,6 +160,17 @@ def _rewards(args) -> int:
             rewards.replay(run_dir, args.stage, args.override, args.step, args.last, args.top, not args.no_cache)
     except (ConfigError, DebugError, ValueError) as exc:
         print(f"posttrain rewards {args.action}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _dashboard(args) -> int:
+    from posttrain.dashboard.app import DashboardError, serve
+
+    try:
+        serve(args.run_dirs, args.host, args.port, args.token)
+    except DashboardError as exc:
+        print(f"posttrain dashboard: {exc}", file=sys.stderr)
         return 2
     return 0
 
