@@ -119,6 +119,7 @@ def create_app(run_dirs: list[str], token: str | None = None) -> Starlette:
         Route("/", index), Route("/static/{name}", static), Route("/api/runs", api_runs),
         Route("/api/pipeline", api_pipeline), Route("/api/job", api_job), Route("/api/eval", api_eval),
         Route("/api/samples", api_samples), Route("/api/sample", api_sample),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
     ], exception_handlers={_BadRequest: _bad_request})
     if token:
         app.add_middleware(_TokenCheck, token=token)

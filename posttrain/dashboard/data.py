@@ -21,6 +21,7 @@ PLOTS = {
     "logp mismatch": ["logp/mismatch"],
     "throughput (tokens/s)": ["throughput/tokens_per_s"],
     "sync seconds": ["sync/seconds"],
+    "loss": ["loss/nll", "loss/policy", "loss/kl"],
 }
 
 

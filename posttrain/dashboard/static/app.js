@@ -88,8 +88,8 @@ async function jobView(params) {
   document.getElementById("last-step").textContent = series.map((s) => fmt(s.last_step)).join(" / ");
   const plots = document.getElementById("plots");
   const titles = Object.keys(series[0].plots);
-  const empty = [];
-  for (const title of titles) {
+  const empty = [], drawn = [];
+  for (const title of titles) {  // every div first, then the plots: sizes come from the final grid
     const traces = [];
     for (const s of series) for (const [name, xy] of Object.entries(s.plots[title])) {
       traces.push({x: xy.x, y: xy.y, name: series.length > 1 ? `${s.name}: ${name}` : name, mode: "lines+markers", type: "scatter"});
@@ -97,8 +97,11 @@ async function jobView(params) {
     let div = plots.querySelector(`[data-title="${title}"]`);
     if (!traces.length) { empty.push(title); if (div) div.remove(); continue; }
     if (!div) { div = document.createElement("div"); div.className = "plot"; div.dataset.title = title; plots.appendChild(div); }
-    Plotly.react(div, traces, {title: {text: title}, margin: {t: 40, r: 10, l: 50, b: 40}, xaxis: {title: {text: "step"}},
-      legend: {orientation: "h"}}, {displaylogo: false, responsive: true});
+    drawn.push([div, traces, title]);
+  }
+  for (const [div, traces, title] of drawn) {
+    Plotly.react(div, traces, {title: {text: title}, margin: {t: 40, r: 10, l: 50, b: 40},
+      xaxis: {title: {text: "step"}, tickformat: "d"}, legend: {orientation: "h"}}, {displaylogo: false, responsive: true});
   }
   document.getElementById("job-missing").innerHTML = empty.length ? `<p class="muted">no data in this job for: ${empty.map(esc).join(", ")}</p>` : "";
 }
