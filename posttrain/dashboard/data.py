@@ -98,7 +98,8 @@ class Run:
         rows, state = self.metrics(), self.state()
         stages_cfg = self.config().get("stages") or []
         entries = state.get("stages") or {}
-        names = [s["name"] for s in stages_cfg] or list(entries)
+        names = [s["name"] for s in stages_cfg]
+        names += [name for name in entries if name not in names]
         types = {s["name"]: s.get("type") for s in stages_cfg}
         latest = _latest_rows(rows)
         stages, experts = [], None

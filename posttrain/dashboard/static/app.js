@@ -200,5 +200,5 @@ async function refresh() {
   }
   timer = setTimeout(refresh, POLL_MS);
 }
-window.addEventListener("hashchange", () => { built = null; refresh(); });
+window.addEventListener("hashchange", () => { built = null; document.getElementById("updated").textContent = "loading"; refresh(); });
 refresh();

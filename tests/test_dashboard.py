@@ -1,0 +1,318 @@
+"""`posttrain dashboard` in a real headless browser (Debian's chromium driven by
+Playwright), on the run folder of a real short pipeline run through the CLI: SFT, a GRPO
+stage whose writing prompts the GRM scores with a tiny random-weight judge, and a MOPD
+stage. Also: the wandb offline files of that run, and the refusal of a non-loopback bind
+without a token."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from urllib.parse import quote
+from pathlib import Path
+
+import pytest
+import yaml
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+needs_browser = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed "
+                                   "(`make setup` installs it as root: apt-get install chromium)")
+GRPO_PLOTS = {"reward", "response tokens vs budget", "queue depth, staleness, off-policy", "logp mismatch",
+              "throughput (tokens/s)", "sync seconds"}
+
+
+def pipeline(judge: Path) -> dict:
+    arithmetic = {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}]}
+    grm = {"judge": {"type": "vllm", "model": str(judge), "max_model_len": 1536, "kv_cache_gib": 0.25},
+           "length_cap": 16, "max_criteria": 3, "retries": 2}
+    return {"name": "dash", "model": {"name": "tiny"}, "rollout": {"max_model_len": 256}, "trainer": {"workers": 1},
+            "stages": [
+                {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3, "batch_size": 8, "data": {**arithmetic, "size": 40}},
+                {"name": "grpo", "type": "rl", "steps": 3, "lr": 1e-4, "prompts_per_step": 4, "group_size": 2,
+                 "max_tokens": 12, "budget": {"effort": "high", "tokens": 10}, "reward": {"grm": grm},
+                 "tasks": {"type": "mixture", "sources": [{**arithmetic, "size": 8, "seed": 5},
+                                                          {"type": "writing", "size": 8, "seed": 5}]}},
+                {"name": "mopd", "type": "mopd", "init_from": "sft", "steps": 2, "lr": 1e-4, "prompts_per_step": 2,
+                 "group_size": 2, "max_tokens": 6, "domains": {"general": {**arithmetic, "size": 20}},
+                 "teachers": [{"domain": "general", "effort": "max", "checkpoint": "stage:grpo"}]}]}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from posttrain.config import TinyModelConfig
+    from posttrain.models import build_tiny
+
+    root = tmp_path_factory.mktemp("dashboard-run")
+    judge = build_tiny(TinyModelConfig(max_position=2048), seed=0, target=root / "judge")
+    (root / "p.yaml").write_text(yaml.safe_dump(pipeline(judge)))
+    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "run", str(root / "p.yaml"), "--run-dir",
+                           str(root / "run")], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ray dashboard: off (ray.dashboard: true starts it)" in proc.stdout
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def live_dir(run_dir, tmp_path_factory):
+    """A second run folder, a copy of the real run's records, that the live test appends to."""
+    live = tmp_path_factory.mktemp("dashboard-live") / "run-b"
+    shutil.copytree(run_dir, live, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
+    return live
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_dashboard(*args: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "dashboard", *args, "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, port
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            return urllib.request.urlopen(url, timeout=5).status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(url)
+
+
+@pytest.fixture(scope="module")
+def server(run_dir, live_dir):
+    proc, port = start_dashboard(str(run_dir), str(live_dir))
+    url = f"http://127.0.0.1:{port}/"
+    assert wait_http(url, proc) == 200
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    page.close()
+    assert not errors, errors
+
+
+def open_view(page, url: str, view: str):
+    page.goto(f"{url}#{view}")
+    page.wait_for_function("document.getElementById('updated').textContent.startsWith('updated')", timeout=30_000)
+
+
+def points(page) -> dict[str, int]:
+    """Data points of each drawn plot, read from Plotly's own state on the page."""
+    return page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.plot')].map(
+        (d) => [d.dataset.title, (d.data || []).reduce((n, t) => n + t.x.length, 0)]))""")
+
+
+def metrics(run: Path, stage: str) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["stage"] == stage]
+
+
+@needs_browser
+def test_pages_load(page, server, run_dir):
+    open_view(page, server, "pipeline")
+    assert page.locator(".run-column").count() == 2  # both runs, side by side
+    first = page.locator(".run-column").first
+    for stage in ("sft", "grpo", "mopd"):
+        assert first.locator(f"tr[data-stage={stage}] .status-done").count() == 1
+    reward = metrics(run_dir, "grpo")[-1]["reward/mean"]
+    assert f"{reward:.3f}".rstrip("0").rstrip(".") in first.locator("tr[data-stage=grpo]").inner_text()
+    open_view(page, server, "eval")
+    assert page.locator(".missing").first.inner_text() == "missing: eval.json"
+    open_view(page, server, "rewards?stage=grpo")
+    assert page.locator("#samples tbody tr").count() == len(
+        [r for r in (run_dir / "rollouts" / "grpo.jsonl").read_text().splitlines()])
+
+
+@needs_browser
+def test_plots_have_data_points(page, server, run_dir):
+    open_view(page, server, "job?stage=grpo&runs=0")
+    page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
+    drawn = points(page)
+    assert GRPO_PLOTS <= set(drawn), drawn
+    steps = len(metrics(run_dir, "grpo"))
+    assert all(drawn[title] >= steps for title in GRPO_PLOTS), drawn
+    open_view(page, server, "job?stage=mopd&runs=0")
+    page.wait_for_function("[...document.querySelectorAll('.plot')].some((d) => d.dataset.title.startsWith('reverse'))")
+    assert points(page)["reverse KL (MOPD)"] >= 2 * len(metrics(run_dir, "mopd"))  # the mean and the cell
+
+
+@needs_browser
+def test_runs_side_by_side_in_one_plot(page, server):
+    open_view(page, server, "job?stage=grpo&runs=0,1")
+    page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
+    names = page.evaluate("() => document.querySelector('.plot[data-title=\"logp mismatch\"]').data.map((t) => t.name)")
+    assert names == ["dash: logp/mismatch", "dash: logp/mismatch"] and page.locator(".run-pick:checked").count() == 2
+
+
+@needs_browser
+def test_a_grm_samples_rubric_is_visible(page, server, run_dir):
+    board = [json.loads(line) for line in (run_dir / "scoreboard.jsonl").read_text().splitlines()]
+    judged = [e for e in board if e["rubric"]]
+    assert judged, "the GRM wrote no rubric in the run"
+    entry = judged[0]
+    open_view(page, server, f"rewards?run=0&stage=grpo&source=grm&step={entry['step']}")
+    page.locator(f"#samples tr[data-sample='{entry['sample']}']").click()
+    page.wait_for_selector(".rubric tr.criterion")
+    rows = page.locator(".rubric tr.criterion")
+    assert rows.count() == len(entry["rubric"])
+    for j, criterion in enumerate(entry["rubric"]):
+        text = rows.nth(j).inner_text()
+        assert criterion["text"] in text and entry["verdicts"][j]["reason"] in text
+    assert entry["candidate"] in page.locator("pre.response").inner_text()
+
+
+@needs_browser
+def test_criterion_filter(page, server, run_dir):
+    board = [json.loads(line) for line in (run_dir / "scoreboard.jsonl").read_text().splitlines()]
+    word = next(e for e in board if e["rubric"])["rubric"][0]["text"]
+    wanted = {e["sample"] for e in board if any(word.lower() in c["text"].lower() for c in e["rubric"])}
+    open_view(page, server, f"rewards?run=0&stage=grpo&criterion={quote(word)}")
+    shown = {page.locator("#samples tbody tr").nth(i).get_attribute("data-sample")
+             for i in range(page.locator("#samples tbody tr").count())}
+    assert shown == wanted
+
+
+@needs_browser
+def test_a_new_metrics_line_appears_live(page, server, live_dir):
+    open_view(page, server, "job?stage=grpo&runs=1")
+    page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
+    last = metrics(live_dir, "grpo")[-1]
+    before = points(page)["reward"]
+    assert page.locator("#last-step").inner_text() == str(last["step"])
+    row = dict(last, step=last["step"] + 1, time=time.time(), **{"reward/mean": 0.625})
+    with (live_dir / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    page.wait_for_function(f"document.getElementById('last-step').textContent === '{last['step'] + 1}'",
+                           timeout=15_000)
+    assert points(page)["reward"] > before
+    ys = page.evaluate("() => document.querySelector('.plot[data-title=reward]').data.find("
+                       "(t) => t.name === 'reward/mean').y")
+    assert ys[-1] == 0.625
+
+
+def test_wandb_offline_files_hold_the_metrics(run_dir):
+    from wandb_files import history, run_config, run_meta
+
+    files = {run_meta(p)["name"]: p for p in (run_dir / "wandb").glob("offline-run-*/run-*.wandb")}
+    assert set(files) == {"sft", "grpo", "mopd"}
+    state = json.loads((run_dir / "run_state.json").read_text())
+    assert {run_meta(p)["group"] for p in files.values()} == {state["run_id"]}
+    logged = history(files["grpo"])
+    assert [r["reward/mean"] for r in logged] == [r["reward/mean"] for r in metrics(run_dir, "grpo")]
+    assert [r["logp/mismatch"] for r in logged] == [r["logp/mismatch"] for r in metrics(run_dir, "grpo")]
+    assert run_config(files["grpo"])["pipeline"]["stages"][1]["name"] == "grpo"
+
+
+def test_a_non_loopback_bind_needs_a_token(run_dir):
+    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "dashboard", str(run_dir), "--host", "0.0.0.0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--host 0.0.0.0 is reachable from other machines: give --token" in proc.stderr
+    proc, port = start_dashboard(str(run_dir), "--host", "0.0.0.0", "--token", "s3cret")
+    try:
+        assert wait_http(f"http://127.0.0.1:{port}/api/pipeline", proc) == 401
+        assert wait_http(f"http://127.0.0.1:{port}/api/pipeline?token=wrong", proc) == 401
+        assert wait_http(f"http://127.0.0.1:{port}/api/pipeline?token=s3cret", proc) == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# ------------------------------------------------------------ experts grid and eval table
+# The experts and eval stages are not on main yet. Until a real run can have them, this
+# test writes their records in the announced formats (run_state.json `jobs`, metrics rows
+# with `job`, eval.json) next to a real run's records. Replace it by the real run once the
+# experts stage lands: see test_expert_grid_of_a_real_run.
+
+CELLS = [(d, e) for d in ("general", "coding", "agent") for e in ("max", "high", "low")]
+
+
+@pytest.fixture(scope="module")
+def announced_dir(run_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dashboard-announced") / "run-c"
+    shutil.copytree(run_dir, folder, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
+    state = json.loads((folder / "run_state.json").read_text())
+    statuses = ["done"] * 5 + ["running", "running", "failed", "pending"]
+    jobs = {f"{d}-{e}": {"domain": d, "effort": e, "status": s, "checkpoint": None, "init_from": "sft",
+                         "started": 100.0, "finished": 160.0 + i, "seconds": 60.0 + i, "node": "n0", "attempts": 1}
+            for i, ((d, e), s) in enumerate(zip(CELLS, statuses))}
+    state["stages"]["experts"] = {"status": "running", "jobs": jobs}
+    (folder / "run_state.json").write_text(json.dumps(state))
+    with (folder / "metrics.jsonl").open("a") as f:
+        for i, (d, e) in enumerate(CELLS[:7]):
+            for step in (1, 2):
+                f.write(json.dumps({"stage": "experts", "job": f"{d}-{e}", "step": step, "time": 0.0,
+                                    "reward/mean": round(0.1 * i + 0.01 * step, 3), "response_tokens/mean": 10.0 + i,
+                                    "budget/tokens": 16}) + "\n")
+    rows = [{"checkpoint": "ckpt/mopd/final", "role": "student", "domain": d, "effort": e, "score": 0.5,
+             "mean_tokens": 9.0, "n": 32} for d, e in CELLS]
+    rows += [{"checkpoint": f"ckpt/experts/{d}-{e}", "role": "expert", "domain": d, "effort": e, "score": 0.75,
+              "mean_tokens": 12.0, "n": 32} for d, e in CELLS]
+    (folder / "eval.json").write_text(json.dumps({"rows": rows}))
+    return folder
+
+
+@needs_browser
+def test_expert_grid_and_eval_table_in_the_announced_formats(page, announced_dir):
+    proc, port = start_dashboard(str(announced_dir))
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        assert wait_http(url, proc) == 200
+        open_view(page, url, "pipeline")
+        cells = page.locator(".expert-grid .cell")
+        assert cells.count() == 9
+        assert [cells.nth(i).get_attribute("data-job") for i in range(9)] == [f"{d}-{e}" for d, e in CELLS]
+        assert page.locator(".expert-grid .cell.running").count() == 2
+        assert page.locator(".expert-grid .cell.failed").count() == 1
+        assert page.locator(".expert-grid .cell[data-job=coding-high] .reward").inner_text() == "0.420"
+        open_view(page, url, "job?stage=experts&job=coding-high&runs=0")
+        page.wait_for_function("document.querySelectorAll('.plot').length >= 2")
+        assert points(page)["reward"] == 2 and points(page)["response tokens vs budget"] == 4
+        open_view(page, url, "eval")
+        first = page.locator("table.eval tbody tr").first.inner_text().split("\t")
+        assert first[:5] == ["general", "max", "0.500 9 tok", "0.750 12 tok", "–"]
+        assert page.locator("table.eval tbody tr").count() == 9
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_expert_grid_of_a_real_run():
+    from posttrain import config
+
+    if not any("experts" in str(getattr(config, name, "")) for name in ("Stage", "STAGE_TYPES")):
+        pytest.skip("the experts stage is not on main yet: the nine-cell grid is tested on the announced "
+                    "formats (test_expert_grid_and_eval_table_in_the_announced_formats) until it lands")
+    pytest.fail("the experts stage has landed: run a pipeline with it here and check the grid's nine cells")
