@@ -3,7 +3,7 @@
 "use strict";
 const POLL_MS = 2000;
 const view = document.getElementById("view");
-let timer = null, built = null, runsCache = [];
+let timer = null, built = null, runsCache = [], openId = null;
 
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const fmt = (v, d = 3) => (v === null || v === undefined || v === "") ? "–" : (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(d)) : esc(v));
@@ -177,10 +177,11 @@ async function rewardsView(params) {
   }
   document.getElementById("matched").textContent = data.missing.length ? "" : `${data.matched} of ${data.total} samples`;
   const body = document.querySelector("#samples tbody");
-  body.innerHTML = data.samples.map((s) => `<tr data-sample="${esc(s.sample)}"><td>${esc(s.sample)}</td><td>${fmt(s.step)}</td>
+  body.innerHTML = data.samples.map((s) => `<tr data-sample="${esc(s.sample)}" class="${s.sample === openId ? "open" : ""}"><td>${esc(s.sample)}</td><td>${fmt(s.step)}</td>
     <td>${esc(s.source)}</td><td>${s.ok === false ? "unscored" : fmt(s.reward)}</td><td>${s.criteria ? s.criteria + " criteria" : ""}</td><td>${esc(s.reason)}</td></tr>`).join("");
   body.querySelectorAll("tr").forEach((tr) => (tr.onclick = () => {
     body.querySelectorAll("tr.open").forEach((x) => x.classList.remove("open")); tr.classList.add("open");
+    openId = tr.dataset.sample;
     openSample(run, data.stage, tr.dataset.sample); }));
 }
 
