@@ -9,6 +9,7 @@ The API key stays in the environment, where wandb reads it; nothing here writes 
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import queue
@@ -59,12 +60,17 @@ class WandbSink:
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="wandb-sink", daemon=True)
         self._thread.start()
+        self._closed = False
+        atexit.register(self.close, 15.0)  # a run that raised still finishes its wandb runs
 
     def log(self, row: dict) -> None:
         if self.failed is None:
             self._queue.put(dict(row))
 
     def close(self, timeout: float = 60.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
         self._queue.put(_CLOSE)
         self._thread.join(timeout)
         if self._thread.is_alive():
