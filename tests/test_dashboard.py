@@ -20,8 +20,12 @@ import yaml
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-needs_browser = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed "
-                                   "(`make setup` installs it as root: apt-get install chromium)")
+_no_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed "
+                                  "(`make setup` installs it as root: apt-get install chromium)")
+
+
+def needs_browser(test):
+    return pytest.mark.browser(_no_chromium(test))
 GRPO_PLOTS = {"reward", "response tokens vs budget", "queue depth, staleness, off-policy", "logp mismatch",
               "throughput (tokens/s)", "sync seconds"}
 

@@ -69,3 +69,23 @@ def test_other_binds_need_a_token(host):
 def test_a_missing_run_folder_is_refused(tmp_path):
     with pytest.raises(DashboardError, match="no such run folder"):
         create_app([str(tmp_path / "nope")])
+
+
+RAY_WITH_DASHBOARD = """
+from posttrain.configfile import validate_pipeline
+from posttrain.infra import start_ray
+config = validate_pipeline({"model": {"name": "tiny"}, "ray": {"dashboard": True, "num_cpus": 1}, "stages": [
+    {"name": "s", "type": "sft", "steps": 1, "lr": 1e-3,
+     "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}]}}]})
+start_ray(config, verbose=False)
+"""
+
+
+def test_a_run_prints_the_ray_dashboard_url():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", RAY_WITH_DASHBOARD], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("Ray dashboard"))
+    assert line.startswith("Ray dashboard (local): http://127.0.0.1:"), line
