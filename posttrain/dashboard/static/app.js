@@ -158,7 +158,7 @@ async function rewardsView(params) {
   const data = await api(`api/samples?${q}`);
   const key = `rewards|${q}|${data.stages}|${data.sources}`;
   if (built !== key) {
-    const opt = (list, cur, all) => (all ? `<option value="">${all}</option>` : "") + list.map((v) => `<option ${String(v) === cur ? "selected" : ""} value="${esc(v)}">${esc(v)}</option>`).join("");
+    const opt = (list, cur, all) => (all ? `<option value="">${all}</option>` : "") + (cur && !list.includes(cur) ? [...list, cur] : list).map((v) => `<option ${String(v) === cur ? "selected" : ""} value="${esc(v)}">${esc(v)}</option>`).join("");
     view.innerHTML = `<div class="controls">
       <label>run <select id="f-run">${runsCache.map((r) => `<option value="${r.run}" ${String(r.run) === run ? "selected" : ""}>${esc(r.name)}</option>`).join("")}</select></label>
       <label>stage <select id="f-stage">${opt(data.stages, data.stage)}</select></label>
