@@ -316,7 +316,7 @@ def test_expert_grid_and_eval_table_in_the_announced_formats(page, announced_dir
 def test_expert_grid_of_a_real_run():
     from posttrain import config
 
-    if not any("experts" in str(getattr(config, name, "")) for name in ("Stage", "STAGE_TYPES")):
+    if "experts" not in str(config.Stage).lower():
         pytest.skip("the experts stage is not on main yet: the nine-cell grid is tested on the announced "
                     "formats (test_expert_grid_and_eval_table_in_the_announced_formats) until it lands")
     pytest.fail("the experts stage has landed: run a pipeline with it here and check the grid's nine cells")
