@@ -36,7 +36,13 @@ def wandb_mode(setting: str, environ: dict[str, str]) -> str:
 
 
 def job_of(row: dict) -> str:
-    return row.get("job") or row["stage"]
+    """The job a row belongs to: its stage, or one job of a stage (`experts/general-max`)."""
+    return f"{row['stage']}/{row['job']}" if row.get("job") else row["stage"]
+
+
+def top_stage(row: dict) -> str:
+    """The pipeline stage of a row (`experts` for `experts/general-max`)."""
+    return row["stage"].split("/")[0]
 
 
 def numeric(row: dict) -> dict[str, float]:
@@ -55,7 +61,7 @@ class WandbSink:
         self.stream = stream or sys.stderr
         self.runs: dict[str, object] = {}
         self.last_step: dict[str, int] = {}
-        self.parallel: dict[str, bool] = {}  # job -> one of a stage's parallel jobs (experts)
+        self.stage_of: dict[str, str] = {}  # job -> its pipeline stage
         self.failed: str | None = None
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="wandb-sink", daemon=True)
@@ -98,11 +104,11 @@ class WandbSink:
     def _log(self, row: dict) -> None:
         job = job_of(row)
         if job not in self.runs:
-            if "job" not in row:  # stages run one after another: a new stage ends the earlier stages' runs
-                for other in [j for j, parallel in self.parallel.items() if not parallel and j in self.runs]:
-                    self._finish(other)
+            stage = top_stage(row)
+            for other in [j for j in self.runs if self.stage_of[j] != stage]:
+                self._finish(other)  # stages run one after another: a new one ends the earlier ones' runs
             self.runs[job] = self._start(job, row)
-            self.parallel[job] = "job" in row
+            self.stage_of[job] = stage
         step = row.get("step")
         kwargs = {"step": step} if isinstance(step, int) and step > self.last_step.get(job, -1) else {}
         self.runs[job].log(numeric(row) | {"stage_step": step}, **kwargs)
@@ -114,7 +120,7 @@ class WandbSink:
 
         settings = wandb.Settings(**_QUIET, init_timeout=30)
         return wandb.init(project=self.config.project, entity=self.config.entity, group=self.group, name=job,
-                          id=f"{self.group}-{job}-{uuid.uuid4().hex[:6]}", job_type=row["stage"],
+                          id=f"{self.group}-{job.replace('/', '-')}-{uuid.uuid4().hex[:6]}", job_type=top_stage(row),
                           dir=str(self.run_dir), mode=self.mode, reinit="create_new", settings=settings,
                           config={"pipeline": self.resolved, "stage": row["stage"], "job": job,
                                   "run_dir": str(self.run_dir.resolve())})

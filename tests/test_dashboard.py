@@ -1,8 +1,8 @@
 """`posttrain dashboard` in a real headless browser (Debian's chromium driven by
-Playwright), on the run folder of a real short pipeline run through the CLI: SFT, a GRPO
-stage whose writing prompts the GRM scores with a tiny random-weight judge, and a MOPD
-stage. Also: the wandb offline files of that run, and the refusal of a non-loopback bind
-without a token."""
+Playwright), on the run folder of a real short pipeline run through the CLI: SFT, the
+nine experts (general: writing prompts the GRM scores with a tiny random-weight judge),
+MOPD from the experts. Also: the wandb offline files of that run, and the refusal of a
+non-loopback bind without a token."""
 
 import json
 import shutil
@@ -26,24 +26,30 @@ _no_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromi
 
 def needs_browser(test):
     return pytest.mark.browser(_no_chromium(test))
-GRPO_PLOTS = {"reward", "response tokens vs budget", "queue depth, staleness, off-policy", "logp mismatch",
+
+
+JOB_PLOTS = {"reward", "response tokens vs budget", "queue depth, staleness, off-policy", "logp mismatch",
               "throughput (tokens/s)", "sync seconds"}
 
 
 def pipeline(judge: Path) -> dict:
+    """SFT, the nine experts (general: writing prompts, scored by the GRM), MOPD from them."""
     arithmetic = {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}]}
     grm = {"judge": {"type": "vllm", "model": str(judge), "max_model_len": 1536, "kv_cache_gib": 0.25},
            "length_cap": 16, "max_criteria": 3, "retries": 2}
+    experts = {"name": "experts", "type": "experts", "steps": 2, "lr": 1e-4, "prompts_per_step": 2, "group_size": 2,
+               "max_tokens": 12, "parallel": 1, "reward": {"grm": grm},
+               "domains": {"general": {"type": "writing", "size": 8, "seed": 5},
+                           "coding": {"type": "coding", "size": 8, "seed": 5},
+                           "agent": {"type": "agent", "size": 8, "seed": 5, "families": ["calculator"],
+                                     "system_prompt": ""}},
+               "efforts": {"max": {"tokens": 10}, "high": {"tokens": 8}, "low": {"tokens": 6}}}
     return {"name": "dash", "model": {"name": "tiny"}, "rollout": {"max_model_len": 256}, "trainer": {"workers": 1},
             "stages": [
                 {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3, "batch_size": 8, "data": {**arithmetic, "size": 40}},
-                {"name": "grpo", "type": "rl", "steps": 3, "lr": 1e-4, "prompts_per_step": 4, "group_size": 2,
-                 "max_tokens": 12, "budget": {"effort": "high", "tokens": 10}, "reward": {"grm": grm},
-                 "tasks": {"type": "mixture", "sources": [{**arithmetic, "size": 8, "seed": 5},
-                                                          {"type": "writing", "size": 8, "seed": 5}]}},
-                {"name": "mopd", "type": "mopd", "init_from": "sft", "steps": 2, "lr": 1e-4, "prompts_per_step": 2,
-                 "group_size": 2, "max_tokens": 6, "domains": {"general": {**arithmetic, "size": 20}},
-                 "teachers": [{"domain": "general", "effort": "max", "checkpoint": "stage:grpo"}]}]}
+                experts,
+                {"name": "mopd", "type": "mopd", "experts": "experts", "init_from": "sft", "steps": 2, "lr": 1e-4,
+                 "prompts_per_step": 3, "group_size": 2, "max_tokens": 6, "teacher_pool": {"memory_gib": 1}}]}
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +144,18 @@ def points(page) -> dict[str, int]:
         (d) => [d.dataset.title, (d.data || []).reduce((n, t) => n + t.x.length, 0)]))""")
 
 
+def js_number(value: float, digits: int = 3) -> str:
+    """A number as the page writes it (fmt() in app.js)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.{digits}f}"
+
+
 def metrics(run: Path, stage: str) -> list[dict]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return [r for r in rows if r["stage"] == stage]
+
+
+CELLS = [(d, e) for d in ("general", "coding", "agent") for e in ("max", "high", "low")]  # the grid's order
+JOB = "job?stage=experts&job=general-max"
 
 
 @needs_browser
@@ -148,45 +163,62 @@ def test_pages_load(page, server, run_dir):
     open_view(page, server, "pipeline")
     assert page.locator(".run-column").count() == 2  # both runs, side by side
     first = page.locator(".run-column").first
-    for stage in ("sft", "grpo", "mopd"):
+    for stage in ("sft", "experts", "mopd"):
         assert first.locator(f"tr[data-stage={stage}] .status-done").count() == 1
-    reward = metrics(run_dir, "grpo")[-1]["reward/mean"]
-    assert f"{reward:.3f}".rstrip("0").rstrip(".") in first.locator("tr[data-stage=grpo]").inner_text()
+    reward = metrics(run_dir, "mopd")[-1]["reward/mean"]
+    assert first.locator("tr[data-stage=mopd] td").nth(5).inner_text() == js_number(reward)
     open_view(page, server, "eval")
     assert page.locator(".missing").first.inner_text() == "missing: eval.json"
-    open_view(page, server, "rewards?stage=grpo")
-    assert page.locator("#samples tbody tr").count() == len(
-        [r for r in (run_dir / "rollouts" / "grpo.jsonl").read_text().splitlines()])
+    open_view(page, server, "rewards?stage=experts/coding-high")
+    saved = (run_dir / "rollouts" / "experts" / "coding-high.jsonl").read_text().splitlines()
+    page.wait_for_function(f"document.querySelectorAll('#samples tbody tr').length === {len(saved)}")
+
+
+@needs_browser
+def test_the_expert_grid_shows_nine_cells(page, server, run_dir):
+    open_view(page, server, "pipeline")
+    cells = page.locator(".run-column").first.locator(".expert-grid .cell")
+    assert cells.count() == 9
+    assert [cells.nth(i).get_attribute("data-job") for i in range(9)] == [f"{d}-{e}" for d, e in CELLS]
+    for i, (domain, effort) in enumerate(CELLS):
+        last = metrics(run_dir, f"experts/{domain}-{effort}")[-1]
+        assert cells.nth(i).get_attribute("class") == "cell done"
+        assert cells.nth(i).locator(".reward").inner_text() == js_number(last["reward/mean"], 3)
 
 
 @needs_browser
 def test_plots_have_data_points(page, server, run_dir):
-    open_view(page, server, "job?stage=grpo&runs=0")
+    open_view(page, server, f"{JOB}&runs=0")
     page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
     drawn = points(page)
-    assert GRPO_PLOTS <= set(drawn), drawn
-    steps = len(metrics(run_dir, "grpo"))
-    assert all(drawn[title] >= steps for title in GRPO_PLOTS), drawn
+    assert JOB_PLOTS <= set(drawn), drawn
+    steps = len(metrics(run_dir, "experts/general-max"))
+    assert steps >= 2 and all(drawn[title] >= steps for title in JOB_PLOTS), drawn
     open_view(page, server, "job?stage=mopd&runs=0")
     page.wait_for_function("[...document.querySelectorAll('.plot')].some((d) => d.dataset.title.startsWith('reverse'))")
-    assert points(page)["reverse KL (MOPD)"] >= 2 * len(metrics(run_dir, "mopd"))  # the mean and the cell
+    kl_keys = [k for k in metrics(run_dir, "mopd")[-1] if k.startswith("mopd/reverse_kl")]
+    assert points(page)["reverse KL (MOPD)"] == len(kl_keys) * len(metrics(run_dir, "mopd"))
 
 
 @needs_browser
 def test_runs_side_by_side_in_one_plot(page, server):
-    open_view(page, server, "job?stage=grpo&runs=0,1")
+    open_view(page, server, f"{JOB}&runs=0,1")
     page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
     names = page.evaluate("() => document.querySelector('.plot[data-title=\"logp mismatch\"]').data.map((t) => t.name)")
     assert names == ["dash: logp/mismatch", "dash: logp/mismatch"] and page.locator(".run-pick:checked").count() == 2
 
 
+def judged(run_dir: Path) -> list[dict]:
+    board = [json.loads(line) for line in (run_dir / "scoreboard.jsonl").read_text().splitlines()]
+    found = [e for e in board if e["rubric"]]
+    assert found, "the GRM wrote no rubric in the run"
+    return found
+
+
 @needs_browser
 def test_a_grm_samples_rubric_is_visible(page, server, run_dir):
-    board = [json.loads(line) for line in (run_dir / "scoreboard.jsonl").read_text().splitlines()]
-    judged = [e for e in board if e["rubric"]]
-    assert judged, "the GRM wrote no rubric in the run"
-    entry = judged[0]
-    open_view(page, server, f"rewards?run=0&stage=grpo&source=grm&step={entry['step']}")
+    entry = judged(run_dir)[0]
+    open_view(page, server, f"rewards?run=0&stage={entry['stage']}&source=grm&step={entry['step']}")
     page.locator(f"#samples tr[data-sample='{entry['sample']}']").click()
     page.wait_for_selector(".rubric tr.criterion")
     rows = page.locator(".rubric tr.criterion")
@@ -194,15 +226,17 @@ def test_a_grm_samples_rubric_is_visible(page, server, run_dir):
     for j, criterion in enumerate(entry["rubric"]):
         text = rows.nth(j).inner_text()
         assert criterion["text"] in text and entry["verdicts"][j]["reason"] in text
-    assert entry["candidate"] in page.locator("pre.response").inner_text()
+    shown = page.locator("pre.response").inner_text()
+    assert entry["candidate"].split() == shown.split()  # the browser shows a carriage return as a line break
 
 
 @needs_browser
 def test_criterion_filter(page, server, run_dir):
-    board = [json.loads(line) for line in (run_dir / "scoreboard.jsonl").read_text().splitlines()]
-    word = next(e for e in board if e["rubric"])["rubric"][0]["text"]
-    wanted = {e["sample"] for e in board if any(word.lower() in c["text"].lower() for c in e["rubric"])}
-    open_view(page, server, f"rewards?run=0&stage=grpo&criterion={quote(word)}")
+    entries = judged(run_dir)
+    stage, word = entries[0]["stage"], entries[0]["rubric"][0]["text"]
+    wanted = {e["sample"] for e in entries
+              if e["stage"] == stage and any(word.lower() in c["text"].lower() for c in e["rubric"])}
+    open_view(page, server, f"rewards?run=0&stage={stage}&criterion={quote(word)}")
     shown = {page.locator("#samples tbody tr").nth(i).get_attribute("data-sample")
              for i in range(page.locator("#samples tbody tr").count())}
     assert shown == wanted
@@ -210,9 +244,9 @@ def test_criterion_filter(page, server, run_dir):
 
 @needs_browser
 def test_a_new_metrics_line_appears_live(page, server, live_dir):
-    open_view(page, server, "job?stage=grpo&runs=1")
+    open_view(page, server, f"{JOB}&runs=1")
     page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
-    last = metrics(live_dir, "grpo")[-1]
+    last = metrics(live_dir, "experts/general-max")[-1]
     before = points(page)["reward"]
     assert page.locator("#last-step").inner_text() == str(last["step"])
     row = dict(last, step=last["step"] + 1, time=time.time(), **{"reward/mean": 0.625})
@@ -230,13 +264,14 @@ def test_wandb_offline_files_hold_the_metrics(run_dir):
     from wandb_files import history, run_config, run_meta
 
     files = {run_meta(p)["name"]: p for p in (run_dir / "wandb").glob("offline-run-*/run-*.wandb")}
-    assert set(files) == {"sft", "grpo", "mopd"}
+    assert set(files) == {"sft", "mopd"} | {f"experts/{d}-{e}" for d, e in CELLS}
     state = json.loads((run_dir / "run_state.json").read_text())
     assert {run_meta(p)["group"] for p in files.values()} == {state["run_id"]}
-    logged = history(files["grpo"])
-    assert [r["reward/mean"] for r in logged] == [r["reward/mean"] for r in metrics(run_dir, "grpo")]
-    assert [r["logp/mismatch"] for r in logged] == [r["logp/mismatch"] for r in metrics(run_dir, "grpo")]
-    assert run_config(files["grpo"])["pipeline"]["stages"][1]["name"] == "grpo"
+    for job in ("experts/agent-low", "mopd"):
+        logged, rows = history(files[job]), metrics(run_dir, job)
+        assert [r["reward/mean"] for r in logged] == [r["reward/mean"] for r in rows]
+        assert [r["logp/mismatch"] for r in logged] == [r["logp/mismatch"] for r in rows]
+    assert run_config(files["mopd"])["pipeline"]["stages"][2]["name"] == "mopd"
 
 
 def test_a_non_loopback_bind_needs_a_token(run_dir):
@@ -254,56 +289,41 @@ def test_a_non_loopback_bind_needs_a_token(run_dir):
         proc.wait(10)
 
 
-# ------------------------------------------------------------ experts grid and eval table
-# The experts and eval stages are not on main yet. Until a real run can have them, this
-# test writes their records in the announced formats (run_state.json `jobs`, metrics rows
-# with `job`, eval.json) next to a real run's records. Replace it by the real run once the
-# experts stage lands: see test_expert_grid_of_a_real_run.
-
-CELLS = [(d, e) for d in ("general", "coding", "agent") for e in ("max", "high", "low")]
+# ------------------------------------------------------------ job states and the eval table
+# A real short run ends with every job done and, to stay short, has no eval stage: a copy
+# of its folder gets other job states in run_state.json and an eval.json as the eval stage
+# writes it (posttrain/evaluate.py).
 
 
 @pytest.fixture(scope="module")
-def announced_dir(run_dir, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("dashboard-announced") / "run-c"
+def states_dir(run_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dashboard-states") / "run-c"
     shutil.copytree(run_dir, folder, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
     state = json.loads((folder / "run_state.json").read_text())
-    statuses = ["done"] * 5 + ["running", "running", "failed", "pending"]
-    jobs = {f"{d}-{e}": {"domain": d, "effort": e, "status": s, "checkpoint": None, "init_from": "sft",
-                         "started": 100.0, "finished": 160.0 + i, "seconds": 60.0 + i, "node": "n0", "attempts": 1}
-            for i, ((d, e), s) in enumerate(zip(CELLS, statuses))}
-    state["stages"]["experts"] = {"status": "running", "jobs": jobs}
+    jobs = state["stages"]["experts"]["jobs"]
+    for name, status in (("coding-high", "running"), ("agent-max", "running"), ("agent-high", "failed"),
+                         ("agent-low", "pending")):
+        jobs[name]["status"] = status
     (folder / "run_state.json").write_text(json.dumps(state))
-    with (folder / "metrics.jsonl").open("a") as f:
-        for i, (d, e) in enumerate(CELLS[:7]):
-            for step in (1, 2):
-                f.write(json.dumps({"stage": "experts", "job": f"{d}-{e}", "step": step, "time": 0.0,
-                                    "reward/mean": round(0.1 * i + 0.01 * step, 3), "response_tokens/mean": 10.0 + i,
-                                    "budget/tokens": 16}) + "\n")
-    rows = [{"checkpoint": "ckpt/mopd/final", "role": "student", "domain": d, "effort": e, "score": 0.5,
-             "mean_tokens": 9.0, "n": 32} for d, e in CELLS]
-    rows += [{"checkpoint": f"ckpt/experts/{d}-{e}", "role": "expert", "domain": d, "effort": e, "score": 0.75,
-              "mean_tokens": 12.0, "n": 32} for d, e in CELLS]
-    (folder / "eval.json").write_text(json.dumps({"rows": rows}))
+    rows = [{"checkpoint": "mopd", "role": "student", "path": "x", "domain": d, "effort": e, "score": 0.5,
+             "mean_tokens": 9.0, "n": 3, "unscored": 0} for d, e in CELLS]
+    rows += [{"checkpoint": f"experts/{d}-{e}", "role": "expert", "path": "x", "domain": d, "effort": e,
+              "score": 0.75, "mean_tokens": 12.0, "n": 3, "unscored": 0} for d, e in CELLS]
+    (folder / "eval.json").write_text(json.dumps({"stage": "eval", "rows": rows}))
     return folder
 
 
 @needs_browser
-def test_expert_grid_and_eval_table_in_the_announced_formats(page, announced_dir):
-    proc, port = start_dashboard(str(announced_dir))
+def test_job_states_and_the_eval_table(page, states_dir):
+    proc, port = start_dashboard(str(states_dir))
     url = f"http://127.0.0.1:{port}/"
     try:
         assert wait_http(url, proc) == 200
         open_view(page, url, "pipeline")
-        cells = page.locator(".expert-grid .cell")
-        assert cells.count() == 9
-        assert [cells.nth(i).get_attribute("data-job") for i in range(9)] == [f"{d}-{e}" for d, e in CELLS]
+        assert page.locator(".expert-grid .cell").count() == 9
         assert page.locator(".expert-grid .cell.running").count() == 2
         assert page.locator(".expert-grid .cell.failed").count() == 1
-        assert page.locator(".expert-grid .cell[data-job=coding-high] .reward").inner_text() == "0.420"
-        open_view(page, url, "job?stage=experts&job=coding-high&runs=0")
-        page.wait_for_function("document.querySelectorAll('.plot').length >= 2")
-        assert points(page)["reward"] == 2 and points(page)["response tokens vs budget"] == 4
+        assert page.locator(".expert-grid .cell.pending").count() == 1
         open_view(page, url, "eval")
         first = page.locator("table.eval tbody tr").first.inner_text().split("\t")
         assert first[:5] == ["general", "max", "0.500 9 tok", "0.750 12 tok", "–"]
@@ -311,12 +331,3 @@ def test_expert_grid_and_eval_table_in_the_announced_formats(page, announced_dir
     finally:
         proc.terminate()
         proc.wait(10)
-
-
-def test_expert_grid_of_a_real_run():
-    from posttrain import config
-
-    if "experts" not in str(config.Stage).lower():
-        pytest.skip("the experts stage is not on main yet: the nine-cell grid is tested on the announced "
-                    "formats (test_expert_grid_and_eval_table_in_the_announced_formats) until it lands")
-    pytest.fail("the experts stage has landed: run a pipeline with it here and check the grid's nine cells")

@@ -15,9 +15,11 @@ from wandb_files import history, run_config, run_meta
 ROWS = [
     {"stage": "sft", "step": 1, "time": 1.0, "loss": 2.5},
     {"stage": "sft", "step": 2, "time": 2.0, "loss": 2.0},
-    {"stage": "experts", "job": "general-max", "step": 1, "time": 3.0, "reward/mean": 0.25, "budget/tokens": 64},
-    {"stage": "experts", "job": "coding-low", "step": 1, "time": 3.1, "reward/mean": -0.5, "budget/tokens": 16},
-    {"stage": "experts", "job": "general-max", "step": 2, "time": 4.0, "reward/mean": 0.75, "budget/tokens": 64},
+    {"stage": "experts/general-max", "step": 1, "time": 3.0, "reward/mean": 0.25, "budget/tokens": 64},
+    {"stage": "experts/coding-low", "step": 1, "time": 3.1, "reward/mean": -0.5, "budget/tokens": 16},
+    {"stage": "experts/general-max", "step": 2, "time": 4.0, "reward/mean": 0.75, "budget/tokens": 64},
+    {"stage": "experts", "job": "agent-high", "step": 1, "time": 4.1, "reward/mean": 0.5},  # job apart: same run
+    {"stage": "mopd", "step": 1, "time": 5.0, "mopd/reverse_kl": 0.125},
 ]
 
 
@@ -46,12 +48,14 @@ def test_one_offline_run_per_job_holds_its_metrics_and_the_config(tmp_path, monk
         log.log(row["stage"], row["step"], {k: v for k, v in row.items() if k not in ("stage", "step", "time")})
     log.close()
     files = run_files(tmp_path)
-    assert set(files) == {"sft", "general-max", "coding-low"}
+    assert set(files) == {"sft", "experts/general-max", "experts/coding-low", "experts/agent-high", "mopd"}
     for name, path in files.items():
         assert run_meta(path)["group"] == "demo-20261129"
         assert run_config(path)["pipeline"] == {"name": "demo", "seed": 3}
-    assert [r["reward/mean"] for r in history(files["general-max"])] == [0.25, 0.75]
-    assert [r["budget/tokens"] for r in history(files["coding-low"])] == [16]
+    assert [r["reward/mean"] for r in history(files["experts/general-max"])] == [0.25, 0.75]
+    assert [r["budget/tokens"] for r in history(files["experts/coding-low"])] == [16]
+    assert run_meta(files["experts/coding-low"])["job_type"] == "experts"
+    assert [r["mopd/reverse_kl"] for r in history(files["mopd"])] == [0.125]
     assert [(r["_step"], r["loss"]) for r in history(files["sft"])] == [(1, 2.5), (2, 2.0)]
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == len(ROWS)
 

@@ -58,6 +58,15 @@ def _jsonl(path: Path) -> list[dict]:
     return rows
 
 
+def _metrics(path: Path) -> list[dict]:
+    """Metrics rows with `stage` and `job` apart: an expert job's rows say `stage: experts/general-max`."""
+    rows = _jsonl(path)
+    for r in rows:
+        if "job" not in r and "/" in str(r.get("stage", "")):
+            r["stage"], r["job"] = r["stage"].split("/", 1)
+    return rows
+
+
 def _json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -78,7 +87,7 @@ class Run:
         self.path, self.index = Path(path), index
 
     def metrics(self) -> list[dict]:
-        return _cache.get(self.path / "metrics.jsonl", _jsonl) or []
+        return _cache.get(self.path / "metrics.jsonl", _metrics) or []
 
     def state(self) -> dict:
         return _cache.get(self.path / "run_state.json", _json) or {}
@@ -109,7 +118,7 @@ class Run:
             stages.append({"name": name, "type": types.get(name) or entry.get("type"),
                            "status": entry.get("status", "unknown"), "seconds": _seconds(entry),
                            "step": row.get("step"), "reward": row.get("reward/mean"),
-                           "tokens": row.get("response_tokens/mean"), "jobs": sorted(entry.get("jobs") or {})})
+                           "tokens": row.get("response_tokens/mean"), "jobs": _job_counts(entry.get("jobs") or {})})
             if entry.get("jobs") or types.get(name) == "experts":
                 experts = {"stage": name, "cells": _grid(name, entry.get("jobs") or {}, latest)}
         return {"run": self.index, "name": self.name(), "path": str(self.path), "run_id": state.get("run_id"),
@@ -159,10 +168,13 @@ class Run:
     # ------------------------------------------------------------ reward debugger
 
     def rollout_stages(self) -> list[str]:
+        """Stages (and expert jobs, `experts/general-max`) with saved rollouts, in pipeline order."""
         folder = self.path / "rollouts"
-        saved = {p.stem for p in folder.glob("*.jsonl") if not p.stem.endswith(".replaced")} if folder.is_dir() else set()
+        saved = {p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.jsonl")
+                 if not p.name.endswith(".replaced.jsonl")} if folder.is_dir() else set()
         order = [s["name"] for s in self.config().get("stages") or []]
-        return [n for n in order if n in saved] + sorted(saved - set(order))
+        rank = {name: i for i, name in enumerate(order)}
+        return sorted(saved, key=lambda n: (rank.get(n.split("/")[0], len(order)), n))
 
     def rollouts(self, stage: str) -> list[dict]:
         return _cache.get(self.path / "rollouts" / f"{stage}.jsonl", _jsonl) or []
@@ -210,6 +222,13 @@ def _grid(stage: str, jobs: dict, latest: dict) -> list[dict]:
                           "step": row.get("step"), "reward": row.get("reward/mean"),
                           "tokens": row.get("response_tokens/mean"), "budget": row.get("budget/tokens")})
     return cells
+
+
+def _job_counts(jobs: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for job in jobs.values():
+        counts[job.get("status", "unknown")] = counts.get(job.get("status", "unknown"), 0) + 1
+    return counts
 
 
 def _seconds(entry: dict) -> float | None:

@@ -27,7 +27,8 @@ async function api(path) {
 function stageTable(p) {
   const rows = p.stages.map((s) => `<tr data-stage="${esc(s.name)}">
     <td><a href="#job?stage=${encodeURIComponent(s.name)}&runs=${p.run}">${esc(s.name)}</a></td><td>${esc(s.type)}</td>
-    <td class="status-${esc(s.status)}">${esc(s.status)}</td><td>${dur(s.seconds)}</td><td>${fmt(s.step)}</td>
+    <td class="status-${esc(s.status)}">${esc(s.status)}</td><td>${dur(s.seconds)}</td>
+    <td>${Object.keys(s.jobs).length ? Object.entries(s.jobs).map(([k, n]) => `${n} ${esc(k)}`).join(", ") + " jobs" : fmt(s.step)}</td>
     <td>${fmt(s.reward)}</td><td>${fmt(s.tokens, 1)}</td></tr>`).join("");
   return `<table class="stages"><thead><tr><th>stage</th><th>type</th><th>status</th><th>duration</th><th>step</th>
     <th>reward</th><th>tokens</th></tr></thead><tbody>${rows}</tbody></table>`;
