@@ -3,8 +3,9 @@ chromium from a real run folder:
 
     python docs/screenshot.py runs/quickstart docs/
 
-writes dashboard-job.png and dashboard-rewards.png (the GRPO
-stage's plots; the reward debugger with the first GRM sample that has a rubric)."""
+writes dashboard-pipeline.png, dashboard-job.png and dashboard-rewards.png (the stages
+and expert grid; the GRPO stage's plots, or another stage's with a third argument; the
+reward debugger with the first GRM sample that has a rubric)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def main(run_dir: str, out: str, stage: str = "grpo") -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 900})
-            for name, view in [("job", f"job?stage={stage}&runs=0")]:
+            for name, view in [("pipeline", "pipeline"), ("job", f"job?stage={stage}&runs=0")]:
                 page.goto(f"{url}#{view}")
                 page.wait_for_timeout(3000)
                 page.screenshot(path=str(Path(out) / f"dashboard-{name}.png"), full_page=True)

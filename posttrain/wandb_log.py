@@ -62,6 +62,7 @@ class WandbSink:
         self.runs: dict[str, object] = {}
         self.last_step: dict[str, int] = {}
         self.stage_of: dict[str, str] = {}  # job -> its pipeline stage
+        self.started = False
         self.failed: str | None = None
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="wandb-sink", daemon=True)
@@ -90,6 +91,10 @@ class WandbSink:
                 self._guard(self._log, row)
         for job in list(self.runs):
             self._guard(self._finish, job)
+        if self.started:
+            import wandb
+
+            self._guard(wandb.teardown)  # waits for wandb's service to write every file out
 
     def _guard(self, fn, *args) -> None:
         try:
@@ -118,6 +123,7 @@ class WandbSink:
     def _start(self, job: str, row: dict):
         import wandb
 
+        self.started = True
         settings = wandb.Settings(**_QUIET, init_timeout=30)
         return wandb.init(project=self.config.project, entity=self.config.entity, group=self.group, name=job,
                           id=f"{self.group}-{job.replace('/', '-')}-{uuid.uuid4().hex[:6]}", job_type=top_stage(row),

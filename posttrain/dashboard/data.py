@@ -153,7 +153,7 @@ class Run:
         if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
             return {"run": self.index, "name": self.name(), "missing": ["eval.json"], "checkpoints": [], "cells": []}
         rows = [r for r in data["rows"] if isinstance(r, dict) and "checkpoint" in r]
-        order = {"student": 0, "expert": 1, "sft": 2}
+        order = {"student": 0, "expert": 1, "sft": 2, "rl": 3, "base": 4}
         checkpoints = sorted({(r.get("role", "?"), r["checkpoint"]) for r in rows}, key=lambda c: (order.get(c[0], 3), c[1]))
         cells = []
         for domain in DOMAINS:

@@ -28,7 +28,7 @@ function stageTable(p) {
   const rows = p.stages.map((s) => `<tr data-stage="${esc(s.name)}">
     <td><a href="#job?stage=${encodeURIComponent(s.name)}&runs=${p.run}">${esc(s.name)}</a></td><td>${esc(s.type)}</td>
     <td class="status-${esc(s.status)}">${esc(s.status)}</td><td>${dur(s.seconds)}</td>
-    <td>${Object.keys(s.jobs).length ? Object.entries(s.jobs).map(([k, n]) => `${n} ${esc(k)}`).join(", ") + " jobs" : fmt(s.step)}</td>
+    <td>${Object.keys(s.jobs).length ? "jobs: " + Object.entries(s.jobs).map(([k, n]) => `${n} ${esc(k)}`).join(", ") : fmt(s.step)}</td>
     <td>${fmt(s.reward)}</td><td>${fmt(s.tokens, 1)}</td></tr>`).join("");
   return `<table class="stages"><thead><tr><th>stage</th><th>type</th><th>status</th><th>duration</th><th>step</th>
     <th>reward</th><th>tokens</th></tr></thead><tbody>${rows}</tbody></table>`;
@@ -49,7 +49,7 @@ function expertGrid(p) {
         tokens ${fmt(c.tokens, 1)} / budget ${fmt(c.budget, 0)}</div>`;
     }
   }
-  return `<h4>experts: ${esc(p.experts.stage)}</h4><div class="expert-grid">${html}</div>`;
+  return `<h4>expert jobs of stage ${esc(p.experts.stage)}</h4><div class="expert-grid">${html}</div>`;
 }
 
 async function pipelineView() {
