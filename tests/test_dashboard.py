@@ -44,7 +44,8 @@ def pipeline(judge: Path) -> dict:
                            "agent": {"type": "agent", "size": 8, "seed": 5, "families": ["calculator"],
                                      "system_prompt": ""}},
                "efforts": {"max": {"tokens": 10}, "high": {"tokens": 8}, "low": {"tokens": 6}}}
-    return {"name": "dash", "model": {"name": "tiny"}, "rollout": {"max_model_len": 256}, "trainer": {"workers": 1},
+    return {"name": "dash", "model": {"name": "tiny"}, "rollout": {"max_model_len": 256, "kv_cache_gib": 0.25},
+            "trainer": {"workers": 2},
             "stages": [
                 {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3, "batch_size": 8, "data": {**arithmetic, "size": 40}},
                 experts,
