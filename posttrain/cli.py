@@ -10,6 +10,7 @@
   posttrain submit PIPELINE.yaml --address http://HEAD:8265 [--run-dir DIR] [-o ...] [--env K=V ...]
   posttrain status [SUBMISSION_ID] --address http://HEAD:8265 [--json]
   posttrain logs SUBMISSION_ID --address http://HEAD:8265 [--follow]
+  posttrain dashboard RUN_DIR [RUN_DIR ...] [--port P] [--host H] [--token T]
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
 """
@@ -37,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     box.add_argument("program", help="Python file")
     box.add_argument("--tests", help="Python file run after the program, in the same module")
     box.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds (CPU limit follows)")
+    dash = sub.add_parser("dashboard", help="serve a web dashboard of one or more run folders (live)")
+    dash.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders; several are shown side by side")
+    dash.add_argument("--port", type=int, default=8600, help="port (default 8600)")
+    dash.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; any other needs --token)")
+    dash.add_argument("--token", help="token every request must carry (required off loopback)")
     check = sub.add_parser("validate", help="check a pipeline YAML and print the resolved config")
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         return _rewards(args)
     if args.command in ("submit", "status", "logs"):
         return _cluster(args)
+    if args.command == "dashboard":
+        return _dashboard(args)
     try:
         if args.command == "run" and args.resume:
             return _resume(args)
@@ -205,6 +213,17 @@ def _rewards(args) -> int:
             rewards.replay(run_dir, args.stage, args.override, args.step, args.last, args.top, not args.no_cache)
     except (ConfigError, DebugError, ValueError) as exc:
         print(f"posttrain rewards {args.action}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _dashboard(args) -> int:
+    from posttrain.dashboard.app import DashboardError, serve
+
+    try:
+        serve(args.run_dirs, args.host, args.port, args.token)
+    except DashboardError as exc:
+        print(f"posttrain dashboard: {exc}", file=sys.stderr)
         return 2
     return 0
 
