@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.posttrain-installed
 
-.PHONY: setup quickstart test clean
+.PHONY: setup chromium quickstart test clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,7 +18,15 @@ $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) chromium
+
+# The dashboard's browser tests drive Debian's chromium (never a browser downloaded by
+# playwright). Installed once; without root or sudo those tests are skipped, with a note.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is not installed and apt needs root: the dashboard browser tests will be skipped"; fi; }
 
 quickstart: setup
 	$(VENV)/bin/posttrain run pipelines/quickstart.yaml --run-dir runs/quickstart

@@ -8,6 +8,10 @@
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
   posttrain review RUN_DIR [--stage S] [--list | --show ID | --accept ID | --reject ID | --edit ID --file F]
+  posttrain submit PIPELINE.yaml --address http://HEAD:8265 [--run-dir DIR] [-o ...] [--env K=V ...]
+  posttrain status [SUBMISSION_ID] --address http://HEAD:8265 [--json]
+  posttrain logs SUBMISSION_ID --address http://HEAD:8265 [--follow]
+  posttrain dashboard RUN_DIR [RUN_DIR ...] [--port P] [--host H] [--token T]
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
 """
@@ -35,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     box.add_argument("program", help="Python file")
     box.add_argument("--tests", help="Python file run after the program, in the same module")
     box.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds (CPU limit follows)")
+    dash = sub.add_parser("dashboard", help="serve a web dashboard of one or more run folders (live)")
+    dash.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders; several are shown side by side")
+    dash.add_argument("--port", type=int, default=8600, help="port (default 8600)")
+    dash.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; any other needs --token)")
+    dash.add_argument("--token", help="token every request must carry (required off loopback)")
     check = sub.add_parser("validate", help="check a pipeline YAML and print the resolved config")
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
@@ -48,7 +57,27 @@ def _parser() -> argparse.ArgumentParser:
     rev.add_argument("--reject", action="append", default=[], metavar="ID", help="reject a candidate (repeatable)")
     rev.add_argument("--edit", action="append", default=[], metavar="ID", help="replace a candidate's conversation by --file's")
     rev.add_argument("--file", action="append", default=[], metavar="F", help="JSON conversation for the --edit at the same position")
+    _cluster_parsers(sub)
     return parser
+
+
+def _cluster_parsers(sub) -> None:
+    submit = sub.add_parser("submit", help="run a pipeline on a Ray cluster through the Ray Jobs API")
+    submit.add_argument("pipeline", help="pipeline YAML file (validated here first)")
+    submit.add_argument("--run-dir", help="run folder on the cluster (default: runs/NAME, made absolute here)")
+    submit.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
+    submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment variable of the job on the cluster (repeatable)")
+    status = sub.add_parser("status", help="status, times and run folder of one or all submitted runs")
+    status.add_argument("submission_id", nargs="?")
+    status.add_argument("--json", action="store_true", help="print a JSON list")
+    logs = sub.add_parser("logs", help="driver log of a submitted run")
+    logs.add_argument("submission_id")
+    logs.add_argument("--follow", action="store_true", help="stream until the run ends; exit 0 only if it succeeded")
+    for cmd in (submit, status, logs):
+        cmd.add_argument("--address", required=True, help="Ray dashboard address, e.g. http://HEAD:8265")
+        cmd.add_argument("--token-file", help="file holding the cluster token (else RAY_AUTH_TOKEN, "
+                         "RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)")
 
 
 def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
@@ -94,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         except ReviewError as exc:
             print(f"posttrain review: {exc}", file=sys.stderr)
             return 2
+    if args.command in ("submit", "status", "logs"):
+        return _cluster(args)
+    if args.command == "dashboard":
+        return _dashboard(args)
     try:
         if args.command == "run" and args.resume:
             return _resume(args)
@@ -130,6 +163,34 @@ def main(argv: list[str] | None = None) -> int:
 
     print_summary(state, run_dir)
     return 0
+
+
+def _cluster(args) -> int:
+    from posttrain import cluster
+    from posttrain.configfile import ConfigError
+
+    try:
+        if args.command == "submit":
+            sid, run_dir = cluster.submit(args.pipeline, args.address, args.run_dir, args.override,
+                                          args.token_file, args.env)
+            follow = f"--address {args.address}" + (f" --token-file {args.token_file}" if args.token_file else "")
+            print(f"submitted {sid}\nrun folder (on the cluster): {run_dir}\n"
+                  f"follow it: posttrain status {sid} {follow}\n           posttrain logs {sid} {follow} --follow")
+            return 0
+        client = cluster.connect(args.address, args.token_file)
+        if args.command == "status":
+            rows = cluster.status(client, args.submission_id)
+            print(cluster.dump(rows) if args.json else cluster.format_status(rows))
+            return 0
+        try:
+            final = cluster.logs(client, args.submission_id, args.follow)
+        except KeyboardInterrupt:  # only the following stops; the run goes on
+            print(f"\nstopped following {args.submission_id}; the run goes on", file=sys.stderr)
+            return 130
+        return 0 if not args.follow or final == "SUCCEEDED" else 1
+    except (ConfigError, cluster.ClusterError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
 
 
 def _sandbox(args) -> int:
@@ -177,6 +238,17 @@ def _rewards(args) -> int:
             rewards.replay(run_dir, args.stage, args.override, args.step, args.last, args.top, not args.no_cache)
     except (ConfigError, DebugError, ValueError) as exc:
         print(f"posttrain rewards {args.action}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _dashboard(args) -> int:
+    from posttrain.dashboard.app import DashboardError, serve
+
+    try:
+        serve(args.run_dirs, args.host, args.port, args.token)
+    except DashboardError as exc:
+        print(f"posttrain dashboard: {exc}", file=sys.stderr)
         return 2
     return 0
 

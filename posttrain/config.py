@@ -160,6 +160,17 @@ class RayConfig(Base):
     dashboard: bool = Field(False, description="Start the Ray dashboard with a local Ray.")
 
 
+class WandbConfig(Base):
+    """Metrics to Weights & Biases as well as metrics.jsonl: one wandb run per job (a stage,
+    or one expert job), grouped by pipeline run, files under RUN_DIR/wandb."""
+
+    enabled: bool = Field(True, description="Log every metrics row to wandb too; false: metrics.jsonl only.")
+    project: str = Field("posttrain", min_length=1, description="wandb project.")
+    entity: str | None = Field(None, description="wandb team or user (online only); none: the account's default.")
+    mode: Literal["auto", "offline", "online", "disabled"] = Field(
+        "auto", description="auto: offline unless WANDB_MODE or WANDB_API_KEY is set in the environment.")
+
+
 # ---------------------------------------------------------------- pipeline
 
 
@@ -172,6 +183,7 @@ class PipelineConfig(Base):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
     stages: list[Stage] = Field(min_length=1, description="Stages, run in order.")
 
     @model_validator(mode="after")

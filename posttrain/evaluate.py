@@ -84,7 +84,7 @@ class Evaluator:
         config = infra.config
         self.experts = experts_of(stage, config)
         sources = stage.domains or {d: held_out(s, stage.seed_offset) for d, s in self.experts.domains.items()}
-        self.tasks = {}
+        self.sources, self.tasks = sources, {}
         for domain, source in sources.items():
             tasks = load_tasks(source)
             self.tasks[domain] = TaskSampler(tasks, seed=config.seed + 17).draw(min(stage.tasks_per_cell, len(tasks)))
@@ -102,11 +102,12 @@ class Evaluator:
         fixed = job.budget.model_copy(update={"anneal": None, "tokens": final})
         job = job.model_copy(update={"name": f"{self.stage.name}/{label}/{domain}-{effort}", "group_size": 1,
                                      "prompts_per_step": n, "temperature": self.stage.temperature, "budget": fixed})
-        run = RLRun(job, self.infra, sampler=_Fixed(self.tasks[domain]))
-        if self.router is None:
-            self.router = run.verifier
+        if self.router is None:  # one for every cell: sandbox workers and judge start once
+            from posttrain.rl import reward_router
+
+            self.router = reward_router(self.experts.model_copy(update={"domains": self.sources}), self.infra.judge)
             self.router.start()
-        run.verifier = self.router
+        run = RLRun(job, self.infra, sampler=_Fixed(self.tasks[domain]), verifier=self.router)
         run.sampling = SamplingSettings(temperature=self.stage.temperature, top_p=1.0)
         trajs = run.fill(self.version, fixed.tokens)
         while trajs:

@@ -88,7 +88,7 @@ class ExpertsRunner:
         states = entry.setdefault("jobs", {})
         for name, job in self.jobs.items():
             states.setdefault(name, {"domain": job.domain, "effort": job.effort, "status": "pending", "attempts": 0,
-                                     "resumed_from": []})
+                                     "resumed_from": [], "deaths": []})
             if states[name]["status"] != "done":
                 states[name]["status"] = "pending"  # running or failed when the driver stopped: go again
         self.slots: list = []
@@ -144,10 +144,11 @@ class ExpertsRunner:
         from posttrain.rl import run_rl
 
         global ACTOR_ERRORS
-        if not ACTOR_ERRORS:
-            from ray.exceptions import RayActorError
+        if not ACTOR_ERRORS:  # an actor or its worker process died: killed, crashed, OOM-killed, node lost
+            from ray import exceptions as rex
 
-            ACTOR_ERRORS = (RayActorError,)
+            ACTOR_ERRORS = tuple(getattr(rex, n) for n in ("RayActorError", "OutOfMemoryError", "WorkerCrashedError",
+                                                          "NodeDiedError", "ActorUnavailableError") if hasattr(rex, n))
         state = self.entry["jobs"][job.name]
         init = Path(self.entry["jobs"][job.after]["checkpoint"]) if job.after else self.init_dir
         infra = replace(self.infra, pool=slot.pool, trainers=slot.trainers, judge=slot.judge, live_progress=False)
@@ -163,11 +164,13 @@ class ExpertsRunner:
                 return run_rl(job.stage, init, infra, resume)
             except ACTOR_ERRORS as exc:
                 state["attempts"] = state.get("attempts", 0) + 1
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
                 if state["attempts"] >= self.stage.max_attempts:
                     raise RuntimeError(f"job {job.name}: an actor died on each of {state['attempts']} tries; "
-                                       f"last: {str(exc).splitlines()[0]}") from exc
-                print(f"[{job.stage.name}] an actor died ({type(exc).__name__}): try {state['attempts'] + 1} of "
-                      f"{self.stage.max_attempts} from the newest checkpoint", flush=True)
+                                       f"last: {type(exc).__name__}: {first}") from exc
+                state.setdefault("deaths", []).append(f"{type(exc).__name__}: {first}")
+                print(f"[{job.stage.name}] an actor died ({type(exc).__name__}: {first}): try {state['attempts'] + 1} "
+                      f"of {self.stage.max_attempts} from the newest checkpoint", flush=True)
                 slot.pool.revive()  # dead engines are replaced
                 slot.trainers.restart()
 
@@ -218,7 +221,7 @@ class ExpertsRunner:
             state.update(status="done", checkpoint=str(future.result()))
             print(f"[{self.stage.name}] {job.name}: done in {state['seconds']}s", flush=True)
         else:
-            state.update(status="failed", error=f"{type(error).__name__}: {error}")
+            state.update(status="failed", error=f"{type(error).__name__}: {str(error)[:1000]}")
             failures.append(f"{job.name}: {state['error']}")
             print(f"[{self.stage.name}] {job.name}: FAILED: {state['error']}", flush=True)
             traceback.print_exception(error)

@@ -40,14 +40,24 @@ def start_ray(config: PipelineConfig, verbose: bool) -> None:
         return
     env = {k: v for k, v in QUIET_ENV.items() if v} if not verbose else {}
     if config.ray.address:
-        ray.init(address=config.ray.address, log_to_driver=verbose, runtime_env={"env_vars": env})
+        context = ray.init(address=config.ray.address, log_to_driver=verbose, runtime_env={"env_vars": env})
+        print_ray_dashboard(context.dashboard_url, "the cluster's")
         return
     from posttrain.placement import slot_cpus
 
     needed = slot_cpus(config)  # one slot: engines, trainer ranks and judge (more slots need `ray.num_cpus`)
-    ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, int(needed + 0.999)),
-             include_dashboard=config.ray.dashboard, object_store_memory=config.ray.object_store_gib * 2**30,
-             log_to_driver=verbose, runtime_env={"env_vars": env})
+    context = ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, int(needed + 0.999)),
+                       include_dashboard=config.ray.dashboard, object_store_memory=config.ray.object_store_gib * 2**30,
+                       log_to_driver=verbose, runtime_env={"env_vars": env})
+    print_ray_dashboard(context.dashboard_url if config.ray.dashboard else None, "local")
+
+
+def print_ray_dashboard(url: str | None, whose: str) -> None:
+    if url:
+        url = url if "://" in url else f"http://{url}"
+        print(f"Ray dashboard ({whose}): {url} (`posttrain dashboard RUN_DIR` for this run's view)", flush=True)
+    else:
+        print("Ray dashboard: off (ray.dashboard: true starts it)", flush=True)
 
 
 def engine_pool(config: PipelineConfig, model_dir: Path):

@@ -21,19 +21,26 @@ RUN_FILES_LOCK = threading.RLock()
 
 
 class MetricsLog:
-    def __init__(self, run_dir: Path):
+    """Appends rows to metrics.jsonl, and hands each to `sink` (wandb) when there is one."""
+
+    def __init__(self, run_dir: Path, sink=None):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.sink = sink
 
     def log(self, stage: str, step: int, metrics: dict[str, float]) -> dict:
         row = {"stage": stage, "step": step, "time": round(time.time(), 3)}
         row.update({k: _clean(v) for k, v in metrics.items()})
         with RUN_FILES_LOCK, self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
+        if self.sink is not None:
+            self.sink.log(row)
         return row
 
     def close(self) -> None:
-        pass
+        if self.sink is not None:
+            self.sink.close()
+            self.sink = None
 
 
 def _clean(value):

@@ -151,6 +151,15 @@ def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str,
     return plan
 
 
+def wandb_sink(config: PipelineConfig, run_dir: Path, group: str):
+    """The wandb sink of this run's metrics, or None when `wandb.enabled` is false."""
+    if not config.wandb.enabled or config.wandb.mode == "disabled":
+        return None
+    from posttrain.wandb_log import WandbSink
+
+    return WandbSink(config.wandb, run_dir, group, config.model_dump(mode="json"))
+
+
 def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>",
                  resume: bool = False) -> dict:
     """Run every stage; with `resume`, skip finished stages and continue the interrupted one
@@ -164,6 +173,7 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
             print(f"{run_dir} held an earlier run: moved it to {moved}", flush=True)
         (run_dir / "config.resolved.yaml").write_text(dump_config(config))
         state = {"stages": {s.name: {"status": "pending"} for s in config.stages}}
+    state.setdefault("run_id", f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
     from transformers import AutoTokenizer
 
@@ -180,7 +190,8 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
     wait_ready(pg, config)
     slot = open_slot(config, model_dir, 0, pg)
     infra = Infra(config=config, run_dir=run_dir, trainers=slot.trainers, pool=slot.pool,
-                  metrics=MetricsLog(run_dir), tokenizer=AutoTokenizer.from_pretrained(model_dir),
+                  metrics=MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"])),
+                  tokenizer=AutoTokenizer.from_pretrained(model_dir),
                   judge=slot.judge, pg=pg, node=slot.node)
     save_state = lambda: write_json_atomic(run_dir / "run_state.json", state)  # noqa: E731
     checkpoints: dict[str, Path] = {"model": model_dir}
@@ -203,6 +214,7 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
             save_state()
     finally:
         save_state()
+        infra.metrics.close()
         slot.close()
     return state
 

@@ -56,7 +56,7 @@ def loss_spec(stage: RolloutStage) -> LossSpec:
 
 def task_leaves(stage) -> list:
     """The leaf task sources of an RL stage (`tasks`) or a MOPD stage (`domains`)."""
-    roots = list(stage.domains.values()) if stage.type == "mopd" else [stage.tasks]
+    roots = list(stage.domains.values()) if stage.type in ("mopd", "experts") else [stage.tasks]
     return [leaf for root in roots for leaf in (root.sources if root.type == "mixture" else [root])]
 
 
@@ -93,10 +93,10 @@ def current_budget(stage: RolloutStage, step: int) -> int | None:
 class RLRun:
     """State of one RL stage: the queue, the task sampler and the step counter."""
 
-    def __init__(self, stage, infra: Infra, sampler=None):
+    def __init__(self, stage, infra: Infra, sampler=None, verifier=None):
         self.stage, self.infra = stage, infra
         self.sampler = sampler or TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
-        self.verifier = reward_router(stage, infra.judge)
+        self.verifier = verifier or reward_router(stage, infra.judge)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
         self.agents = AgentLoop(infra.tokenizer, infra.config.rollout.max_model_len)
@@ -123,6 +123,7 @@ class RLRun:
                 continue
             reference = len(tok(task.answer, add_special_tokens=False)["input_ids"]) if task.answer else None
             tokens = task_budget(budget, stage.budget.multiple, reference)
+            tokens = task.entry.get("budget", tokens)  # a (domain, effort) cell's own budget
             limit = task.entry.get("max_tokens", stage.max_tokens)  # MOPD: the cell's effort sets it
             cap = limit if tokens is None else min(limit, math.ceil(tokens * (1 + stage.budget.margin)))
             trajs += self.queue.add_group(task, prompt, stage.group_size, min(cap, max_len - len(prompt)), tokens, version)

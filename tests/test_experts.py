@@ -127,8 +127,11 @@ def test_eval_needs_an_experts_stage(tmp_path):
 
 
 def cli(*args):
+    # Ray's memory monitor watches the whole machine: other programs' memory would get this
+    # run's actors killed (as faults this test did not plan)
+    env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0"}
     return subprocess.Popen([sys.executable, "-m", "posttrain.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
 
 
 def wait_for(predicate, proc, seconds, what):
@@ -157,23 +160,23 @@ def jobs(run):
 def faulted_run(tmp_path_factory):
     """The pipeline with two faults; returns (run folder, facts seen before the resume)."""
     root = tmp_path_factory.mktemp("experts")
-    (root / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
+    (root / "p.yaml").write_text(yaml.safe_dump(PIPELINE, sort_keys=False))  # jobs: general, coding, agent
     run = root / "run"
     proc = cli("run", str(root / "p.yaml"), "--run-dir", str(run))
     facts = {}
     try:
-        # fault 1: a trainer rank dies in general-max after its first checkpoint
+        # fault 1: a trainer rank dies in general-max (the first job) after its first checkpoint
         ckpt = run / "checkpoints" / "experts" / "general-max"
         wait_for(lambda: (ckpt / "step_000001" / "rollout_state.json").exists(), proc, 400, "general-max step 1")
         ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
                  if "TrainerWorker" in " ".join(p.cmdline())]
         assert ranks, "no trainer rank process found"
         ranks[0].kill()
-        # fault 2: the driver dies (whole process group) once coding-max is done and a later
-        # job has a checkpoint
+        # fault 2: the driver dies (whole process group) once general-max and coding-max are
+        # done and a later job has a checkpoint
         def later_job_checkpointed():
             js = jobs(run)
-            return js.get("coding-max", {}).get("status") == "done" and any(
+            return all(js.get(n, {}).get("status") == "done" for n in ("general-max", "coding-max")) and any(
                 (run / "checkpoints" / "experts" / name / "step_000001" / "rollout_state.json").exists()
                 for name, j in js.items() if j["status"] == "running")
         wait_for(later_job_checkpointed, proc, 600, "a later job's checkpoint")
@@ -233,3 +236,29 @@ def test_eval_json_has_every_cell_for_sft_experts_and_student(faulted_run):
     manifest = json.loads((run / "checkpoints" / "mopd" / "final" / "mopd_manifest.json").read_text())
     assert sorted(t["teacher_id"] for t in manifest["teachers"]) == sorted(
         f"{d}-{e}" for d, e in CELLS)
+
+
+def test_sft_scratchpads_open_some_first_answers_with_part_of_the_question():
+    import random
+
+    from posttrain.config_stages import ThinkConfig
+    from posttrain.sft import with_scratchpad
+    from posttrain.types import Message
+
+    think = ThinkConfig(prob=0.5, max_words=3)
+    convo = (Message("user", "What is 2 + 3 ?"), Message("assistant", "5"))
+    code = (Message("user", "Write solve: add one"), Message("assistant", "def solve(x):\n    return x + 1"))
+    rng = random.Random(0)
+    outs = [with_scratchpad(convo, think, False, rng) for _ in range(200)]
+    padded = [o for o in outs if o[1].content != "5"]
+    assert 60 < len(padded) < 140  # about half
+    lines = {o[1].content.split("\n")[0] for o in padded}
+    assert lines == {"Thinking: What", "Thinking: What is", "Thinking: What is 2"}  # 1..3 words of the question
+    assert all(o[1].content.endswith("\n5") and o[0] == convo[0] for o in padded)
+    coded = [with_scratchpad(code, think, True, rng) for _ in range(50)]
+    assert any(c[1].content.startswith("# Thinking: Write") for c in coded)
+    for c in coded:  # a comment line: the program still runs
+        namespace = {}
+        exec(c[1].content, namespace)
+        assert namespace["solve"](1) == 2
+    assert with_scratchpad(convo, None, False, rng) == convo

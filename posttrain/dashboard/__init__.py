@@ -1,1 +1,1 @@
-"""Reward debugging (and, to come, the web dashboard)."""
+"""Reward debugging (`posttrain rewards`) and the web dashboard (`posttrain dashboard`)."""

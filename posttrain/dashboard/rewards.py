@@ -28,13 +28,18 @@ class DebugError(Exception):
 
 
 def rl_stages(run_dir: Path) -> list[str]:
-    """The run's stages that saved rollouts, in pipeline order when the config is there."""
+    """The run's stages (and expert jobs, `experts/general-max`; eval cells,
+    `eval/CHECKPOINT/CELL`) that saved rollouts, in pipeline order when the config is there."""
     import yaml
 
-    saved = {p.stem for p in (run_dir / "rollouts").glob("*.jsonl") if not p.stem.endswith(".replaced")}
+    root = run_dir / "rollouts"
+    saved = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.jsonl")
+                   if not p.stem.endswith(".replaced"))
     config = run_dir / "config.resolved.yaml"
-    order = [s["name"] for s in yaml.safe_load(config.read_text())["stages"]] if config.is_file() else sorted(saved)
-    return [name for name in order if name in saved]
+    if not config.is_file():
+        return saved
+    order = [s["name"] for s in yaml.safe_load(config.read_text())["stages"]]
+    return [name for stage in order for name in saved if name == stage or name.startswith(stage + "/")]
 
 
 def load_rows(run_dir: Path, stage: str | None) -> tuple[str, list[dict]]:

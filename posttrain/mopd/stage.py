@@ -28,10 +28,11 @@ from posttrain.types import Task
 MANIFEST_FILE = "mopd_manifest.json"
 
 
-def with_experts(stage: MOPDStage, config) -> tuple[MOPDStage, dict[str, int]]:
+def with_experts(stage: MOPDStage, config) -> tuple[MOPDStage, dict[str, dict]]:
     """A stage with `experts: NAME` gets that experts stage's domains and its nine jobs as
-    teachers; each cell's token limit is its expert's final budget plus the margin (unless
-    `effort_max_tokens` sets one). Returns the stage and {cell: token limit}."""
+    teachers; each cell keeps its expert's final budget (over it, the outcome reward is
+    -1) and is capped at that budget plus the margin (unless `effort_max_tokens` sets a
+    cap). Returns the stage and {cell: {"budget": tokens, "max_tokens": cap}}."""
     if stage.experts is None:
         return stage, {}
     from posttrain.config import TeacherSpec
@@ -43,22 +44,25 @@ def with_experts(stage: MOPDStage, config) -> tuple[MOPDStage, dict[str, int]]:
     for d, e in experts.cells():
         b = job_stage(experts, d, e).budget
         final = b.anneal.end if b.anneal else b.tokens
-        if final is not None and e not in stage.effort_max_tokens:
-            limits[f"{d}-{e}"] = math.ceil(final * (1 + b.margin))
+        if final is not None:
+            limits[f"{d}-{e}"] = {"budget": final, "max_tokens": stage.effort_max_tokens.get(
+                e, math.ceil(final * (1 + b.margin)))}
     return stage.model_copy(update={"domains": dict(experts.domains), "teachers": teachers}), limits
 
 
-def cell_tasks(stage: MOPDStage, limits: dict[str, int] | None = None) -> list[tuple[str, list[Task]]]:
-    """(teacher id, its prompts) for every cell; `limits`: token limit per cell."""
+def cell_tasks(stage: MOPDStage, limits: dict[str, dict] | None = None) -> list[tuple[str, list[Task]]]:
+    """(teacher id, its prompts) for every cell; `limits`: budget and token cap per cell."""
     by_domain = {name: load_tasks(source) for name, source in stage.domains.items()}
     cells = []
     for teacher in stage.teachers:
-        limit = (limits or {}).get(teacher.teacher_id) or stage.effort_max_tokens.get(teacher.effort, stage.max_tokens)
+        cell = (limits or {}).get(teacher.teacher_id, {})
+        limit = cell.get("max_tokens") or stage.effort_max_tokens.get(teacher.effort, stage.max_tokens)
+        budget = {"budget": cell["budget"]} if "budget" in cell else {}
         cells.append((teacher.teacher_id, [
             Task(task_id=f"{teacher.teacher_id}/{t.task_id}", family=t.family, answer=t.answer,
                  messages=with_effort(t.messages, teacher.effort), verifier=t.verifier,
                  entry={**t.entry, "cell": teacher.teacher_id, "domain": teacher.domain, "effort": teacher.effort,
-                        "max_tokens": min(limit, stage.max_tokens)})
+                        "max_tokens": min(limit, stage.max_tokens), **budget})
             for t in by_domain[teacher.domain]]))
     return cells
 
@@ -90,7 +94,7 @@ class CellSampler:
 
 
 class MOPDRun(RLRun):
-    def __init__(self, stage: MOPDStage, infra: Infra, teachers: TeacherPool, limits: dict[str, int] | None = None):
+    def __init__(self, stage: MOPDStage, infra: Infra, teachers: TeacherPool, limits: dict[str, dict] | None = None):
         super().__init__(stage, infra, sampler=CellSampler(cell_tasks(stage, limits), infra.config.seed))
         self.teachers = teachers
         self.uses_outcome = stage.alpha > 0  # alpha = 0: the verifiers' rewards are logged, not trained on

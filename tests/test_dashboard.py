@@ -1,0 +1,334 @@
+"""`posttrain dashboard` in a real headless browser (Debian's chromium driven by
+Playwright), on the run folder of a real short pipeline run through the CLI: SFT, the
+nine experts (general: writing prompts the GRM scores with a tiny random-weight judge),
+MOPD from the experts. Also: the wandb offline files of that run, and the refusal of a
+non-loopback bind without a token."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from urllib.parse import quote
+from pathlib import Path
+
+import pytest
+import yaml
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+_no_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed "
+                                  "(`make setup` installs it as root: apt-get install chromium)")
+
+
+def needs_browser(test):
+    return pytest.mark.browser(_no_chromium(test))
+
+
+JOB_PLOTS = {"reward", "response tokens vs budget", "queue depth, staleness, off-policy", "logp mismatch",
+              "throughput (tokens/s)", "sync seconds"}
+
+
+def pipeline(judge: Path) -> dict:
+    """SFT, the nine experts (general: writing prompts, scored by the GRM), MOPD from them."""
+    arithmetic = {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}]}
+    grm = {"judge": {"type": "vllm", "model": str(judge), "max_model_len": 1536, "kv_cache_gib": 0.25},
+           "length_cap": 16, "max_criteria": 3, "retries": 2}
+    experts = {"name": "experts", "type": "experts", "steps": 2, "lr": 1e-4, "prompts_per_step": 2, "group_size": 2,
+               "max_tokens": 12, "parallel": 1, "reward": {"grm": grm},
+               "domains": {"general": {"type": "writing", "size": 8, "seed": 5},
+                           "coding": {"type": "coding", "size": 8, "seed": 5},
+                           "agent": {"type": "agent", "size": 8, "seed": 5, "families": ["calculator"],
+                                     "system_prompt": ""}},
+               "efforts": {"max": {"tokens": 10}, "high": {"tokens": 8}, "low": {"tokens": 6}}}
+    return {"name": "dash", "model": {"name": "tiny"}, "rollout": {"max_model_len": 256, "kv_cache_gib": 0.25},
+            "trainer": {"workers": 2},
+            "stages": [
+                {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3, "batch_size": 8, "data": {**arithmetic, "size": 40}},
+                experts,
+                {"name": "mopd", "type": "mopd", "experts": "experts", "init_from": "sft", "steps": 2, "lr": 1e-4,
+                 "prompts_per_step": 3, "group_size": 2, "max_tokens": 6, "teacher_pool": {"memory_gib": 1}}]}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from posttrain.config import TinyModelConfig
+    from posttrain.models import build_tiny
+
+    root = tmp_path_factory.mktemp("dashboard-run")
+    judge = build_tiny(TinyModelConfig(max_position=2048), seed=0, target=root / "judge")
+    (root / "p.yaml").write_text(yaml.safe_dump(pipeline(judge)))
+    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "run", str(root / "p.yaml"), "--run-dir",
+                           str(root / "run")], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Ray dashboard: off (ray.dashboard: true starts it)" in proc.stdout
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def live_dir(run_dir, tmp_path_factory):
+    """A second run folder, a copy of the real run's records, that the live test appends to."""
+    live = tmp_path_factory.mktemp("dashboard-live") / "run-b"
+    shutil.copytree(run_dir, live, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
+    return live
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_dashboard(*args: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "dashboard", *args, "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, port
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            return urllib.request.urlopen(url, timeout=5).status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(url)
+
+
+@pytest.fixture(scope="module")
+def server(run_dir, live_dir):
+    proc, port = start_dashboard(str(run_dir), str(live_dir))
+    url = f"http://127.0.0.1:{port}/"
+    assert wait_http(url, proc) == 200
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    page.close()
+    assert not errors, errors
+
+
+def open_view(page, url: str, view: str):
+    page.goto(f"{url}#{view}")
+    page.wait_for_function("document.getElementById('updated').textContent.startsWith('updated')", timeout=30_000)
+
+
+def points(page) -> dict[str, int]:
+    """Data points of each drawn plot, read from Plotly's own state on the page."""
+    return page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.plot')].map(
+        (d) => [d.dataset.title, (d.data || []).reduce((n, t) => n + t.x.length, 0)]))""")
+
+
+def js_number(value: float, digits: int = 3) -> str:
+    """A number as the page writes it (fmt() in app.js)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.{digits}f}"
+
+
+def metrics(run: Path, stage: str) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["stage"] == stage]
+
+
+CELLS = [(d, e) for d in ("general", "coding", "agent") for e in ("max", "high", "low")]  # the grid's order
+JOB = "job?stage=experts&job=general-max"
+
+
+@needs_browser
+def test_pages_load(page, server, run_dir):
+    open_view(page, server, "pipeline")
+    assert page.locator(".run-column").count() == 2  # both runs, side by side
+    first = page.locator(".run-column").first
+    for stage in ("sft", "experts", "mopd"):
+        assert first.locator(f"tr[data-stage={stage}] .status-done").count() == 1
+    reward = metrics(run_dir, "mopd")[-1]["reward/mean"]
+    assert first.locator("tr[data-stage=mopd] td").nth(5).inner_text() == js_number(reward)
+    open_view(page, server, "eval")
+    assert page.locator(".missing").first.inner_text() == "missing: eval.json"
+    open_view(page, server, "rewards?stage=experts/coding-high")
+    saved = (run_dir / "rollouts" / "experts" / "coding-high.jsonl").read_text().splitlines()
+    page.wait_for_function(f"document.querySelectorAll('#samples tbody tr').length === {len(saved)}")
+
+
+@needs_browser
+def test_the_expert_grid_shows_nine_cells(page, server, run_dir):
+    open_view(page, server, "pipeline")
+    cells = page.locator(".run-column").first.locator(".expert-grid .cell")
+    assert cells.count() == 9
+    assert [cells.nth(i).get_attribute("data-job") for i in range(9)] == [f"{d}-{e}" for d, e in CELLS]
+    for i, (domain, effort) in enumerate(CELLS):
+        last = metrics(run_dir, f"experts/{domain}-{effort}")[-1]
+        assert cells.nth(i).get_attribute("class") == "cell done"
+        assert cells.nth(i).locator(".reward").inner_text() == js_number(last["reward/mean"], 3)
+
+
+@needs_browser
+def test_plots_have_data_points(page, server, run_dir):
+    open_view(page, server, f"{JOB}&runs=0")
+    page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
+    drawn = points(page)
+    assert JOB_PLOTS <= set(drawn), drawn
+    steps = len(metrics(run_dir, "experts/general-max"))
+    assert steps >= 2 and all(drawn[title] >= steps for title in JOB_PLOTS), drawn
+    open_view(page, server, "job?stage=mopd&runs=0")
+    page.wait_for_function("[...document.querySelectorAll('.plot')].some((d) => d.dataset.title.startsWith('reverse'))")
+    kl_keys = [k for k in metrics(run_dir, "mopd")[-1] if k.startswith("mopd/reverse_kl")]
+    assert points(page)["reverse KL (MOPD)"] == len(kl_keys) * len(metrics(run_dir, "mopd"))
+
+
+@needs_browser
+def test_runs_side_by_side_in_one_plot(page, server):
+    open_view(page, server, f"{JOB}&runs=0,1")
+    page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
+    names = page.evaluate("() => document.querySelector('.plot[data-title=\"logp mismatch\"]').data.map((t) => t.name)")
+    assert names == ["dash: logp/mismatch", "dash: logp/mismatch"] and page.locator(".run-pick:checked").count() == 2
+
+
+def judged(run_dir: Path) -> list[dict]:
+    board = [json.loads(line) for line in (run_dir / "scoreboard.jsonl").read_text().splitlines()]
+    found = [e for e in board if e["rubric"]]
+    assert found, "the GRM wrote no rubric in the run"
+    return found
+
+
+@needs_browser
+def test_a_grm_samples_rubric_is_visible(page, server, run_dir):
+    entry = judged(run_dir)[0]
+    open_view(page, server, f"rewards?run=0&stage={entry['stage']}&source=grm&step={entry['step']}")
+    page.locator(f"#samples tr[data-sample='{entry['sample']}']").click()
+    page.wait_for_selector(".rubric tr.criterion")
+    rows = page.locator(".rubric tr.criterion")
+    assert rows.count() == len(entry["rubric"])
+    for j, criterion in enumerate(entry["rubric"]):
+        text = rows.nth(j).inner_text()
+        assert criterion["text"] in text and entry["verdicts"][j]["reason"] in text
+    shown = page.locator("pre.response").inner_text()
+    assert entry["candidate"].split() == shown.split()  # the browser shows a carriage return as a line break
+
+
+@needs_browser
+def test_criterion_filter(page, server, run_dir):
+    entries = judged(run_dir)
+    stage, word = entries[0]["stage"], entries[0]["rubric"][0]["text"]
+    wanted = {e["sample"] for e in entries
+              if e["stage"] == stage and any(word.lower() in c["text"].lower() for c in e["rubric"])}
+    open_view(page, server, f"rewards?run=0&stage={stage}&criterion={quote(word)}")
+    shown = {page.locator("#samples tbody tr").nth(i).get_attribute("data-sample")
+             for i in range(page.locator("#samples tbody tr").count())}
+    assert shown == wanted
+
+
+@needs_browser
+def test_a_new_metrics_line_appears_live(page, server, live_dir):
+    open_view(page, server, f"{JOB}&runs=1")
+    page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
+    last = metrics(live_dir, "experts/general-max")[-1]
+    before = points(page)["reward"]
+    assert page.locator("#last-step").inner_text() == str(last["step"])
+    row = dict(last, step=last["step"] + 1, time=time.time(), **{"reward/mean": 0.625})
+    with (live_dir / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    page.wait_for_function(f"document.getElementById('last-step').textContent === '{last['step'] + 1}'",
+                           timeout=15_000)
+    assert points(page)["reward"] > before
+    ys = page.evaluate("() => document.querySelector('.plot[data-title=reward]').data.find("
+                       "(t) => t.name === 'reward/mean').y")
+    assert ys[-1] == 0.625
+
+
+def test_wandb_offline_files_hold_the_metrics(run_dir):
+    from wandb_files import history, run_config, run_meta
+
+    files = {run_meta(p)["name"]: p for p in (run_dir / "wandb").glob("offline-run-*/run-*.wandb")}
+    assert set(files) == {"sft", "mopd"} | {f"experts/{d}-{e}" for d, e in CELLS}
+    state = json.loads((run_dir / "run_state.json").read_text())
+    assert {run_meta(p)["group"] for p in files.values()} == {state["run_id"]}
+    for job in ("experts/agent-low", "mopd"):
+        logged, rows = history(files[job]), metrics(run_dir, job)
+        assert [r["reward/mean"] for r in logged] == [r["reward/mean"] for r in rows]
+        assert [r["logp/mismatch"] for r in logged] == [r["logp/mismatch"] for r in rows]
+    assert run_config(files["mopd"])["pipeline"]["stages"][2]["name"] == "mopd"
+
+
+def test_a_non_loopback_bind_needs_a_token(run_dir):
+    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "dashboard", str(run_dir), "--host", "0.0.0.0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--host 0.0.0.0 is reachable from other machines: give --token" in proc.stderr
+    proc, port = start_dashboard(str(run_dir), "--host", "0.0.0.0", "--token", "s3cret")
+    try:
+        assert wait_http(f"http://127.0.0.1:{port}/api/pipeline", proc) == 401
+        assert wait_http(f"http://127.0.0.1:{port}/api/pipeline?token=wrong", proc) == 401
+        assert wait_http(f"http://127.0.0.1:{port}/api/pipeline?token=s3cret", proc) == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+# ------------------------------------------------------------ job states and the eval table
+# A real short run ends with every job done and, to stay short, has no eval stage: a copy
+# of its folder gets other job states in run_state.json and an eval.json as the eval stage
+# writes it (posttrain/evaluate.py).
+
+
+@pytest.fixture(scope="module")
+def states_dir(run_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dashboard-states") / "run-c"
+    shutil.copytree(run_dir, folder, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
+    state = json.loads((folder / "run_state.json").read_text())
+    jobs = state["stages"]["experts"]["jobs"]
+    for name, status in (("coding-high", "running"), ("agent-max", "running"), ("agent-high", "failed"),
+                         ("agent-low", "pending")):
+        jobs[name]["status"] = status
+    (folder / "run_state.json").write_text(json.dumps(state))
+    rows = [{"checkpoint": "mopd", "role": "student", "path": "x", "domain": d, "effort": e, "score": 0.5,
+             "mean_tokens": 9.0, "n": 3, "unscored": 0} for d, e in CELLS]
+    rows += [{"checkpoint": f"experts/{d}-{e}", "role": "expert", "path": "x", "domain": d, "effort": e,
+              "score": 0.75, "mean_tokens": 12.0, "n": 3, "unscored": 0} for d, e in CELLS]
+    (folder / "eval.json").write_text(json.dumps({"stage": "eval", "rows": rows}))
+    return folder
+
+
+@needs_browser
+def test_job_states_and_the_eval_table(page, states_dir):
+    proc, port = start_dashboard(str(states_dir))
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        assert wait_http(url, proc) == 200
+        open_view(page, url, "pipeline")
+        assert page.locator(".expert-grid .cell").count() == 9
+        assert page.locator(".expert-grid .cell.running").count() == 2
+        assert page.locator(".expert-grid .cell.failed").count() == 1
+        assert page.locator(".expert-grid .cell.pending").count() == 1
+        open_view(page, url, "eval")
+        first = page.locator("table.eval tbody tr").first.inner_text().split("\t")
+        assert first[:5] == ["general", "max", "0.500 9 tok", "0.750 12 tok", "–"]
+        assert page.locator("table.eval tbody tr").count() == 9
+    finally:
+        proc.terminate()
+        proc.wait(10)
