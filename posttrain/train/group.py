@@ -11,6 +11,7 @@ import socket
 import time
 
 import ray
+from ray.exceptions import RayActorError
 
 from posttrain.config import TrainerConfig
 from posttrain.train.trainer import TrainerWorker
@@ -55,8 +56,27 @@ def get_all(refs: list, timeout: float | None = None, skip: tuple = ()) -> list:
         if not done:
             raise TimeoutError(f"trainer ranks gave no result within {timeout} s")
         if done[0] not in skip:
-            ray.get(done[0])  # raises the rank's error (RayActorError if it died)
+            try:
+                ray.get(done[0])  # raises the rank's error (RayActorError if it died)
+            except RayActorError:
+                raise
+            except Exception:
+                _raise_death_first(pending)  # a collective failed because a peer rank died: say so
+                raise
     return [None if r in skip else ray.get(r) for r in refs]
+
+
+def _raise_death_first(others: list, grace_s: float = 15.0) -> None:
+    """When a rank fails in a collective (gloo: connection closed), the cause is often a
+    peer that died; its death surfaces a moment later. Raise that death if it comes."""
+    done, _ = ray.wait(others, num_returns=len(others), timeout=grace_s, fetch_local=False)
+    for ref in done:
+        try:
+            ray.get(ref)
+        except RayActorError:
+            raise
+        except Exception:  # noqa: BLE001 - another rank's own error; the caller raises the first
+            pass
 
 
 class TrainerGroup:
