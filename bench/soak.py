@@ -44,8 +44,17 @@ def session_processes(sid: int) -> dict[str, list[int]]:
     return found
 
 
-def run_once(argv: list[str], rng: random.Random, fault_every: float, log: list[dict], kinds: list[str]) -> int:
-    """One `posttrain run` until it exits; faults injected meanwhile. Returns its exit code."""
+def checkpoints(run_dir: Path) -> int:
+    return sum(1 for p in (run_dir / "checkpoints").rglob("*") if p.is_dir() and
+               (p.name == "final" or p.name.startswith("step_"))) if (run_dir / "checkpoints").is_dir() else 0
+
+
+def run_once(argv: list[str], rng: random.Random, fault_every: float, log: list[dict], kinds: list[str],
+             run_dir: Path) -> int:
+    """One `posttrain run` until it exits; faults injected meanwhile. Returns its exit code.
+    A trainer kill ends the run, which resumes from its newest checkpoint: the next one waits
+    until a new checkpoint exists, or a busy machine could kill the run again and again
+    before it ever saves (seen: SFT restarted 6 times)."""
     proc = subprocess.Popen(argv, start_new_session=True)
     next_fault = time.monotonic() + rng.expovariate(1 / fault_every)
     while proc.poll() is None:
@@ -54,6 +63,9 @@ def run_once(argv: list[str], rng: random.Random, fault_every: float, log: list[
             continue
         next_fault = time.monotonic() + rng.expovariate(1 / fault_every)
         targets = session_processes(proc.pid)
+        last_trainer_kill = max((f["checkpoints"] for f in log if f["fault"] == "trainer"), default=-1)
+        if checkpoints(run_dir) <= last_trainer_kill:
+            targets["trainer"] = []
         choices = [k for k in kinds if targets[k]]
         if not choices:
             continue
@@ -63,7 +75,7 @@ def run_once(argv: list[str], rng: random.Random, fault_every: float, log: list[
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
-        log.append({"t": time.time(), "fault": kind, "pid": pid})
+        log.append({"t": time.time(), "fault": kind, "pid": pid, "checkpoints": checkpoints(run_dir)})
         print(f"[soak] killed {kind} pid {pid}", flush=True)
     return proc.returncode
 
@@ -123,7 +135,7 @@ def main() -> int:
     first = cli + [args.pipeline, "--run-dir", str(run_dir)] + [x for o in args.override for x in ("-o", o)]
     faults: list[dict] = []
     started = time.time()
-    code = run_once(first, rng, args.fault_every, faults, args.faults.split(","))
+    code = run_once(first, rng, args.fault_every, faults, args.faults.split(","), run_dir)
     restarts = 0
     while code != 0 and restarts < args.max_restarts:
         if not (run_dir / "run_state.json").is_file():
@@ -131,7 +143,8 @@ def main() -> int:
             break
         restarts += 1
         print(f"[soak] run exited with {code}: resuming ({restarts})", flush=True)
-        code = run_once(cli + ["--resume", str(run_dir)], rng, args.fault_every, faults, args.faults.split(","))
+        code = run_once(cli + ["--resume", str(run_dir)], rng, args.fault_every, faults, args.faults.split(","),
+                        run_dir)
     wall = time.time() - started
 
     problems = [] if code == 0 else [f"the run did not finish (exit {code}, {restarts} resumes)"]
