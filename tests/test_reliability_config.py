@@ -121,3 +121,20 @@ def test_bad_paths_and_overrides_give_one_line_and_exit_2(tmp_path, capsys, argv
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in lines[0], lines
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_stopped_on_purpose_is_one_line_and_exit_1(tmp_path, capsys, monkeypatch):
+    """TrainingDiverged / CheckpointWriteError reach the user as their message, not a traceback
+    (the trainer tests raise them for real; here only the CLI's handling is under test)."""
+    import posttrain.pipeline
+    from posttrain.errors import CheckpointWriteError
+
+    def stopped(*args, **kwargs):
+        raise CheckpointWriteError("checkpoint X not written: the disk is full: ...")
+
+    monkeypatch.setattr(posttrain.pipeline, "run_pipeline", stopped)
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(GOOD))
+    assert main(["run", str(good), "--run-dir", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err
+    assert err == "posttrain: checkpoint X not written: the disk is full: ...\n"
