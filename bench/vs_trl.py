@@ -5,7 +5,8 @@ Same model (SmolLM2-135M-Instruct, fp32, from the same converted folder), same t
 same group size, prompts per step, learning rate, max tokens, temperature, clip range
 (0.2 / 0.28), no KL term, token-level loss normalisation (TRL `loss_type="dapo"`,
 posttrain's own) and one optimizer step per batch. posttrain first (its Ray engine and
-two DeepSpeed ranks, synchronous: lambda = 1), then TRL. Each reports the wall time of
+`--workers` DeepSpeed ranks, default 1: on 2 cores the engine takes one and the rank the
+other; synchronous, lambda = 1), then TRL. Each reports the wall time of
 every step; the first step of each is warm-up and left out of the medians.
 
     .venv/bin/python bench/vs_trl.py [--steps 6] [--prompts 4] [--group 4] [--max-tokens 64]
@@ -105,7 +106,7 @@ def run_posttrain(args, model_dir: Path) -> dict:
     config = validate_pipeline({
         "name": "bench-vs-trl", "model": {"name": str(model_dir)},
         "rollout": {"engines": 1, "max_model_len": args.max_tokens + 128},
-        "trainer": {"workers": 2, "zero_stage": 2, "micro_batch_tokens": 4096, "grad_clip": 1.0},
+        "trainer": {"workers": args.workers, "zero_stage": 2, "grad_clip": 1.0},
         "stages": [{"name": "grpo", "type": "rl", "steps": args.steps, "lr": args.lr,
                     "prompts_per_step": args.prompts, "group_size": args.group, "max_tokens": args.max_tokens,
                     "temperature": 1.0, "partial": {"lambda": 1.0},
@@ -149,6 +150,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--trl-mode", choices=["plain", "vllm"], default="plain")
+    parser.add_argument("--workers", type=int, default=1, help="posttrain trainer ranks (1 engine beside them)")
     args = parser.parse_args()
 
     import trl
@@ -183,7 +185,7 @@ def main() -> int:
           + " / ".join(f"{x:.1f}" for x in load))
     print(f"workload: SmolLM2-135M-Instruct fp32, reasoning-gym basic_arithmetic (2-3 terms, up to 2 digits), "
           f"{args.prompts} prompts x {args.group} samples per step, max_tokens {args.max_tokens}, lr {args.lr}, "
-          f"{args.steps} steps each (first one not timed)\n")
+          f"{args.steps} steps each (first one not timed); posttrain: 1 engine, {args.workers} trainer rank(s)\n")
     print("| trainer | wall s per step (median) | generated tokens/s | reward first 3 -> last 3 steps | "
           "reward per step | speed-up |")
     print("|---|---|---|---|---|---|")
