@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.posttrain-installed
 
-.PHONY: setup chromium quickstart test clean
+.PHONY: setup chromium quickstart test soak bench-setup clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,6 +33,15 @@ quickstart: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The quickstart with engine and trainer processes killed at random, resumed until done;
+# then the sample accounting and an eval of the final checkpoint are checked (bench/RESULTS.md).
+soak: setup
+	$(PY) bench/soak.py --run-dir runs/soak
+
+# What the benchmarks need beyond `setup` (TRL for bench/vs_trl.py); `make test` does not.
+bench-setup: setup
+	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,bench]'
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -108,6 +108,7 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from posttrain.configfile import ConfigError, dump_config, load_pipeline
+    from posttrain.errors import RunStopped
 
     if args.command == "sandbox":
         return _sandbox(args)
@@ -154,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except RunStopped as exc:  # before RuntimeError: it is one
+        print(f"posttrain: {exc}", file=sys.stderr)
+        return 1
     except RuntimeError as exc:
         if type(exc).__name__ != "ReviewPending":
             raise

@@ -118,6 +118,7 @@ class TrainerConfig(Base):
     threads: int = Field(1, ge=1, le=1024, description="Torch threads per worker.")
     num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per worker.")
     num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per worker.")
+    max_nonfinite_steps: int = Field(3, ge=1, le=1000, description="A NaN/inf loss skips its optimizer step; this many in a row stop the run.")
 
     @model_validator(mode="before")
     @classmethod

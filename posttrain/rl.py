@@ -284,6 +284,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "loss/clip_frac": trained["sums"]["clip_tokens"] / max(tokens, 1.0),
         "loss/kl": trained["sums"]["kl"] / max(tokens, 1.0),
         "grad/norm": trained["grad_norm"],
+        "train/skipped_nonfinite": float(trained.get("skipped", False)),
         "time/train_s": train_seconds,
         "time/step_s": step_seconds,
         "throughput/tokens_per_s": tokens / step_seconds,

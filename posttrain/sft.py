@@ -94,7 +94,7 @@ def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | No
         batch = [seqs[rng.randrange(len(seqs))] for _ in range(stage.batch_size)]
         out = infra.trainers.train_step(batch, spec)
         row = {"loss/nll": out["sums"]["loss"], "grad/norm": out["grad_norm"], "tokens": out["sums"]["tokens"],
-               "time/step_s": out["seconds"]}
+               "time/step_s": out["seconds"], "train/skipped_nonfinite": float(out["skipped"])}
         infra.metrics.log(stage.name, step, row)
         progress.update(step, loss=row["loss/nll"])
         if stage.save_every and step % stage.save_every == 0 and step < stage.steps:

@@ -20,6 +20,7 @@ from posttrain.rewards.reasoning_gym import math_equivalent
 from posttrain.types import RewardResult, Sample
 
 _FN = None
+STARTUP_TIMEOUT_S = 300
 
 
 def _load(spec: str):
@@ -30,6 +31,10 @@ def _load(spec: str):
 def _init(spec: str) -> None:
     global _FN
     _FN = _load(spec)
+
+
+def _ready() -> bool:
+    return True
 
 
 def _call(response: str, task: dict):
@@ -69,6 +74,9 @@ class UserReward:
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")
             self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(self.function,))
+            # a fresh worker imports the user's module first: on a busy machine that alone can
+            # outlast `timeout_s`, which is meant for the function's own call
+            self._pool.apply_async(_ready).get(timeout=STARTUP_TIMEOUT_S)
         return self._pool
 
     def _score_with_function(self, samples: list[Sample]) -> list[RewardResult]:

@@ -14,6 +14,7 @@ import ray
 from ray.exceptions import RayActorError
 
 from posttrain.config import TrainerConfig
+from posttrain.errors import TrainingDiverged
 from posttrain.train.trainer import TrainerWorker
 from posttrain.types import LossSpec, TrainSequence
 
@@ -86,6 +87,7 @@ class TrainerGroup:
         self.workers = self._start()
         self.loaded = False
         self.version = 0
+        self.nonfinite_in_a_row = 0
 
     def _start(self) -> list:
         port = free_port()
@@ -126,9 +128,28 @@ class TrainerGroup:
                 logp[i] = values
             for key, value in res["sums"].items():
                 sums[key] = sums.get(key, 0.0) + value
-        self.version += 1
-        return {"logp": logp, "sums": sums, "grad_norm": results[0]["grad_norm"],
+        skipped = results[0]["skipped"]
+        self._count_nonfinite(skipped)
+        if not skipped:
+            self.version += 1
+        return {"logp": logp, "sums": sums, "grad_norm": results[0]["grad_norm"], "skipped": skipped,
                 "seconds": max(r["seconds"] for r in results)}
+
+    def _count_nonfinite(self, skipped: bool) -> None:
+        """A step whose loss was NaN or inf on any rank was skipped by every rank (weights and
+        optimizer state untouched); `max_nonfinite_steps` of them in a row stop the run."""
+        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped else 0
+        if not skipped:
+            return
+        limit = self.config.max_nonfinite_steps
+        print(f"[trainer] loss is NaN or inf: optimizer step skipped, weights unchanged "
+              f"({self.nonfinite_in_a_row} in a row; the run stops at {limit})", flush=True)
+        if self.nonfinite_in_a_row >= limit:
+            raise TrainingDiverged(
+                f"training stopped: the loss was NaN or inf in {self.nonfinite_in_a_row} optimizer steps in a row "
+                f"(trainer.max_nonfinite_steps={limit}); every one was skipped, so the weights are those "
+                "of the last finite step. Lower the learning rate, check rewards and "
+                "advantages for NaN/inf, or resume from the last checkpoint")
 
     def logprobs(self, seqs: list[TrainSequence], temperature: float = 1.0) -> list[list[float]]:
         shards = shard_balanced(seqs, len(self.workers))

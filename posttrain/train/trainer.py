@@ -16,11 +16,13 @@ import copy
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import ray
 
 from posttrain.config import TrainerConfig
+from posttrain.errors import CheckpointWriteError
 from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.types import LossSpec, TrainSequence
 
@@ -30,6 +32,34 @@ _PAD_SEQUENCE = TrainSequence(token_ids=(0, 0), prompt_len=1, advantages=(0.0,),
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                    "generation_config.json", "vocab.json", "merges.txt")
+
+
+@contextmanager
+def _writes_recorded(engine, failures: list):
+    """DeepSpeed's save_checkpoint holds barriers between its file writes: a rank that raised
+    out of it (a full disk) would leave the others waiting forever. Inside this, a failed
+    write is recorded and every later one skipped, so each rank reaches every barrier."""
+
+    def guarded(write):
+        def call(*args, **kwargs):
+            if failures:
+                return None
+            try:
+                return write(*args, **kwargs)
+            except Exception as exc:  # torch.save reports a full disk as RuntimeError
+                failures.append(exc)
+                return None
+        return call
+
+    writers = [(engine.checkpoint_engine, "save"), (engine.checkpoint_engine, "makedirs"),
+               (engine, "_copy_recovery_script")]  # every file DeepSpeed writes goes through one of these
+    for owner, name in writers:
+        setattr(owner, name, guarded(getattr(owner, name)))
+    try:
+        yield
+    finally:
+        for owner, name in writers:
+            vars(owner).pop(name, None)
 
 
 class TrainerWorker:
@@ -109,24 +139,47 @@ class TrainerWorker:
     def train_step(self, shard: list[TrainSequence], spec: LossSpec, global_tokens: int) -> dict:
         """One optimizer step over this rank's shard. Returns the trainer's logprobs of every
         response token under the weights *before* the step (for logp/mismatch), and sums."""
+        import torch
+
         started = time.perf_counter()
         self.engine.train()
         scale = self.world_size / max(global_tokens, 1)
         logp_before: list[list[float]] = [[] for _ in shard]
         sums = {"loss": 0.0, "clip_tokens": 0.0, "kl": 0.0, "tokens": 0.0, "stale_tokens": 0.0, "offpolicy_weight": 0.0}
+        nonfinite = False
         for index_mb in self._aligned_micro_batches(shard):
             seqs = [shard[i] for i in index_mb] or [_PAD_SEQUENCE]
             batch = self._collate(seqs)
             loss, logp_old = self._loss(batch, spec, sums)
+            if not torch.isfinite(loss.detach()):
+                nonfinite = True
+                # poison: NaN gradients make DeepSpeed's ZeRO optimizer discard the whole step
+                # (its grad-norm overflow check); finite partial gradients would be applied
+                loss = loss * float("nan")
             self.engine.backward(loss * scale)
             sums["loss"] += float(loss.detach()) * scale / self.world_size
             for row, i in enumerate(index_mb):
                 start = batch["starts"][row]
                 logp_before[i] = logp_old[row, start: start + shard[i].response_len].tolist()
-        self.engine.step()
+        skipped = self._any_rank(nonfinite)
+        if skipped and self.config.zero_stage == 0:
+            self.engine.zero_grad()  # no ZeRO optimizer to catch the NaN gradients: drop them here
+        else:
+            self.engine.step()
+            if skipped and self.engine.was_step_applied():
+                raise RuntimeError("non-finite loss, but DeepSpeed applied the step: weights are corrupt")
         grad_norm = self.engine.get_global_grad_norm()
-        return {"logp": logp_before, "sums": sums, "seconds": time.perf_counter() - started,
-                "grad_norm": float(grad_norm) if grad_norm is not None else float("nan")}
+        return {"logp": logp_before, "sums": sums, "seconds": time.perf_counter() - started, "skipped": skipped,
+                "grad_norm": float(grad_norm) if grad_norm is not None and not skipped else float("nan")}
+
+    def _any_rank(self, flag: bool) -> bool:
+        import torch
+        import torch.distributed as dist
+
+        value = torch.tensor([int(flag)])
+        if self.world_size > 1:
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
 
     def _loss(self, batch: dict, spec: LossSpec, sums: dict):
         """Summed (not averaged) loss of a micro-batch, and its detached logprobs."""
@@ -256,26 +309,34 @@ class TrainerWorker:
         """A checkpoint folder: Hugging Face safetensors weights (what transformers and vLLM
         load), DeepSpeed's training state in `deepspeed/` (optimizer and schedule, every
         rank's partition), and the driver's `extra` files. Written into a temp folder and
-        renamed into place: a crash mid-write leaves the previous checkpoint intact."""
-        import torch.distributed as dist
-
+        renamed into place: a crash or a full disk mid-write leaves the previous checkpoint
+        intact, and a failed write removes its partial files and raises on every rank."""
         target = Path(folder)
         tmp = target.with_name(f".{target.name}.tmp")
-        if self.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        self._barrier(dist)
-        self.engine.save_checkpoint(str(tmp / "deepspeed"), tag="state")
-        state = self._full_state_dict()
-        self._barrier(dist)
+        error = None
+        try:
+            if self.rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+        except OSError as exc:
+            error = exc
+        if self._all_ok(error):  # ranks agree after every phase: one failing rank must not hang the others
+            failures: list[Exception] = []
+            with _writes_recorded(self.engine, failures):
+                self.engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
+            error = failures[0] if failures else None
+        state = self._full_state_dict() if self._all_ok(error) else None
+        if self.rank == 0 and state is not None:
+            try:
+                self._write_rank0(tmp, state, extra)
+            except Exception as exc:
+                error = exc
+        if not self._all_ok(error):
+            if self.rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise self._write_error(target, error)
         if self.rank != 0:
             return None
-        self.engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-        for name in TOKENIZER_FILES:
-            if (Path(self.model_dir) / name).is_file():
-                shutil.copy2(Path(self.model_dir) / name, tmp / name)
-        for name, text in (extra or {}).items():
-            (tmp / name).write_text(text)
         old = target.with_name(f".{target.name}.old")
         if target.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -284,9 +345,33 @@ class TrainerWorker:
         shutil.rmtree(old, ignore_errors=True)
         return str(target)
 
-    def _barrier(self, dist) -> None:
+    def _write_rank0(self, tmp: Path, state: dict, extra: dict[str, str] | None) -> None:
+        self.engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+        for name in TOKENIZER_FILES:
+            if (Path(self.model_dir) / name).is_file():
+                shutil.copy2(Path(self.model_dir) / name, tmp / name)
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
+
+    def _all_ok(self, error: Exception | None) -> bool:
+        """True when no rank has failed so far (a collective, so every rank must call it)."""
+        import torch
+        import torch.distributed as dist
+
+        failed = torch.tensor([int(error is not None)])
         if self.world_size > 1:
-            dist.barrier()
+            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+        return not failed.item()
+
+    def _write_error(self, target: Path, error: Exception | None) -> CheckpointWriteError:
+        where = target.parent if target.parent.exists() else Path(".")
+        free = shutil.disk_usage(where).free
+        cause = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}" if error else \
+            "another trainer rank failed to write its part"
+        full = "the disk is full: " if free < 64 * 2**20 or "No space left" in str(error) else ""
+        return CheckpointWriteError(
+            f"checkpoint {target} not written: {full}{cause} ({free / 2**20:.1f} MiB free on {where}); "
+            "its partial files were removed and the previous checkpoint is intact")
 
     def parameter_checksum(self) -> float:
         state = self._full_state_dict()
