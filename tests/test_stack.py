@@ -116,19 +116,30 @@ def test_zero3_gathers_full_weights_for_the_engine(ray_session, tiny_dir, engine
 
 
 def test_each_reload_starts_fresh_rank_processes(ray_session, tiny_dir):
-    """A DeepSpeed engine replaced in place keeps its memory (SmolLM2: +0.75 GB per load)."""
+    """A DeepSpeed engine replaced in place keeps its memory (SmolLM2: +0.75 GB per load):
+    `restart_on_load: always` (and auto, for models over 256 MB) starts fresh ranks; auto
+    keeps a small model's ranks (a restart costs seconds per expert job)."""
     import os
 
     from ray.exceptions import RayActorError
 
-    group = TrainerGroup(TrainerConfig(workers=1, zero_stage=0), seed=0)
+    from posttrain.train.group import RESTART_BYTES, weights_bytes
+
+    assert weights_bytes(str(tiny_dir)) < RESTART_BYTES
+    group = TrainerGroup(TrainerConfig(workers=1, zero_stage=0, restart_on_load="always"), seed=0)
+    kept = TrainerGroup(TrainerConfig(workers=1, zero_stage=0), seed=0)  # auto
     try:
         group.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
+        kept.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
         old = group.workers[0]
         pid = ray.get(old.__ray_call__.remote(lambda self: os.getpid()))
+        kept_pid = ray.get(kept.workers[0].__ray_call__.remote(lambda self: os.getpid()))
         group.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
+        kept.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
         assert ray.get(group.workers[0].__ray_call__.remote(lambda self: os.getpid())) != pid
         with pytest.raises(RayActorError):
             ray.get(old.parameter_checksum.remote())
+        assert ray.get(kept.workers[0].__ray_call__.remote(lambda self: os.getpid())) == kept_pid
     finally:
         group.shutdown()
+        kept.shutdown()
