@@ -1,8 +1,13 @@
-"""Reading pipeline files: YAML -> overrides -> `PipelineConfig`, with every problem
-turned into one `ConfigError` line: `FILE: key.path: problem`."""
+"""Reading pipeline files: YAML -> environment variables -> overrides -> `PipelineConfig`,
+with every problem turned into one `ConfigError` line: `FILE: key.path: problem`.
+
+String values may name environment variables, `${VAR}` or `${VAR:-default}` (the default
+when VAR is unset or empty), so that one file serves machines with different paths; `$${`
+is a literal `${`. The resolved config written into a run folder holds the values."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -123,7 +128,8 @@ def _child(node: Any, part: str | int, prefix: list, text: str) -> Any:
 
 
 def read_yaml(path: str | Path) -> dict:
-    """Read a pipeline file into a dict, with one-line errors for unreadable files."""
+    """Read a pipeline file into a dict, environment variables expanded, with one-line
+    errors for unreadable files."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -144,7 +150,51 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{path}: file is empty")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(raw).__name__}")
-    return raw
+    return expand_env(raw, str(path))
+
+
+_ENV_REF = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
+_ENV_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
+
+
+def expand_env(value: Any, source: str, path: str = "", environ: dict | None = None) -> Any:
+    """`value` with `${VAR}` and `${VAR:-default}` in its strings (at any depth) replaced
+    from the environment; keys and non-string values are left alone."""
+    environ = os.environ if environ is None else environ
+    if isinstance(value, dict):
+        return {k: expand_env(v, source, f"{path}.{k}" if path else str(k), environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, source, f"{path}[{i}]", environ) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    where = f"{source}: {path}" if path else source
+
+    def one(match: re.Match) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        ref = _ENV_NAME.fullmatch(match.group(1) or "")
+        if match.group(1) is None or ref is None:
+            raise ConfigError(f"{where}: bad environment reference {match.group(0)!r}: "
+                              "expected ${NAME} or ${NAME:-default} (write $${ for a literal ${)")
+        name, default = ref.groups()
+        found = environ.get(name)
+        if default is not None and not found:
+            return default
+        if found is None:
+            raise ConfigError(f"{where}: environment variable {name} is not set "
+                              f"(set it, or give a default: ${{{name}:-DEFAULT}})")
+        return found
+
+    return _ENV_REF.sub(one, value)
+
+
+def _escape_env(value: Any) -> Any:
+    """The inverse of `expand_env` on literal text: `${` -> `$${`."""
+    if isinstance(value, dict):
+        return {k: _escape_env(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escape_env(v) for v in value]
+    return value.replace("${", "$${") if isinstance(value, str) else value
 
 
 def load_pipeline(path: str | Path, overrides: list[str] = ()) -> PipelineConfig:
@@ -164,4 +214,5 @@ def validate_pipeline(raw: dict, source: str = "<config>") -> PipelineConfig:
 
 
 def dump_config(config: PipelineConfig) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json", by_alias=True), sort_keys=False)
+    """The config as YAML that loads back to the same config (a literal `${` is escaped)."""
+    return yaml.safe_dump(_escape_env(config.model_dump(mode="json", by_alias=True)), sort_keys=False)

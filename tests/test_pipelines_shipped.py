@@ -1,0 +1,144 @@
+"""The pipelines shipped in pipelines/ (they validate and dry-run here, through the CLI),
+and `${VAR}` / `${VAR:-default}` expansion in pipeline files."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posttrain.configfile import ConfigError, dump_config, expand_env, load_pipeline
+
+PIPELINES = Path(__file__).parent.parent / "pipelines"
+SHIPPED = sorted(p.name for p in PIPELINES.glob("*.yaml"))
+CLUSTER_VARS = ("POSTTRAIN_MODEL_DIR", "POSTTRAIN_JUDGE_DIR", "RAY_ADDRESS")
+
+GOOD = {
+    "name": "t",
+    "model": {"name": "tiny"},
+    "stages": [{"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3,
+                "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4}}],
+}
+
+
+def write(tmp_path: Path, data: dict | str) -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def without_cluster_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in CLUSTER_VARS}
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
+                          timeout=300, env=env or without_cluster_env(), cwd=PIPELINES.parent)
+
+
+# ---------------------------------------------------------------- ${VAR} expansion
+
+
+def test_env_set_default_and_unset():
+    env = {"MODEL": "/models/m", "EMPTY": ""}
+    raw = {"model": {"name": "${MODEL}"}, "a": "${NOPE:-fallback}", "b": "${MODEL:-unused}/x",
+           "c": "${EMPTY:-was empty}", "d": ["x-${MODEL}-y", 3, None], "${MODEL}": "key kept"}
+    out = expand_env(raw, "p.yaml", environ=env)
+    assert out == {"model": {"name": "/models/m"}, "a": "fallback", "b": "/models/m/x", "c": "was empty",
+                   "d": ["x-/models/m-y", 3, None], "${MODEL}": "key kept"}
+    assert expand_env({"e": "${EMPTY}"}, "p.yaml", environ=env) == {"e": ""}  # set but empty: shell rules
+
+
+def test_env_missing_is_one_line_naming_the_key():
+    with pytest.raises(ConfigError) as err:
+        expand_env({"stages": [{"x": 1}, {"domains": {"coding": {"path": "${DATA_DIR}/c.jsonl"}}}]}, "p.yaml",
+                   environ={})
+    assert str(err.value) == ("p.yaml: stages[1].domains.coding.path: environment variable DATA_DIR is not set "
+                              "(set it, or give a default: ${DATA_DIR:-DEFAULT})")
+    for bad in ("${}", "${1X}", "${A B}", "cost ${5", "${A:default}"):
+        with pytest.raises(ConfigError, match=r"^p\.yaml: k: bad environment reference") as err:
+            expand_env({"k": bad}, "p.yaml", environ={"A": "1"})
+        assert "\n" not in str(err.value)
+
+
+def test_env_escape_is_literal_and_survives_the_resolved_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_TEST_SEED_DIR", str(tmp_path))
+    data = {**GOOD, "name": "${POSTTRAIN_TEST_NAME:-from-default}",
+            "stages": [{**GOOD["stages"][0], "data": {**GOOD["stages"][0]["data"], "prompt_suffix": " costs $${price}"}}]}
+    config = load_pipeline(write(tmp_path, data), ["trainer.workers=1"])
+    assert config.name == "from-default" and config.stages[0].data.prompt_suffix == " costs ${price}"
+    resolved = tmp_path / "config.resolved.yaml"
+    resolved.write_text(dump_config(config))  # what a run folder holds, and what --resume reads
+    assert load_pipeline(resolved) == config
+
+
+def test_env_numbers_from_strings(tmp_path, monkeypatch):
+    monkeypatch.setenv("POSTTRAIN_TEST_WORKERS", "3")
+    data = {**GOOD, "trainer": {"workers": "${POSTTRAIN_TEST_WORKERS}", "zero_stage": "${POSTTRAIN_TEST_NONE:-3}"}}
+    config = load_pipeline(write(tmp_path, data))
+    assert config.trainer.workers == 3 and config.trainer.zero_stage == 3
+
+
+def test_cli_missing_env_exits_2_with_one_line(tmp_path):
+    path = write(tmp_path, "name: t\nmodel:\n  name: ${POSTTRAIN_MODEL_DIR}\nstages: []\n")
+    proc = cli("validate", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == f"{path}: model.name: environment variable POSTTRAIN_MODEL_DIR is not set " \
+                                  "(set it, or give a default: ${POSTTRAIN_MODEL_DIR:-DEFAULT})"
+
+
+# ---------------------------------------------------------------- shipped pipelines
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_first_comment_line_is_the_command(name):
+    first = (PIPELINES / name).read_text().splitlines()[0]
+    assert first.startswith("# ") and f"posttrain run pipelines/{name}" in first, first
+
+
+@pytest.mark.parametrize("name", ["smollm2.yaml", "cluster-8gpu.yaml"])
+def test_validate_and_dry_run(name):
+    checked = cli("validate", f"pipelines/{name}")
+    assert checked.returncode == 0, checked.stderr
+    resolved = yaml.safe_load(checked.stdout)
+    assert [s["type"] for s in resolved["stages"]] == ["sft", "experts", "mopd", "eval"]
+    assert resolved["stages"][3]["domains"]["coding"]["split"] == "humaneval"
+    plan = cli("run", "--dry-run", f"pipelines/{name}")
+    assert plan.returncode == 0, plan.stderr
+    assert "local Ray (started by `posttrain run`)" in plan.stdout  # no cluster named: nothing started
+    assert "stage experts (experts): 9 jobs" in plan.stdout and "stage mopd (mopd)" in plan.stdout
+    if name == "smollm2.yaml":
+        assert resolved["model"]["name"] == "smollm2-135m-instruct" and "slot 0: node local" in plan.stdout
+    else:  # no GPUs here: the 8-GPU slots wait, and the plan still exits 0
+        assert resolved["model"]["name"] == "smollm2-135m-instruct" and resolved["ray"]["address"] == ""
+        assert "'GPU': 8.0" in plan.stdout and "slot 0: waits" in plan.stdout
+
+
+def test_cluster_template_takes_model_and_cluster_from_the_environment(tmp_path, monkeypatch):
+    model = tmp_path / "my-model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv("POSTTRAIN_MODEL_DIR", str(model))
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    monkeypatch.delenv("POSTTRAIN_JUDGE_DIR", raising=False)
+    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml")
+    assert config.model.name == str(model) and config.ray.address == "auto"
+    assert config.trainer.zero_stage == 3 and config.trainer.num_gpus == 1 and config.rollout.num_gpus == 1
+    assert config.stages[1].reward.grm.judge.model == "smollm2-135m-instruct"
+    monkeypatch.setenv("POSTTRAIN_MODEL_DIR", str(tmp_path / "absent"))
+    with pytest.raises(ConfigError, match="model.name: model path does not exist: .*absent"):
+        load_pipeline(PIPELINES / "cluster-8gpu.yaml")
+
+
+def test_cluster_template_puts_one_slot_on_each_8_gpu_node(monkeypatch):
+    from posttrain.placement import plan, slot_bundles
+
+    for var in CLUSTER_VARS:
+        monkeypatch.delenv(var, raising=False)
+    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml")
+    assert sum(b.get("GPU", 0) for b in slot_bundles(config)) == 8
+    nodes = [{"node": n, "resources": {"CPU": 64, "GPU": 8}} for n in ("head", "w1", "w2")]
+    assert [p["node"] for p in plan(config, nodes, 3)] == ["head", "w1", "w2"]
+    assert [p["node"] for p in plan(config, nodes[:1] + [{"node": "cpu", "resources": {"CPU": 64}}], 2)] == ["head", None]
