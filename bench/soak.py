@@ -156,8 +156,8 @@ def main() -> int:
     eval_rows, eval_problems = check_eval(run_dir)
     problems += eval_problems
     by_kind = {k: sum(f["fault"] == k for f in faults) for k in FAULTS}
-    print(f"\n| wall | faults injected (engine / trainer / judge) | resumes | trajectories requeued by engine deaths "
-          f"| steps logged | eval rows | problems |")
+    print("\n| wall | faults injected (engine / trainer / judge) | resumes | trajectories requeued by engine deaths "
+          "| steps logged | eval rows | problems |")
     print("|---|---|---|---|---|---|---|")
     print(f"| {wall / 60:.1f} min | {by_kind['engine']} / {by_kind['trainer']} / {by_kind['judge']} | {restarts} | "
           f"{requeued:.0f} | {len(rows)} | {eval_rows} | "
