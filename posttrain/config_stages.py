@@ -142,6 +142,7 @@ class SFTStage(StageBase):
     batch_size: int = Field(32, ge=1, description="Conversations per optimizer step, over all ranks.")
     max_len: int = Field(512, ge=8, description="Conversations are cut to this many tokens.")
     think: ThinkConfig | None = Field(None, description="Scratchpads of random length before some task answers (task sources only).")
+    effort_lines: bool = Field(False, description="State a random effort tier (`Reasoning effort: low|high|max`) in each task conversation's system prompt, as expert, MOPD and eval prompts do: without it the line is new to the model after SFT.")
 
 
 class RolloutStage(StageBase):

@@ -29,9 +29,17 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
                              f"(see {store.candidates}: every candidate's verdicts)")
         print(f"[{stage.name}] {len(conversations)} synthesized conversations from {store.sft}", flush=True)
         return conversations
+    from posttrain.rl import with_effort
+
     rng = random.Random(stage.think.seed if stage.think else 0)
-    return [with_scratchpad(t.messages + gold_turns(t), stage.think, t.verifier == "code", rng)
-            for t in load_tasks(stage.data) if t.answer is not None]
+    efforts = random.Random(1)
+    out = []
+    for t in load_tasks(stage.data):
+        if t.answer is None:
+            continue
+        messages = with_effort(t.messages, efforts.choice(["low", "high", "max"])) if stage.effort_lines else t.messages
+        out.append(with_scratchpad(messages + gold_turns(t), stage.think, t.verifier == "code", rng))
+    return out
 
 
 def with_scratchpad(messages: tuple[Message, ...], think, code: bool, rng: random.Random) -> tuple[Message, ...]:
