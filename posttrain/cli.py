@@ -271,13 +271,8 @@ def _resume(args) -> int:
         print(f"{run_dir}: not a run folder (no run_state.json or config.resolved.yaml)", file=sys.stderr)
         return 2
     config = load_pipeline(resolved)
-    try:
-        state = run_pipeline(config, run_dir, verbose=args.verbose, source=str(resolved), resume=True)
-    except RuntimeError as exc:
-        if type(exc).__name__ != "ReviewPending":
-            raise
-        print(exc, file=sys.stderr)
-        return 3
+    # a ReviewPending or RunStopped goes to main's handlers (resume runs inside its try)
+    state = run_pipeline(config, run_dir, verbose=args.verbose, source=str(resolved), resume=True)
     from posttrain.summary import print_summary
 
     print_summary(state, run_dir)

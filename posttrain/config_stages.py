@@ -316,19 +316,10 @@ class ExpertsStage(RolloutStage):
         return [(d, e) for e in EFFORT_ORDER if e in self.efforts for d in self.domains]
 
 
-class EvalStage(Base):
-    """Score checkpoints on held-out tasks of every (domain, effort) cell; writes
-    RUN_DIR/eval.json and prints the table. An experts stage's checkpoints are each
-    scored on their own cell; any other checkpoint on every cell."""
+class CheckpointlessStage(Base):
+    """A stage that trains nothing: no checkpoint of its own, nothing to start from."""
 
-    type: Literal["eval"]
     name: str = Field(description="Stage name.")
-    checkpoints: list[str] = Field(min_length=1, description="Earlier stages to score (`model`: the base model).")
-    experts: str | None = Field(None, description="The experts stage whose domains and effort budgets define the cells; none: the pipeline's only experts stage.")
-    domains: dict[Domain, TaskSource] | None = Field(None, description="Held-out tasks per domain; none: the experts stage's sources with their seeds moved by `seed_offset`.")
-    seed_offset: int = Field(100_003, description="Added to every task seed of the experts' sources to draw held-out tasks.")
-    tasks_per_cell: int = Field(32, ge=1, le=100_000, description="Tasks scored per cell.")
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 is greedy.")
 
     @field_validator("name")
     @classmethod
@@ -338,6 +329,21 @@ class EvalStage(Base):
     @property
     def init_from(self) -> None:
         return None
+
+
+class EvalStage(CheckpointlessStage):
+    """Score checkpoints on held-out tasks of every (domain, effort) cell; writes
+    RUN_DIR/eval.json and prints the table. An experts stage's checkpoints are each
+    scored on their own cell; any other checkpoint on every cell."""
+
+    type: Literal["eval"]
+    checkpoints: list[str] = Field(min_length=1, description="Earlier stages to score (`model`: the base model).")
+    experts: str | None = Field(None, description="The experts stage whose domains and effort budgets define the cells; none: the pipeline's only experts stage.")
+    domains: dict[Domain, TaskSource] | None = Field(None, description="Held-out tasks per domain; none: the experts stage's sources with their seeds moved by `seed_offset`.")
+    seed_offset: int = Field(100_003, description="Added to every task seed of the experts' sources to draw held-out tasks.")
+    tasks_per_cell: int = Field(32, ge=1, le=100_000, description="Tasks scored per cell.")
+    temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 is greedy.")
+
 
 
 class TeacherModel(Base):
@@ -409,7 +415,7 @@ class ReviewConfig(Base):
     seed: int = Field(0, description="Seed of the random share.")
 
 
-class SynthesisStage(Base):
+class SynthesisStage(CheckpointlessStage):
     """A teacher model writes K candidate trajectories per task (multi-turn with tools for
     agent tasks); each is verified (format, outcome, length, dedup) and some go to human
     review. The kept ones are the SFT set of a later `data: {type: synthesis}` stage."""
@@ -427,14 +433,6 @@ class SynthesisStage(Base):
     verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Verification stages.")
     review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review queue.")
 
-    @field_validator("name")
-    @classmethod
-    def _safe_name(cls, name: str) -> str:
-        return stage_name(name)
-
-    @property
-    def init_from(self) -> None:
-        return None
 
 
 Stage = Annotated[Union[SFTStage, RLStage, ExpertsStage, MOPDStage, EvalStage, SynthesisStage],
