@@ -58,11 +58,11 @@ def hf_generate(model_dir, ids: list[list[int]], tokens: int, threads: int) -> d
     return {"wall": wall, "tokens": generated, "cores": (cpu_seconds() - cpu) / wall}
 
 
-def engine_generate(model_dir, ids: list[list[int]], tokens: int) -> dict:
+def engine_generate(model_dir, ids: list[list[int]], tokens: int, threads: int | None) -> dict:
     from posttrain.config import RolloutConfig
     from posttrain.rollout.engine import RolloutEngine, engine_env
 
-    config = RolloutConfig(max_model_len=max(map(len, ids)) + tokens + 8)
+    config = RolloutConfig(max_model_len=max(map(len, ids)) + tokens + 8, threads=threads)
     os.environ.update(engine_env(config))
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -122,6 +122,8 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--hf-threads", type=int, default=os.cpu_count())
+    parser.add_argument("--engine-threads", type=int, default=None,
+                        help="rollout.threads of the engine (default: unset, vLLM's choice: 1 thread on 2 cores)")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -135,7 +137,7 @@ def main() -> int:
     bandwidth, rate1, rate_all = read_bandwidth(), matmul_rate(1), matmul_rate(os.cpu_count())
     hf = hf_generate(model_dir, ids, args.tokens, args.hf_threads)
     print(f"hf generate: {hf['tokens'] / hf['wall']:.1f} tok/s", flush=True)
-    vl = engine_generate(model_dir, ids, args.tokens)
+    vl = engine_generate(model_dir, ids, args.tokens, args.engine_threads)
     print_table(args, facts, hf, vl, bandwidth, rate1, rate_all, sum(map(len, ids)) / len(ids))
     return 0
 

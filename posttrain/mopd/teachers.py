@@ -2,12 +2,15 @@
 keeps them within a memory budget.
 
 A teacher computes log pi_T(y_t | x, y_<t) for every token of a sequence: a forward pass
-in transformers (`hf`, light: weights plus activations) or a prompt-logprobs pass in a
-vLLM engine (`vllm`). The pool loads a teacher when a batch needs it and, when the next
-one would not fit in `memory_gib`, unloads the least recently used first. Requests are
-batched by teacher, and teachers already resident are served first, so a step loads each
-missing teacher once. What a worker really takes is measured after it loads (its
-process's resident memory) and used for every later admission decision.
+in transformers (`hf`) or a prompt-logprobs pass in a vLLM engine (`vllm`). With `hf`,
+teachers live in one shared worker process (a `TeacherHost`), so the runtime's memory
+(Python, torch, transformers: about 0.5 GiB) is paid once rather than per teacher; with
+`vllm`, each teacher is its own engine actor. The pool loads a teacher when a batch needs
+it and, when the next one would not fit in `memory_gib`, unloads the least recently used
+first. Requests are batched by teacher, and teachers already resident are served first,
+so a step loads each missing teacher once. What a worker really takes is measured after
+every load and unload (its process's resident memory) and counted whenever it is more
+than predicted.
 """
 
 from __future__ import annotations
@@ -27,34 +30,64 @@ LOAD_TIMEOUT_S = 600
 SCORE_TIMEOUT_S = 600
 
 
-class TeacherWorker:
-    """A model in transformers, scoring token sequences. Create with `remote_actor`."""
+def process_bytes() -> int:
+    import psutil
 
-    def __init__(self, model_dir: str, dtype: str, micro_batch_tokens: int):
+    return psutil.Process().memory_info().rss
+
+
+class TeacherHost:
+    """One worker process holding any number of teachers (transformers models), each
+    scoring token sequences. Create with `remote_actor`."""
+
+    def __init__(self, dtype: str, micro_batch_tokens: int):
         import torch
-        from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(1)
-        torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+        self.dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype).to(self.device).eval()
+        self.models: dict[str, object] = {}
         self.micro_batch_tokens = micro_batch_tokens
 
     @classmethod
-    def remote_actor(cls, model_dir: str, dtype: str, config: TeacherPoolConfig):
+    def remote_actor(cls, dtype: str, config: TeacherPoolConfig):
         options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus,
                        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
-        return ray.remote(cls).options(**options).remote(model_dir, dtype, config.micro_batch_tokens)
+        return ray.remote(cls).options(**options).remote(dtype, config.micro_batch_tokens)
+
+    def load(self, teacher_id: str, model_dir: str) -> int:
+        """Load a teacher; returns the process's resident bytes afterwards."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype)
+        self.models[teacher_id] = model.to(self.device).eval()
+        return process_bytes()
+
+    def unload(self, teacher_id: str) -> int:
+        """Drop a teacher and hand its memory back to the OS; returns resident bytes."""
+        import ctypes
+        import gc
+
+        import torch
+
+        del self.models[teacher_id]
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc keeps freed heap pages otherwise
+        except OSError:
+            pass
+        return process_bytes()
 
     def memory_bytes(self) -> int:
-        import psutil
+        return process_bytes()
 
-        return psutil.Process().memory_info().rss
-
-    def prompt_logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
+    def prompt_logprobs(self, teacher_id: str, token_ids: list[list[int]]) -> list[list[float]]:
         """Logprob of each token given the ones before it (the first has none)."""
         import torch
 
+        model = self.models[teacher_id]
         out: list[list[float] | None] = [None] * len(token_ids)
         order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
         start = 0
@@ -68,7 +101,7 @@ class TeacherWorker:
                 ids[r, :len(token_ids[i])] = torch.tensor(token_ids[i])
                 attn[r, :len(token_ids[i])] = 1
             with torch.no_grad():
-                logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float()
+                logits = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float()
                 logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None].to(self.device))[..., 0]
             for r, i in enumerate(chunk):
                 out[i] = logp[r, :len(token_ids[i]) - 1].cpu().tolist()
@@ -104,13 +137,23 @@ def weights_sha256(model_dir: str | Path) -> str:
 
 
 class TeacherPool:
+    """Teachers within `memory_gib`, least recently used unloaded first.
+
+    Counted memory: with `hf`, the shared host's runtime (`overhead`, raised to what is
+    measured) plus each resident teacher's weights, or the host's measured resident memory
+    when that is more; with `vllm`, each engine's weights plus `overhead`, or its measured
+    memory when more."""
+
     def __init__(self, checkpoints: dict[str, str], config: TeacherPoolConfig, dtype: str,
                  rollout: RolloutConfig | None = None):
         self.checkpoints, self.config, self.dtype, self.rollout = checkpoints, config, dtype, rollout
+        self.shared = config.backend == "hf"
         self.budget = int(config.memory_gib * GIB)
         self.weights = {tid: weights_bytes(path, dtype) for tid, path in checkpoints.items()}
         self.overhead = int(config.overhead_gib * GIB)  # raised to the largest measured
-        self.resident: OrderedDict[str, tuple[object, int]] = OrderedDict()  # id -> (actor, bytes), LRU first
+        self.resident: OrderedDict[str, object] = OrderedDict()  # id -> actor (hf: the host), LRU first
+        self.measured: dict[object, int] = {}  # actor or "host" -> its last measured resident bytes
+        self.host = None
         self.stats = {"loads": 0, "unloads": 0, "load_s": 0.0, "peak_bytes": 0}
         for tid in checkpoints:
             if self.predicted(tid) > self.budget:
@@ -118,11 +161,24 @@ class TeacherPool:
                                  f"teacher_pool.memory_gib={config.memory_gib}")
 
     def predicted(self, teacher_id: str) -> int:
+        """What one teacher takes with nothing else resident."""
         return self.weights[teacher_id] + self.overhead
 
     @property
     def resident_bytes(self) -> int:
-        return sum(size for _, size in self.resident.values())
+        if not self.shared:
+            return sum(max(self.measured.get(tid, 0), self.predicted(tid)) for tid in self.resident)
+        if self.host is None:
+            return 0
+        counted = self.overhead + sum(self.weights[tid] for tid in self.resident)
+        return max(counted, self.measured.get("host", 0))
+
+    def _needed(self, teacher_id: str) -> int:
+        """Counted bytes once `teacher_id` is loaded too."""
+        if self.shared:
+            counted = self.overhead + sum(self.weights[t] for t in self.resident) + self.weights[teacher_id]
+            return max(counted, self.measured.get("host", 0) + self.weights[teacher_id])
+        return self.resident_bytes + self.predicted(teacher_id)
 
     def logprobs(self, requests: dict[str, list[list[int]]]) -> dict[str, list[list[float]]]:
         """Per teacher, the logprobs of its sequences; resident teachers first."""
@@ -130,37 +186,56 @@ class TeacherPool:
         out = {}
         for tid in order:
             actor = self._acquire(tid)
-            out[tid] = ray.get(actor.prompt_logprobs.remote(requests[tid]), timeout=SCORE_TIMEOUT_S)
+            call = (actor.prompt_logprobs.remote(tid, requests[tid]) if self.shared
+                    else actor.prompt_logprobs.remote(requests[tid]))
+            out[tid] = ray.get(call, timeout=SCORE_TIMEOUT_S)
         return out
 
     def _acquire(self, teacher_id: str):
         if teacher_id in self.resident:
             self.resident.move_to_end(teacher_id)
-            return self.resident[teacher_id][0]
-        while self.resident and self.resident_bytes + self.predicted(teacher_id) > self.budget:
+            return self.resident[teacher_id]
+        while self.resident and self._needed(teacher_id) > self.budget:
             self._unload(next(iter(self.resident)))
         started = time.perf_counter()
         actor = self._start(teacher_id)
-        measured = ray.get(actor.memory_bytes.remote(), timeout=LOAD_TIMEOUT_S)
         self.stats["load_s"] += time.perf_counter() - started
         self.stats["loads"] += 1
-        self.overhead = max(self.overhead, measured - self.weights[teacher_id])
-        self.resident[teacher_id] = (actor, max(measured, self.predicted(teacher_id)))
+        self.resident[teacher_id] = actor
         self.stats["peak_bytes"] = max(self.stats["peak_bytes"], self.resident_bytes)
         return actor
 
     def _start(self, teacher_id: str):
         path = self.checkpoints[teacher_id]
-        if self.config.backend == "vllm":
-            from posttrain.rollout.engine import RolloutEngine
+        if self.shared:
+            if self.host is None:
+                self.host = TeacherHost.remote_actor(self.dtype, self.config)
+            measured = ray.get(self.host.load.remote(teacher_id, path), timeout=LOAD_TIMEOUT_S)
+            self.measured["host"] = measured
+            on_host = sum(self.weights[t] for t in self.resident) + self.weights[teacher_id]
+            self.overhead = max(self.overhead, measured - on_host)
+            return self.host
+        from posttrain.rollout.engine import RolloutEngine
 
-            return RolloutEngine.remote_actor(path, self.rollout or RolloutConfig(), self.dtype, seed=0)
-        return TeacherWorker.remote_actor(path, self.dtype, self.config)
+        actor = RolloutEngine.remote_actor(path, self.rollout or RolloutConfig(), self.dtype, seed=0)
+        measured = ray.get(actor.memory_bytes.remote(), timeout=LOAD_TIMEOUT_S)
+        self.overhead = max(self.overhead, measured - self.weights[teacher_id])
+        self.measured[teacher_id] = measured
+        return actor
 
     def _unload(self, teacher_id: str) -> None:
-        actor, _ = self.resident.pop(teacher_id)
-        ray.kill(actor)
+        actor = self.resident.pop(teacher_id)
+        if self.shared:
+            self.measured["host"] = ray.get(actor.unload.remote(teacher_id), timeout=LOAD_TIMEOUT_S)
+        else:
+            ray.kill(actor)
+            self.measured.pop(teacher_id, None)
         self.stats["unloads"] += 1
+
+    def measured_bytes(self) -> int:
+        """What the teachers' processes hold now, asked of them."""
+        actors = [self.host] if self.shared and self.host is not None else [] if self.shared else list(self.resident.values())
+        return sum(ray.get([a.memory_bytes.remote() for a in actors], timeout=LOAD_TIMEOUT_S)) if actors else 0
 
     def metrics(self) -> dict[str, float]:
         return {"teacher_pool/loads": float(self.stats["loads"]), "teacher_pool/unloads": float(self.stats["unloads"]),
@@ -174,7 +249,12 @@ class TeacherPool:
 
     def close(self) -> None:
         for tid in list(self.resident):
-            self._unload(tid)
+            if not self.shared:
+                self._unload(tid)
+        self.resident.clear()
+        if self.host is not None:
+            ray.kill(self.host)
+            self.host = None
 
 
 def same_tokenizer(student_dir: str | Path, teacher_dir: str | Path) -> bool:

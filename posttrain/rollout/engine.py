@@ -20,7 +20,8 @@ from posttrain.types import Completion, GenerationRequest, SamplingSettings
 
 
 def engine_env(config: RolloutConfig) -> dict[str, str]:
-    return {
+    threads = {"OMP_NUM_THREADS": str(config.threads)} if config.threads else {}
+    return {**threads,
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(config.kv_cache_gib)))),
         "VLLM_HOST_IP": "127.0.0.1",
@@ -150,6 +151,19 @@ class RolloutEngine:
         tied = bool(json.loads((Path(folder) / "config.json").read_text()).get("tie_word_embeddings"))
         packet = pack_state_dict(state, version, tied)
         return self.update_weights(packet)
+
+    def memory_bytes(self) -> int:
+        """Resident memory of this actor and the processes it started (vLLM's engine core)."""
+        import psutil
+
+        me = psutil.Process()
+        total = me.memory_info().rss
+        for child in me.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
 
     def prompt_logprobs(self, token_ids: list[list[int]]) -> list[list[float]]:
         """Logprob of each token given the ones before it (the first has none): a scoring pass."""
