@@ -132,6 +132,18 @@ class ThinkConfig(Base):
     prefix: str = Field("Thinking:", min_length=1, description="Start of the scratchpad line.")
     code_prefix: str = Field("# Thinking:", min_length=1, description="Start of the line for code tasks (a comment, so the program still runs).")
     seed: int = Field(0, description="Seed of which conversations get one, and how long.")
+    by_effort: dict[Literal["low", "high", "max"], tuple[int, int]] | None = Field(
+        None, description="Scratchpad length in words, [min, max], for each stated effort (needs `effort_lines`); "
+                          "[0, 0]: none. The SFT model then thinks longer at higher effort, as reasoning models "
+                          "are taught to; an effort not listed uses 1..max_words.")
+
+    @field_validator("by_effort")
+    @classmethod
+    def _ranges(cls, value):
+        for effort, (low, high) in (value or {}).items():
+            if not 0 <= low <= high <= 1000:
+                raise ValueError(f"{effort}: [{low}, {high}] is not a range of word counts (0 <= min <= max <= 1000)")
+        return value
 
 
 class SFTStage(StageBase):
@@ -143,6 +155,12 @@ class SFTStage(StageBase):
     max_len: int = Field(512, ge=8, description="Conversations are cut to this many tokens.")
     think: ThinkConfig | None = Field(None, description="Scratchpads of random length before some task answers (task sources only).")
     effort_lines: bool = Field(False, description="State a random effort tier (`Reasoning effort: low|high|max`) in each task conversation's system prompt, as expert, MOPD and eval prompts do: without it the line is new to the model after SFT.")
+
+    @model_validator(mode="after")
+    def _by_effort_needs_lines(self) -> "SFTStage":
+        if self.think and self.think.by_effort and not self.effort_lines:
+            raise ValueError("think.by_effort needs effort_lines: true (the effort must be stated to think by it)")
+        return self
 
 
 class RolloutStage(StageBase):
@@ -193,13 +211,15 @@ class TeacherSpec(Base):
 
 class TeacherPoolConfig(Base):
     """Inference-only teacher workers (Ray actors) that score the student's tokens; at most
-    `memory_gib` of them are resident, the least recently used is unloaded first."""
+    `memory_gib` of them are resident, the least recently used is unloaded first. With
+    `hf`, all teachers share one worker process (its runtime is paid once); with `vllm`,
+    each is its own engine."""
 
     backend: Literal["hf", "vllm"] = Field("hf", description="hf: a forward pass in transformers; vllm: a prompt-logprobs pass in a vLLM engine.")
     memory_gib: float = Field(4.0, gt=0, le=100_000, description="Memory budget of the resident teachers, all together.")
-    overhead_gib: float = Field(0.5, ge=0, le=1024, description="Memory a teacher worker takes besides its weights (runtime, activations; vllm: plus its KV cache).")
-    num_cpus: float = Field(0, ge=0, description="Ray CPUs reserved per teacher worker (they run between rollouts).")
-    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per teacher worker.")
+    overhead_gib: float = Field(0.5, ge=0, le=1024, description="Memory a worker takes besides its weights (runtime, activations; vllm: plus its KV cache, per engine); raised to what is measured.")
+    num_cpus: float = Field(0, ge=0, description="Ray CPUs reserved per teacher worker process (they run between rollouts).")
+    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per teacher worker process.")
     micro_batch_tokens: int = Field(4096, ge=16, description="Most tokens (padded) per forward pass of the hf backend.")
 
 

@@ -37,18 +37,22 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
     for t in load_tasks(stage.data):
         if t.answer is None:
             continue
-        messages = with_effort(t.messages, efforts.choice(["low", "high", "max"])) if stage.effort_lines else t.messages
-        out.append(with_scratchpad(messages + gold_turns(t), stage.think, t.verifier == "code", rng))
+        effort = efforts.choice(["low", "high", "max"]) if stage.effort_lines else None
+        messages = with_effort(t.messages, effort) if effort else t.messages
+        out.append(with_scratchpad(messages + gold_turns(t), stage.think, t.verifier == "code", rng, effort))
     return out
 
 
-def with_scratchpad(messages: tuple[Message, ...], think, code: bool, rng: random.Random) -> tuple[Message, ...]:
-    """The conversation with a scratchpad line opening its first assistant turn (ThinkConfig)."""
+def with_scratchpad(messages: tuple[Message, ...], think, code: bool, rng: random.Random,
+                    effort: str | None = None) -> tuple[Message, ...]:
+    """The conversation with a scratchpad line opening its first assistant turn (ThinkConfig);
+    its length drawn from `think.by_effort[effort]` when that is set."""
     if think is None or rng.random() >= think.prob:
         return messages
+    low, high = (think.by_effort or {}).get(effort, (1, think.max_words))
     first = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
     question = next((m.content for m in reversed(messages[:first or 0]) if m.role == "user"), "")
-    words = question.split()[:rng.randint(1, think.max_words)]
+    words = question.split()[:rng.randint(low, high)]
     if first is None or not words:
         return messages
     line = f"{think.code_prefix if code else think.prefix} {' '.join(words)}"

@@ -262,3 +262,29 @@ def test_sft_scratchpads_open_some_first_answers_with_part_of_the_question():
         exec(c[1].content, namespace)
         assert namespace["solve"](1) == 2
     assert with_scratchpad(convo, None, False, rng) == convo
+
+
+def test_sft_scratchpads_by_effort_think_longer_at_higher_effort():
+    import random
+
+    from posttrain.config_stages import SFTStage, ThinkConfig
+    from posttrain.sft import with_scratchpad
+    from posttrain.types import Message
+
+    think = ThinkConfig(prob=1.0, max_words=8, by_effort={"low": (0, 0), "high": (1, 2), "max": (4, 5)})
+    convo = (Message("user", "What is 2 + 3 + 4 - 1 ?"), Message("assistant", "8"))
+    rng = random.Random(0)
+    words = {e: {len(with_scratchpad(convo, think, False, rng, e)[1].content.split("\n")[0].split()) - 1
+                 for _ in range(100)} for e in ("low", "high", "max")}
+    assert words["high"] == {1, 2} and words["max"] == {4, 5}
+    assert {with_scratchpad(convo, think, False, rng, "low") for _ in range(20)} == {convo}  # [0, 0]: no scratchpad
+    assert {len(with_scratchpad(convo, think, False, rng, None)[1].content.split("\n")[0].split()) - 1
+            for _ in range(200)} == set(range(1, 9))  # no effort: 1..max_words
+    with pytest.raises(ValueError, match="not a range"):
+        ThinkConfig(by_effort={"low": (3, 1)})
+    stage = dict(name="sft", type="sft", lr=1e-3, steps=1,
+                 data={"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]},
+                 think={"by_effort": {"low": [0, 0]}})
+    with pytest.raises(ValueError, match="needs effort_lines"):
+        SFTStage(**stage)
+    assert SFTStage(**stage, effort_lines=True).think.by_effort == {"low": (0, 0)}
