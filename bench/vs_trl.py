@@ -106,7 +106,7 @@ def run_posttrain(args, model_dir: Path) -> dict:
     config = validate_pipeline({
         "name": "bench-vs-trl", "model": {"name": str(model_dir)},
         "rollout": {"engines": 1, "max_model_len": args.max_tokens + 128},
-        "trainer": {"workers": args.workers, "zero_stage": 2, "grad_clip": 1.0},
+        "trainer": {"workers": args.workers, "zero_stage": 2, "grad_clip": 1.0, "threads": args.trainer_threads},
         "stages": [{"name": "grpo", "type": "rl", "steps": args.steps, "lr": args.lr,
                     "prompts_per_step": args.prompts, "group_size": args.group, "max_tokens": args.max_tokens,
                     "temperature": 1.0, "partial": {"lambda": 1.0},
@@ -151,6 +151,8 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--trl-mode", choices=["plain", "vllm"], default="plain")
     parser.add_argument("--workers", type=int, default=1, help="posttrain trainer ranks (1 engine beside them)")
+    parser.add_argument("--trainer-threads", type=int, default=os.cpu_count(),
+                        help="torch threads of each posttrain rank (synchronous GRPO: the engine waits while it trains)")
     args = parser.parse_args()
 
     import trl
@@ -185,7 +187,8 @@ def main() -> int:
           + " / ".join(f"{x:.1f}" for x in load))
     print(f"workload: SmolLM2-135M-Instruct fp32, reasoning-gym basic_arithmetic (2-3 terms, up to 2 digits), "
           f"{args.prompts} prompts x {args.group} samples per step, max_tokens {args.max_tokens}, lr {args.lr}, "
-          f"{args.steps} steps each (first one not timed); posttrain: 1 engine, {args.workers} trainer rank(s)\n")
+          f"{args.steps} steps each (first one not timed); posttrain: 1 engine, {args.workers} trainer rank(s) "
+          f"of {args.trainer_threads} thread(s)\n")
     print("| trainer | wall s per step (median) | generated tokens/s | reward first 3 -> last 3 steps | "
           "reward per step | speed-up |")
     print("|---|---|---|---|---|---|")

@@ -69,7 +69,7 @@ class RolloutConfig(Base):
 
     engines: int = Field(1, ge=1, le=1024, description="Number of engine actors; prompts are spread across them.")
     max_model_len: int = Field(512, ge=16, le=1_048_576, description="Longest prompt + response an engine holds.")
-    kv_cache_gib: float = Field(1.0, gt=0, le=1024, description="KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE).")
+    kv_cache_gib: float = Field(1.0, gt=0, le=1024, description="KV cache size of each engine on CPU, in GiB (fractions allowed); on GPU `gpu_memory_utilization` sizes it.")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="Share of GPU memory an engine takes (GPU only).")
     tensor_parallel: int = Field(1, ge=1, le=64, description="Tensor-parallel size of each engine.")
     enforce_eager: bool = Field(True, description="Skip compilation: starts 3x faster on CPU.")

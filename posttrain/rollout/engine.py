@@ -23,7 +23,6 @@ def engine_env(config: RolloutConfig) -> dict[str, str]:
     threads = {"OMP_NUM_THREADS": str(config.threads)} if config.threads else {}
     return {**threads,
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CPU_KVCACHE_SPACE": str(max(1, int(round(config.kv_cache_gib)))),
         "VLLM_HOST_IP": "127.0.0.1",
         "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
         "VLLM_NO_USAGE_STATS": "1",
@@ -54,6 +53,8 @@ class RolloutEngine:
             gpu_memory_utilization=config.gpu_memory_utilization,
             logprobs_mode="processed_logprobs",
             enable_prefix_caching=True,
+            # CPU: the KV cache is exactly kv_cache_gib (fractions too; VLLM_CPU_KVCACHE_SPACE is whole GiB)
+            **({} if config.num_gpus else {"kv_cache_memory_bytes": int(config.kv_cache_gib * 2**30)}),
         )
         self.max_model_len = config.max_model_len
         self.version = 0

@@ -15,13 +15,10 @@ from posttrain.rollout.engine import engine_env
 
 
 def judge_env() -> dict[str, str]:
-    """The rollout engines' env, minus the KV cache variable: the judge sets its (smaller,
-    fractional) cache size with `kv_cache_memory_bytes` instead."""
+    """The rollout engines' env (the judge sets its own cache size, `kv_cache_memory_bytes`)."""
     from posttrain.config import RolloutConfig
 
-    env = engine_env(RolloutConfig())
-    env.pop("VLLM_CPU_KVCACHE_SPACE")
-    return env
+    return engine_env(RolloutConfig())
 
 
 class JudgeSlot:
