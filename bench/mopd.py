@@ -55,6 +55,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir", type=Path, help="a finished run with experts, mopd and eval stages")
     parser.add_argument("--out", type=Path, help="where the bench's run folder goes (default: RUN_DIR/bench-mopd)")
+    parser.add_argument("--table-only", action="store_true", help="print the tables of an earlier run's bench.json")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -69,6 +70,13 @@ def main() -> int:
 
     run = args.run_dir
     config = load_pipeline(run / "config.resolved.yaml")
+    if args.table_only:
+        saved = json.loads(((args.out or run / "bench-mopd") / "bench.json").read_text())
+        experts = next(s for s in config.stages if s.type == "experts")
+        mopd = next(s for s in config.stages if s.type == "mopd")
+        print(format_table(saved["rows"]))
+        print(summary(saved["rows"], experts, mopd, saved["mixed_rl_seconds"], float("nan"), run))
+        return 0
     state = json.loads((run / "run_state.json").read_text())
     experts = next(s for s in config.stages if s.type == "experts")
     mopd = next(s for s in config.stages if s.type == "mopd")
@@ -120,11 +128,12 @@ def main() -> int:
 
 def summary(rows, experts, mopd, rl_seconds, wall, run) -> str:
     teacher = {(r["domain"], r["effort"]): r["score"] for r in rows if r["role"] == "expert"}
+    teacher_tokens = {(r["domain"], r["effort"]): r["mean_tokens"] for r in rows if r["role"] == "expert"}
     lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; run: {run}",
              f"compute: mopd and mixed-rl each {mopd.steps} steps x {mopd.prompts_per_step} prompts x "
              f"{mopd.group_size} samples (mixed-rl took {rl_seconds:.0f}s); bench wall {wall:.0f}s", "",
              "| method | mean score (9 cells) | cells at >= 90% of their teacher | mean score / teacher's |"
-             " mean tokens low / high / max |", "|---|---|---|---|---|"]
+             " mean tokens low / high / max | mean abs(tokens - teacher's) |", "|---|---|---|---|---|---|"]
     for method in ("mopd", "weight-avg", "mixed-rl", "sft"):
         mine = [r for r in rows if r["checkpoint"] == method]
         if not mine:
@@ -134,7 +143,8 @@ def summary(rows, experts, mopd, rl_seconds, wall, run) -> str:
         tokens = {e: np.mean([r["mean_tokens"] for r in mine if r["effort"] == e]) for e in ("low", "high", "max")}
         lines.append(f"| {method} | {np.mean([r['score'] for r in mine]):.3f} | {ok}/{len(mine)} | "
                      f"{np.mean(ratio) if ratio else float('nan'):.2f} | "
-                     f"{tokens['low']:.1f} / {tokens['high']:.1f} / {tokens['max']:.1f} |")
+                     f"{tokens['low']:.1f} / {tokens['high']:.1f} / {tokens['max']:.1f} | "
+                     f"{np.mean([abs(r['mean_tokens'] - teacher_tokens[(r['domain'], r['effort'])]) for r in mine]):.1f} |")
     return "\n".join(lines)
 
 
