@@ -96,8 +96,10 @@ def dry_run(config: PipelineConfig) -> str:
                 lines.append(f"  round {i}: " + ", ".join(f"{job} -> slot {k}" for k, job in enumerate(batch)))
         elif stage.type == "mopd":
             pool = stage.teacher_pool
-            lines.append(f"stage {stage.name} (mopd): slot 0; teachers as separate actors ({pool.backend}, "
-                         f"CPU {pool.num_cpus}, GPU {pool.num_gpus} each, at most {pool.memory_gib} GiB resident)")
+            where = ("teachers in one shared worker actor (hf" if pool.backend == "hf"
+                     else "teachers as one engine actor each (vllm")
+            lines.append(f"stage {stage.name} (mopd): slot 0; {where}, CPU {pool.num_cpus}, GPU {pool.num_gpus} "
+                         f"per actor, at most {pool.memory_gib} GiB resident)")
         else:
             lines.append(f"stage {stage.name} ({stage.type}): slot 0")
     return "\n".join(lines)
