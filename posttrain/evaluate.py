@@ -125,18 +125,26 @@ class Evaluator:
                 "n": len(scored), "unscored": len(samples) - len(scored)}
 
     def run(self, checkpoints: dict[str, Path]) -> list[dict]:
+        import ray
+
         rows = []
+        pool = self.infra.pool
+        trainer_push = pool.on_restart  # an engine replaced mid-eval must serve the checkpoint under eval
+
+        def load(folder: Path, engines: list) -> list[int]:
+            return ray.get([e.load_folder.remote(str(folder), self.version) for e in engines])
+
         try:
             for label, role, folder, cells in targets(self.stage, self.infra.config, checkpoints, self.experts):
-                import ray
-
                 started = time.perf_counter()
                 self.version += 1
-                ray.get([e.load_folder.remote(str(folder), self.version) for e in self.infra.pool.engines])
+                pool.on_restart = lambda engine, folder=folder: load(folder, [engine])
+                pool.on_every_engine(lambda engines, folder=folder: load(folder, engines))
                 for domain, effort in cells:
                     rows.append({"checkpoint": label, "role": role, "path": str(folder), **self._run(label, domain, effort)})
                 print(f"[{self.stage.name}] {label}: {len(cells)} cells in {time.perf_counter() - started:.0f}s", flush=True)
         finally:
+            pool.on_restart = trainer_push
             if self.router is not None:
                 self.router.close()
         return rows

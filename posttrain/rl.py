@@ -221,7 +221,7 @@ class RLRun:
             train_start = time.perf_counter()
             trained = infra.trainers.train_step(seqs, spec)
             train_done = time.perf_counter()
-            sync = infra.trainers.sync_weights(infra.pool.engines)
+            sync = infra.pool.on_every_engine(infra.trainers.sync_weights)
             self.step += 1
             row = step_metrics(samples, rewards, seqs, trained, started, train_done - train_start)
             # idle over the whole step: engines wait while the trainer steps and syncs
@@ -357,7 +357,7 @@ def run_stage(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -> Pat
         grm = run.verifier.sources.get("grm")
         if grm is not None:  # judgements made before the crash are not asked for again
             grm.preload(run.rollouts.scoreboard_entries())
-    infra.trainers.sync_weights(infra.pool.engines)  # engines start from this stage's weights
+    infra.pool.on_every_engine(infra.trainers.sync_weights)  # engines start from this stage's weights
     try:
         run.run()
     finally:

@@ -1,5 +1,6 @@
 """Partial rollouts on real vLLM engine actors: continuation from a cut prefix, stopping
-at lambda, and an engine killed mid-iteration losing nothing."""
+at lambda, an engine killed mid-iteration losing nothing, and one dead at a weight push
+replaced and loaded."""
 
 import threading
 
@@ -76,3 +77,23 @@ def test_killing_an_engine_mid_iteration_loses_no_sample(pool):
     assert len(q.pop_complete(version=0)) == 16
     q.mark_trained(64)
     assert q.check()["samples/trained"] == 64
+
+
+def test_an_engine_dead_at_a_weight_push_is_replaced_and_loaded(pool, tiny_dir):
+    restarts = pool.restarts
+    victim = pool.engines[0]
+    ray.kill(victim)
+
+    def load(engines):
+        return ray.get([e.load_folder.remote(str(tiny_dir), 7) for e in engines])
+
+    assert pool.on_every_engine(load) == [7, 7]
+    assert pool.restarts == restarts + 1 and pool.engines[0] is not victim
+    assert [ray.get(e.info.remote())["version"] for e in pool.engines] == [7, 7]
+
+    def trainer_died(engines):  # every engine answers: not theirs to fix, raised as it is
+        raise ray.exceptions.RayActorError()
+
+    with pytest.raises(ray.exceptions.RayActorError):
+        pool.on_every_engine(trainer_died)
+    assert pool.restarts == restarts + 1

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from posttrain.rollout.queue import Trajectory
 from posttrain.types import GenerationRequest, SamplingSettings
+
+T = TypeVar("T")
 
 
 class EnginePool:
@@ -67,6 +69,21 @@ class EnginePool:
         self.restarts += 1
         if self.on_restart:
             self.on_restart(self.engines[index])
+
+    def on_every_engine(self, push: Callable[[list], T], attempts: int = 3) -> T:
+        """Run `push(engines)` (a weight sync, a checkpoint load). If an engine died or hung
+        meanwhile, the dead ones are replaced and `push` runs again on all: an engine lost
+        at that moment costs a restart, not the run. A failure while every engine answers
+        (a trainer rank died) is raised as it is."""
+        for attempt in range(attempts):
+            try:
+                return push(self.engines)
+            except (RayActorError, GetTimeoutError):
+                if attempt + 1 == attempts or not self.revive():
+                    raise
+                print(f"[engines] an engine died during a weight push: replaced, pushing again "
+                      f"(try {attempt + 2} of {attempts})", flush=True)
+        raise AssertionError("unreachable")
 
     def revive(self, timeout: float = 120.0) -> int:
         """Replace every engine that died (an actor error on a ping), without pushing weights:
