@@ -152,7 +152,7 @@ class TeacherPool:
         self.weights = {tid: weights_bytes(path, dtype) for tid, path in checkpoints.items()}
         self.overhead = int(config.overhead_gib * GIB)  # raised to the largest measured
         self.resident: OrderedDict[str, object] = OrderedDict()  # id -> actor (hf: the host), LRU first
-        self.measured: dict[object, int] = {}  # actor or "host" -> its last measured resident bytes
+        self.measured: dict[str, int] = {}  # "host" (hf) or a teacher id (vllm) -> last measured resident bytes
         self.host = None
         self.stats = {"loads": 0, "unloads": 0, "load_s": 0.0, "peak_bytes": 0}
         for tid in checkpoints:
@@ -234,7 +234,10 @@ class TeacherPool:
 
     def measured_bytes(self) -> int:
         """What the teachers' processes hold now, asked of them."""
-        actors = [self.host] if self.shared and self.host is not None else [] if self.shared else list(self.resident.values())
+        if self.shared:
+            actors = [self.host] if self.host is not None else []
+        else:
+            actors = list(self.resident.values())
         return sum(ray.get([a.memory_bytes.remote() for a in actors], timeout=LOAD_TIMEOUT_S)) if actors else 0
 
     def metrics(self) -> dict[str, float]:
