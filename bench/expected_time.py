@@ -23,7 +23,7 @@ from pathlib import Path
 
 class Measured:
     def __init__(self, runs: list[Path]):
-        from posttrain.configfile import load_pipeline
+        from posttrain.config.files import load_pipeline
 
         self.steps: dict[str, list[float]] = {}
         self.fixed: dict[str, float] = {}
@@ -73,7 +73,7 @@ def eval_cells(stage, config) -> int:
 
 
 def main(pipeline: str, *run_dirs: str) -> None:
-    from posttrain.configfile import load_pipeline
+    from posttrain.config.files import load_pipeline
 
     full = load_pipeline(pipeline)
     measured = Measured([Path(r) for r in run_dirs])

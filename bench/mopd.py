@@ -60,13 +60,13 @@ def main() -> int:
 
     from transformers import AutoTokenizer
 
-    from posttrain.configfile import load_pipeline
-    from posttrain.evaluate import Evaluator, format_table
-    from posttrain.infra import Infra, start_ray
-    from posttrain.metrics import MetricsLog
-    from posttrain.mopd.stage import CellSampler, cell_tasks, with_experts
-    from posttrain.placement import open_slot, reserve, wait_ready
-    from posttrain.rl import RLRun, run_stage
+    from posttrain.config.files import load_pipeline
+    from posttrain.stages.evaluate import Evaluator, format_table
+    from posttrain.runtime.infra import Infra, start_ray
+    from posttrain.records.metrics import MetricsLog
+    from posttrain.stages.mopd import CellSampler, cell_tasks, with_experts
+    from posttrain.runtime.placement import open_slot, reserve, wait_ready
+    from posttrain.stages.rl import RLRun, run_stage
 
     run = args.run_dir
     config = load_pipeline(run / "config.resolved.yaml")

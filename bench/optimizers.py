@@ -29,7 +29,7 @@ QUICKSTART = Path(__file__).resolve().parent.parent / "pipelines" / "quickstart.
 
 
 def run(data: dict, run_dir: Path) -> dict:
-    from posttrain.configfile import validate_pipeline
+    from posttrain.config.files import validate_pipeline
     from posttrain.pipeline import run_pipeline
 
     return run_pipeline(validate_pipeline(data), run_dir)
@@ -44,7 +44,7 @@ def run_sft(base: dict, steps: int, run_dir: Path) -> str:
 
 def run_grpo(base: dict, kind: str, init_dir: str, steps: int, run_dir: Path) -> dict:
     """The quickstart's GRPO stage from `init_dir` with one optimizer; its metrics rows."""
-    from posttrain.metrics import read_metrics
+    from posttrain.records.metrics import read_metrics
 
     grpo = next(s for s in base["stages"] if s["type"] == "rl")
     data = {**base, "name": f"bench-optimizers-{kind}", "model": {"name": init_dir},

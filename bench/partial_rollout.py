@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct answers reasoning-gym arithmetic with room to ramble (large
 max_tokens), which gives a long-tailed response length distribution. For each lambda the
-same initial weights, tasks and seeds run the same RL loop (posttrain.rl.RLRun) for the
+same initial weights, tasks and seeds run the same RL loop (posttrain.stages.rl.RLRun) for the
 same number of optimizer steps; we report trained tokens per second of wall time, the
 engines' idle fraction, the length distribution, and the reward curve.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 
 def build_config(args):
-    from posttrain.configfile import validate_pipeline
+    from posttrain.config.files import validate_pipeline
 
     family = {"name": "basic_arithmetic", "params": {"min_terms": 3, "max_terms": 5, "max_digits": 3}}
     return validate_pipeline({
@@ -44,7 +44,7 @@ def build_config(args):
 
 def run_one(config, lam: float, infra, init_dir: Path) -> dict:
     """One lambda from the same initial weights; its metrics go under stage `lambda-X`."""
-    from posttrain.rl import RLRun
+    from posttrain.stages.rl import RLRun
 
     base = config.stages[0]
     stage = base.model_copy(update={"name": f"lambda-{lam}-steps-{base.steps}",
@@ -70,8 +70,8 @@ def main() -> int:
 
     from transformers import AutoTokenizer
 
-    from posttrain.infra import Infra, engine_pool, start_ray
-    from posttrain.metrics import MetricsLog
+    from posttrain.runtime.infra import Infra, engine_pool, start_ray
+    from posttrain.records.metrics import MetricsLog
     from posttrain.models import resolve_model
     from posttrain.train.group import TrainerGroup
 

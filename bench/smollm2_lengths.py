@@ -30,7 +30,7 @@ def stats(values: list[int]) -> dict:
 
 
 def sft_lengths(config, tokenizer) -> dict:
-    from posttrain.sft import gold_turns, with_scratchpad
+    from posttrain.stages.sft import gold_turns, with_scratchpad
     from posttrain.data.tasks import load_tasks
 
     sft = config.stages[0]
@@ -85,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     from transformers import AutoTokenizer
 
-    from posttrain.configfile import load_pipeline
+    from posttrain.config.files import load_pipeline
     from posttrain.models import resolve_model
 
     config = load_pipeline(PIPELINE)

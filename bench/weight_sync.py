@@ -43,8 +43,8 @@ def main() -> int:
 
     import ray
 
-    from posttrain.configfile import validate_pipeline
-    from posttrain.infra import start_ray
+    from posttrain.config.files import validate_pipeline
+    from posttrain.runtime.infra import start_ray
     from posttrain.models import resolve_model
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.train.group import TrainerGroup

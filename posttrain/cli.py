@@ -107,7 +107,7 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from posttrain.configfile import ConfigError, dump_config, load_pipeline
+    from posttrain.config.files import ConfigError, dump_config, load_pipeline
     from posttrain.errors import RunStopped
 
     if args.command == "sandbox":
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             print(dump_config(config), end="")
             return 0
         if args.command == "run" and args.dry_run:
-            from posttrain.dryrun import dry_run
+            from posttrain.runtime.dryrun import dry_run
             from posttrain.pipeline import preflight
 
             preflight(config, args.pipeline)
@@ -163,15 +163,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(exc, file=sys.stderr)
         return 3
-    from posttrain.summary import print_summary
+    from posttrain.records.summary import print_summary
 
     print_summary(state, run_dir)
     return 0
 
 
 def _cluster(args) -> int:
-    from posttrain import cluster
-    from posttrain.configfile import ConfigError
+    from posttrain.runtime import cluster
+    from posttrain.config.files import ConfigError
 
     try:
         if args.command == "submit":
@@ -220,7 +220,7 @@ def _sandbox(args) -> int:
 def _rewards(args) -> int:
     import signal
 
-    from posttrain.configfile import ConfigError
+    from posttrain.config.files import ConfigError
     from posttrain.dashboard.rewards import DebugError
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `rewards show ... | head` ends quietly
@@ -258,7 +258,7 @@ def _dashboard(args) -> int:
 
 
 def _resume(args) -> int:
-    from posttrain.configfile import load_pipeline
+    from posttrain.config.files import load_pipeline
     from posttrain.pipeline import run_pipeline
 
     run_dir = Path(args.resume)
@@ -273,7 +273,7 @@ def _resume(args) -> int:
     config = load_pipeline(resolved)
     # a ReviewPending or RunStopped goes to main's handlers (resume runs inside its try)
     state = run_pipeline(config, run_dir, verbose=args.verbose, source=str(resolved), resume=True)
-    from posttrain.summary import print_summary
+    from posttrain.records.summary import print_summary
 
     print_summary(state, run_dir)
     return 0

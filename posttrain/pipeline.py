@@ -5,7 +5,7 @@ previous stage's final checkpoint (or its `init_from`).
 Run folder:
   config.resolved.yaml   the validated config with every default filled in
   metrics.jsonl          one JSON object per step and stage
-  rollouts/STAGE.jsonl   every scored sample of each RL step (posttrain/rollouts_log.py)
+  rollouts/STAGE.jsonl   every scored sample of each RL step (posttrain/records/rollouts.py)
   scoreboard.jsonl       every GRM judgement: rubric, verdicts, reasons, raw replies
   synthesis/STAGE/       a synthesis stage's candidates with their verdicts, review decisions, SFT set
   checkpoints/STAGE/     `final/` (and `step_N/`): Hugging Face safetensors folders
@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from posttrain.config import PipelineConfig, ReasoningGymTasks, UserTasks
-from posttrain.configfile import ConfigError, dump_config
+from posttrain.config.files import ConfigError, dump_config
+from posttrain.records.run_state import STATE_FILES, claim_run_dir, latest_checkpoint, set_aside_metrics
 
 
 def preflight(config: PipelineConfig, source: str) -> None:
@@ -75,64 +76,6 @@ def _preflight_user(leaf: UserTasks, where: str) -> None:
             raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
 
 
-def claim_run_dir(run_dir: Path) -> Path | None:
-    """Make `run_dir` empty for a new run. A folder that already holds something is moved
-    aside to `RUN_DIR.old-TIMESTAMP`, never overwritten; returns where it went."""
-    moved = None
-    if run_dir.exists() and any(run_dir.iterdir()):
-        moved = run_dir.with_name(f"{run_dir.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
-        suffix = 1
-        while moved.exists():
-            moved = moved.with_name(f"{moved.name.split('~')[0]}~{suffix}")
-            suffix += 1
-        run_dir.rename(moved)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return moved
-
-
-STATE_FILES = {"sft": "sft_state.json", "rl": "rollout_state.json", "mopd": "rollout_state.json"}
-
-
-def latest_checkpoint(stage_dir: Path, state_file: str) -> Path | None:
-    """The newest complete checkpoint of a stage (its state file is written inside the
-    atomic rename, so a folder that has it is whole)."""
-    found = sorted(p for p in stage_dir.glob("step_*") if (p / state_file).is_file())
-    return found[-1] if found else None
-
-
-def set_aside_rows(path: Path, replaced: Path, stage: str, after_step: int) -> int:
-    """Rows of `stage` past the resume point are redone: move them from `path` to `replaced`."""
-    if not path.exists():
-        return 0
-    keep, moved = [], []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line) if line.strip() else None
-        except json.JSONDecodeError:  # a line torn by the crash: it is redone
-            row = {"stage": stage, "step": after_step + 1}
-        (moved if row and row["stage"] == stage and row["step"] > after_step else keep).append(line)
-    if moved:
-        with replaced.open("a") as f:
-            f.write("\n".join(moved) + "\n")
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        tmp.replace(path)
-    return len(moved)
-
-
-def set_aside_metrics(run_dir: Path, stage: str, after_step: int) -> int:
-    """Metrics, saved rollouts and scoreboard rows of `stage` past the resume point are
-    redone: move them to their `*.replaced.jsonl` files. Returns the metrics rows moved."""
-    from posttrain.metrics import RUN_FILES_LOCK
-    from posttrain.rollouts_log import SCOREBOARD, rollouts_path
-
-    rollouts = rollouts_path(run_dir, stage)
-    with RUN_FILES_LOCK:  # expert jobs of other slots may be writing these files
-        set_aside_rows(rollouts, rollouts.with_name(f"{rollouts.stem}.replaced.jsonl"), stage, after_step)
-        set_aside_rows(run_dir / SCOREBOARD, run_dir / "scoreboard.replaced.jsonl", stage, after_step)
-        return set_aside_rows(run_dir / "metrics.jsonl", run_dir / "metrics.replaced.jsonl", stage, after_step)
-
-
 def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str, Path]:
     """Checkpoint to continue each unfinished stage from; metrics rows past it are set aside
     (they will be logged again), before the metrics file is opened for appending."""
@@ -155,7 +98,7 @@ def wandb_sink(config: PipelineConfig, run_dir: Path, group: str):
     """The wandb sink of this run's metrics, or None when `wandb.enabled` is false."""
     if not config.wandb.enabled or config.wandb.mode == "disabled":
         return None
-    from posttrain.wandb_log import WandbSink
+    from posttrain.records.wandb import WandbSink
 
     return WandbSink(config.wandb, run_dir, group, config.model_dump(mode="json"))
 
@@ -177,10 +120,10 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
 
     from transformers import AutoTokenizer
 
-    from posttrain.infra import Infra, start_ray
-    from posttrain.metrics import MetricsLog, write_json_atomic
+    from posttrain.runtime.infra import Infra, start_ray
+    from posttrain.records.metrics import MetricsLog, write_json_atomic
     from posttrain.models import resolve_model
-    from posttrain.placement import open_slot, reserve, wait_ready
+    from posttrain.runtime.placement import open_slot, reserve, wait_ready
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
     model_dir = resolve_model(config.model)
@@ -223,11 +166,11 @@ def run_stage(stage, init_dir: Path, infra, resume_dir: Path | None, checkpoints
               save_state, model_dir: Path) -> Path | None:
     """Run one stage; returns the checkpoint the next stage starts from by default (an
     experts or eval stage leaves it as it was: None)."""
-    from posttrain.evaluate import run_eval
-    from posttrain.experts import run_experts
-    from posttrain.mopd.stage import run_mopd
-    from posttrain.rl import run_rl
-    from posttrain.sft import run_sft
+    from posttrain.stages.evaluate import run_eval
+    from posttrain.stages.experts import run_experts
+    from posttrain.stages.mopd import run_mopd
+    from posttrain.stages.rl import run_rl
+    from posttrain.stages.sft import run_sft
 
     if stage.type == "experts":
         finals = run_experts(stage, init_dir, infra, model_dir, entry, save_state)
@@ -238,7 +181,7 @@ def run_stage(stage, init_dir: Path, infra, resume_dir: Path | None, checkpoints
         entry["output"] = str(run_eval(stage, infra, checkpoints))
         return None
     if stage.type == "synthesis":
-        from posttrain.synthesis.stage import run_synthesis
+        from posttrain.stages.synthesis import run_synthesis
 
         entry["summary"] = run_synthesis(stage, infra)
         entry["output"] = str(infra.run_dir / "synthesis" / stage.name)

@@ -28,7 +28,7 @@ def ray_session():
     """One real local Ray for the whole session (4 logical CPUs on 2 cores: actors mostly wait)."""
     import ray
 
-    from posttrain.infra import QUIET_ENV
+    from posttrain.runtime.infra import QUIET_ENV
 
     ray.init(num_cpus=6, include_dashboard=False, object_store_memory=512 * 2**20, log_to_driver=False,
              runtime_env={"env_vars": {k: v for k, v in QUIET_ENV.items() if v}})

@@ -199,7 +199,7 @@ def test_a_broken_environment_flags_its_episode_and_the_others_go_on(tokenizer):
 
 def test_sft_examples_mask_tool_results(tokenizer):
     from posttrain.config import SFTStage
-    from posttrain.sft import sft_conversations, sft_sequences
+    from posttrain.stages.sft import sft_conversations, sft_sequences
 
     stage = SFTStage(name="s", type="sft", lr=1e-3, steps=1, data=AgentTasks(type="agent", size=10))
     convs = sft_conversations(stage)
@@ -222,11 +222,11 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
     from transformers import AutoTokenizer
 
     from posttrain.config import (AgentTasks, PipelineConfig, RLStage, RolloutConfig, SFTStage, TrainerConfig)
-    from posttrain.infra import Infra
-    from posttrain.rl import RLRun
+    from posttrain.runtime.infra import Infra
+    from posttrain.stages.rl import RLRun
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.rollout.pool import EnginePool
-    from posttrain.sft import sft_conversations, sft_sequences
+    from posttrain.stages.sft import sft_conversations, sft_sequences
     from posttrain.train.group import TrainerGroup
     from posttrain.types import LossSpec
 
@@ -253,7 +253,7 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
 def test_episodes_on_the_engine_alternate_turns_and_train_on_model_tokens_only(agent_run):
     import numpy as np
 
-    from posttrain.rl import logp_mismatch
+    from posttrain.stages.rl import logp_mismatch
 
     run = agent_run
     version = run.infra.trainers.version
@@ -281,6 +281,6 @@ def test_episodes_on_the_engine_alternate_turns_and_train_on_model_tokens_only(a
 
 
 def run_spec(run):
-    from posttrain.rl import loss_spec
+    from posttrain.stages.rl import loss_spec
 
     return loss_spec(run.stage)

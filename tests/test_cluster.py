@@ -16,7 +16,7 @@ import pytest
 import yaml
 from ray_cluster import LocalCluster, expert_job_nodes
 
-from posttrain import cluster as cl
+from posttrain.runtime import cluster as cl
 
 ROOT = Path(__file__).resolve().parents[1]
 # A slot (one job's placement group) is 1 engine + 1 trainer rank = 2 CPUs, a whole node
@@ -82,7 +82,7 @@ def test_entrypoint_quotes_and_joins_the_cluster():
 
 
 def test_env_flags():
-    assert cl._parse_env(["POSTTRAIN_CACHE=/shared/cache", "A=x=y"]) == {"POSTTRAIN_CACHE": "/shared/cache", "A": "x=y"}
+    assert cl._parse_env(["POSTTRAIN_CACHE=/nfs/cache", "A=x=y"]) == {"POSTTRAIN_CACHE": "/nfs/cache", "A": "x=y"}
     with pytest.raises(cl.ClusterError, match="expected KEY=VALUE"):
         cl._parse_env(["NOVALUE"])
     with pytest.raises(cl.ClusterError, match="TOKENIZERS_PARALLELISM: posttrain sets this variable"):

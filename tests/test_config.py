@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posttrain.configfile import ConfigError, load_pipeline, parse_override
+from posttrain.config.files import ConfigError, load_pipeline, parse_override
 
 GOOD = {
     "name": "t",
@@ -99,7 +99,7 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, data, key):
 
 
 def test_config_imports_no_heavy_library():
-    code = ("import sys, posttrain.config, posttrain.configfile, posttrain.types, posttrain.cli; "
+    code = ("import sys, posttrain.config, posttrain.config.files, posttrain.config.jobs, posttrain.types, posttrain.cli; "
             "heavy = [m for m in ('torch', 'ray', 'vllm', 'deepspeed', 'transformers') if m in sys.modules]; "
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -107,7 +107,7 @@ def test_config_imports_no_heavy_library():
 
 
 def test_existing_run_folder_is_moved_aside_not_overwritten(tmp_path):
-    from posttrain.pipeline import claim_run_dir
+    from posttrain.records.run_state import claim_run_dir
 
     run = tmp_path / "run"
     assert claim_run_dir(run) is None and run.is_dir()
@@ -133,7 +133,7 @@ def test_budget_errors(tmp_path, budget, message):
 
 
 def test_partial_lambda_key_round_trips(tmp_path):
-    from posttrain.configfile import dump_config, validate_pipeline
+    from posttrain.config.files import dump_config, validate_pipeline
 
     config = load_pipeline(write(tmp_path, broken(**{"stages.1.partial": {"lambda": 0.5, "correction": {"type": "mask"}}})))
     assert config.stages[1].partial.lam == 0.5

@@ -293,7 +293,7 @@ def test_a_non_loopback_bind_needs_a_token(run_dir):
 # ------------------------------------------------------------ job states and the eval table
 # A real short run ends with every job done and, to stay short, has no eval stage: a copy
 # of its folder gets other job states in run_state.json and an eval.json as the eval stage
-# writes it (posttrain/evaluate.py).
+# writes it (posttrain/stages/evaluate.py).
 
 
 @pytest.fixture(scope="module")

@@ -72,8 +72,8 @@ def test_a_missing_run_folder_is_refused(tmp_path):
 
 
 RAY_WITH_DASHBOARD = """
-from posttrain.configfile import validate_pipeline
-from posttrain.infra import start_ray
+from posttrain.config.files import validate_pipeline
+from posttrain.runtime.infra import start_ray
 config = validate_pipeline({"model": {"name": "tiny"}, "ray": {"dashboard": True, "num_cpus": 1}, "stages": [
     {"name": "s", "type": "sft", "steps": 1, "lr": 1e-3,
      "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}]}}]})

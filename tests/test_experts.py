@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from posttrain.config import PipelineConfig
-from posttrain.configfile import ConfigError, load_pipeline
+from posttrain.config.files import ConfigError, load_pipeline
 
 GENERAL = {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}],
            "size": 30, "seed": 5}
@@ -63,7 +63,7 @@ def config(**changes) -> PipelineConfig:
 
 
 def test_jobs_chain_efforts_and_anneal_budgets():
-    from posttrain.experts import expert_jobs
+    from posttrain.config.jobs import expert_jobs
 
     jobs = expert_jobs(config().stages[1])
     assert list(jobs) == [f"{d}-{e}" for d, e in CELLS]
@@ -81,7 +81,7 @@ def test_jobs_chain_efforts_and_anneal_budgets():
 
 
 def test_placement_plan_spreads_slots_over_nodes():
-    from posttrain.placement import plan, slot_bundles
+    from posttrain.runtime.placement import plan, slot_bundles
 
     cfg = config()
     assert [b["CPU"] for b in slot_bundles(cfg)] == [1, 1, 1]  # engine, two trainer ranks
@@ -241,8 +241,8 @@ def test_eval_json_has_every_cell_for_sft_experts_and_student(faulted_run):
 def test_sft_scratchpads_open_some_first_answers_with_part_of_the_question():
     import random
 
-    from posttrain.config_stages import ThinkConfig
-    from posttrain.sft import with_scratchpad
+    from posttrain.config.stages import ThinkConfig
+    from posttrain.stages.sft import with_scratchpad
     from posttrain.types import Message
 
     think = ThinkConfig(prob=0.5, max_words=3)
@@ -267,8 +267,8 @@ def test_sft_scratchpads_open_some_first_answers_with_part_of_the_question():
 def test_sft_scratchpads_by_effort_think_longer_at_higher_effort():
     import random
 
-    from posttrain.config_stages import SFTStage, ThinkConfig
-    from posttrain.sft import with_scratchpad
+    from posttrain.config.stages import SFTStage, ThinkConfig
+    from posttrain.stages.sft import with_scratchpad
     from posttrain.types import Message
 
     think = ThinkConfig(prob=1.0, max_words=8, by_effort={"low": (0, 0), "high": (1, 2), "max": (4, 5)})

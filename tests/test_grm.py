@@ -11,7 +11,7 @@ import pytest
 from posttrain.config import GRMConfig, TinyModelConfig
 from posttrain.rewards.grm import GRM, final_score
 from posttrain.rewards.grm_parse import Criterion
-from posttrain.rl import grm_metrics
+from posttrain.stages.rl import grm_metrics
 from posttrain.types import Completion, Message, Sample, Task
 
 RECIPE_FIELDS = ["task_id", "candidate", "rubric", "verdicts", "score", "rubric_raw", "judge_model",

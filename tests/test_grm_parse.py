@@ -184,7 +184,7 @@ def test_cache_key_covers_task_candidate_judge_and_procedure():
 
 
 def test_grm_metrics_count_unscored_and_capped():
-    from posttrain.rl import grm_metrics
+    from posttrain.stages.rl import grm_metrics
     from posttrain.types import RewardResult
 
     results = [RewardResult(0.5, "r", "grm", {"status": "scored", "cache_hit": True, "latency_s": 2.0}),

@@ -45,7 +45,7 @@ def make_teacher(base_dir, target, answers: list[str], steps: int = 80):
     from posttrain.config import ReasoningGymTasks
     from posttrain.data.chat import render_prompt, render_response
     from posttrain.data.tasks import load_tasks
-    from posttrain.rl import with_effort
+    from posttrain.data.chat import with_effort
 
     shutil.copytree(base_dir, target)
     tok = AutoTokenizer.from_pretrained(base_dir)
@@ -135,9 +135,9 @@ def mopd_run(ray_session, student, teachers, tmp_path_factory):
     from transformers import AutoTokenizer
 
     from posttrain.config import PipelineConfig, RolloutConfig, TrainerConfig
-    from posttrain.infra import Infra
-    from posttrain.metrics import MetricsLog
-    from posttrain.mopd.stage import MOPDRun, teacher_checkpoints
+    from posttrain.runtime.infra import Infra
+    from posttrain.records.metrics import MetricsLog
+    from posttrain.stages.mopd import MOPDRun, teacher_checkpoints
     from posttrain.mopd.teachers import TeacherPool
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.rollout.pool import EnginePool

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posttrain.configfile import ConfigError, dump_config, expand_env, load_pipeline
+from posttrain.config.files import ConfigError, dump_config, expand_env, load_pipeline
 
 PIPELINES = Path(__file__).parent.parent / "pipelines"
 SHIPPED = sorted(p.name for p in PIPELINES.glob("*.yaml"))
@@ -135,7 +135,7 @@ def test_cluster_template_takes_model_and_cluster_from_the_environment(tmp_path,
 
 
 def test_cluster_template_puts_one_slot_on_each_8_gpu_node(monkeypatch):
-    from posttrain.placement import plan, slot_bundles
+    from posttrain.runtime.placement import plan, slot_bundles
 
     for var in CLUSTER_VARS:
         monkeypatch.delenv(var, raising=False)

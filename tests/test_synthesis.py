@@ -288,8 +288,8 @@ def test_review_wait_stops_the_pipeline_until_the_queue_is_empty(tmp_path):
     trajectories wait, and passes once they are decided."""
     from types import SimpleNamespace
 
-    from posttrain.metrics import MetricsLog
-    from posttrain.synthesis.stage import ReviewPending, run_synthesis
+    from posttrain.records.metrics import MetricsLog
+    from posttrain.stages.synthesis import ReviewPending, run_synthesis
 
     s = stage(candidates=1, tasks={"type": "agent", "size": 3}, review={"wait": True})
     rows = fake_rows([PASSED, REVIEW, REVIEW])

@@ -7,7 +7,7 @@ from posttrain.config import AgentTasks, CodingTasks, MixtureTasks, ReasoningGym
 from posttrain.data.tasks import load_tasks, task_dataset, tasks_from_dataset
 from posttrain.rewards.router import RewardRouter
 from posttrain.rewards.base import score_sync
-from posttrain.rl import reward_router
+from posttrain.rewards.router import reward_router
 from posttrain.config import RLStage
 from posttrain.types import Completion, Sample
 

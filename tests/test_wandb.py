@@ -8,8 +8,8 @@ import json
 import pytest
 
 from posttrain.config import WandbConfig
-from posttrain.metrics import MetricsLog
-from posttrain.wandb_log import WandbSink, numeric, wandb_mode
+from posttrain.records.metrics import MetricsLog
+from posttrain.records.wandb import WandbSink, numeric, wandb_mode
 from wandb_files import history, run_config, run_meta
 
 ROWS = [
@@ -95,7 +95,7 @@ def test_a_wandb_failure_is_a_warning_and_metrics_go_on(tmp_path, monkeypatch):
 
 
 def test_config_turns_wandb_off(tmp_path):
-    from posttrain.configfile import validate_pipeline
+    from posttrain.config.files import validate_pipeline
     from posttrain.pipeline import wandb_sink
 
     base = {"model": {"name": "tiny"}, "stages": [{"name": "s", "type": "sft", "steps": 1, "lr": 1e-3,

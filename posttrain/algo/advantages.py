@@ -1,7 +1,7 @@
 """Group-relative advantages (GRPO, and Dr.GRPO without the std division).
 
 In: rewards_P_G, one row of G rewards per prompt. Out: one advantage per sample,
-same shape. RECIPE.md: A_i = (r_i - mean(r)) / (std(r) + eps).
+same shape. docs/recipe.md: A_i = (r_i - mean(r)) / (std(r) + eps).
 """
 
 from __future__ import annotations

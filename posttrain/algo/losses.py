@@ -1,5 +1,5 @@
 """Per-token loss terms. The trainer sums `per_token * mask` over all tokens of the
-global batch and divides by the global token count (token-level mean, RECIPE.md).
+global batch and divides by the global token count (token-level mean, docs/recipe.md).
 
 pg:  -min(ratio * A, clip(ratio, 1-eps_lo, 1+eps_hi) * A) [+ beta * k3 KL to the reference]
 nll: -logp (SFT)

@@ -1,5 +1,5 @@
 """Per-token off-policy correction for tokens sampled by an older policy (partial
-rollouts). RECIPE.md, Partial rollout, step 4:
+rollouts). docs/recipe.md, Partial rollout, step 4:
 
   tis:     w_t = min(pi_old_t / mu_t, C)
   mask:    w_t = 1 if lo <= pi_old_t / mu_t <= hi else 0

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from posttrain.config import GRMConfig, RewardConfig
-from posttrain.configfile import ConfigError, format_validation_error, read_yaml, validate_pipeline
+from posttrain.config.files import ConfigError, format_validation_error, read_yaml, validate_pipeline
 from posttrain.dashboard.rewards import print_entry
 from posttrain.types import Completion, Message, Sample, Task
 

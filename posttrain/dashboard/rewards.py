@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from posttrain.rollouts_log import SCOREBOARD, read_rows, rollouts_path
+from posttrain.records.rollouts import SCOREBOARD, read_rows, rollouts_path
 from posttrain.types import Completion, Message, RewardResult, Sample, Task
 
 
@@ -150,9 +150,9 @@ def replay(run_dir: Path, stage: str | None, overrides: list[str], steps: list[i
            last: int | None = None, top: int = 10, use_cache: bool = True) -> list[RewardResult]:
     """Rescore saved rollouts with the stage's reward config, changed by `overrides`
     (`reward.grm.length_cap=64`: keys relative to the stage)."""
-    from posttrain.configfile import load_pipeline, read_yaml
+    from posttrain.config.files import load_pipeline, read_yaml
     from posttrain.rewards.base import score_sync
-    from posttrain.rl import reward_router
+    from posttrain.rewards.router import reward_router
     from posttrain.rollout.budget import apply_budget
 
     run_dir = Path(run_dir)

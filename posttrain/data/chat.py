@@ -168,3 +168,13 @@ def parse_response(tokenizer, response_ids, mask) -> tuple[Message, ...]:
         else:
             raise TemplateError(f"message {len(out)} between assistant turns does not match the template: {text[:80]!r}")
     return tuple(out)
+
+
+def with_effort(messages: tuple[Message, ...], effort: str | None) -> tuple[Message, ...]:
+    """State the effort tier in the system prompt (docs/recipe.md: one student serves all three)."""
+    if effort is None:
+        return messages
+    line = f"Reasoning effort: {effort}"
+    if messages and messages[0].role == "system":
+        return (Message("system", f"{messages[0].content}\n{line}"),) + messages[1:]
+    return (Message("system", line),) + messages

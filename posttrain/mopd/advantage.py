@@ -1,4 +1,4 @@
-"""The MOPD advantage (RECIPE.md): per token of the student's own sample,
+"""The MOPD advantage (docs/recipe.md): per token of the student's own sample,
 
     A_t = sg[log pi_T(y_t | x, y_<t) - log pi_student(y_t | x, y_<t)] + alpha * A_outcome
 

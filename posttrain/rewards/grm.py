@@ -1,4 +1,4 @@
-"""The agentic generative reward model (RECIPE.md; Rubrics as Rewards, arXiv 2507.17746):
+"""The agentic generative reward model (docs/recipe.md; Rubrics as Rewards, arXiv 2507.17746):
 a fixed procedure of judge calls, each parsed and validated, not one prompt.
 
 1. read: the task and the candidate; a candidate over `length_cap` tokens scores -1 here;

@@ -8,6 +8,7 @@ import re
 import threading
 
 from posttrain.rewards.extract import extract_answer
+from posttrain.types import RewardResult, Sample
 
 _MATHY = re.compile(r"^[-+*/^().,=\s\d\\{}a-zA-Z]*\d[-+*/^().,=\s\d\\{}a-zA-Z]*$")
 
@@ -23,7 +24,6 @@ def math_equivalent(gold: str, answer: str) -> bool:
     gold_parsed = parse(gold, parsing_timeout=timeout)
     answer_parsed = parse(answer, parsing_timeout=timeout)
     return bool(gold_parsed and answer_parsed and verify(gold_parsed, answer_parsed, timeout_seconds=timeout))
-from posttrain.types import RewardResult, Sample
 
 
 class ReasoningGymVerifier:

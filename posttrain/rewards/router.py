@@ -1,11 +1,14 @@
 """Routes each sample to the reward source its task names (`Task.verifier`), scores each
-source's share concurrently, and puts the results back in the samples' order."""
+source's share concurrently, and puts the results back in the samples' order.
+`reward_router` builds the router of a stage from its config (task sources and `reward`)."""
 
 from __future__ import annotations
 
 import asyncio
 
+from posttrain.rewards.agent import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
+from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 from posttrain.types import RewardResult, Sample
 
 
@@ -46,3 +49,32 @@ class RewardRouter:
         for source in self.sources.values():
             if hasattr(source, "close"):
                 source.close()
+
+
+def task_leaves(stage) -> list:
+    """The leaf task sources of an RL stage (`tasks`) or a MOPD stage (`domains`)."""
+    roots = list(stage.domains.values()) if stage.type in ("mopd", "experts") else [stage.tasks]
+    return [leaf for root in roots for leaf in (root.sources if root.type == "mixture" else [root])]
+
+
+def reward_router(stage, judge=None) -> RewardRouter:
+    """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
+    sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format), "agent": AgentVerifier()}
+    leaves = task_leaves(stage)
+    coding = [leaf for leaf in leaves if leaf.type == "coding"]
+    if coding:
+        from posttrain.rewards.code import CodeVerifier
+
+        sources["code"] = CodeVerifier(max(c.workers for c in coding), max(c.timeout_s for c in coding))
+    user = [leaf for leaf in leaves if leaf.type == "user"]
+    if len({u.reward for u in user}) > 1:
+        raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
+    if user:
+        from posttrain.rewards.user import UserReward
+
+        sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s)
+    if stage.reward.grm is not None:
+        from posttrain.rewards.grm import GRM
+
+        sources["grm"] = GRM(stage.reward.grm, shared=judge)
+    return RewardRouter(sources)

@@ -1,4 +1,4 @@
-"""Token budgets per effort tier, and their annealing schedule (RECIPE.md, Token-budget
+"""Token budgets per effort tier, and their annealing schedule (docs/recipe.md, Token-budget
 effort annealing).
 
 A response longer than its budget gets reward -1 whatever its correctness; generation is

@@ -1,4 +1,4 @@
-"""The partial-rollout queue (RECIPE.md, Partial rollout; Kimi k1.5).
+"""The partial-rollout queue (docs/recipe.md, Partial rollout; Kimi k1.5).
 
 It lives in the driver, outside the engines, so it survives an engine restart, and it is
 plain data, so it is saved with every checkpoint. Units are trajectories (one sampled

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from posttrain.data.chat import TEMPLATE_VERSION
-from posttrain.rollouts_log import read_rows
+from posttrain.records.rollouts import read_rows
 from posttrain.synthesis.verify import PASSED, REVIEW, check_messages
 from posttrain.types import Message
 

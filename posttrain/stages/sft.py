@@ -11,8 +11,8 @@ from pathlib import Path
 from posttrain.config import ChatJsonl, SFTStage
 from posttrain.data.chat import sft_example
 from posttrain.data.tasks import load_chat_jsonl, load_tasks
-from posttrain.metrics import Progress
-from posttrain.infra import Infra
+from posttrain.records.metrics import Progress
+from posttrain.runtime.infra import Infra
 from posttrain.types import LossSpec, Message, TrainSequence
 
 
@@ -29,7 +29,7 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
                              f"(see {store.candidates}: every candidate's verdicts)")
         print(f"[{stage.name}] {len(conversations)} synthesized conversations from {store.sft}", flush=True)
         return conversations
-    from posttrain.rl import with_effort
+    from posttrain.data.chat import with_effort
 
     rng = random.Random(stage.think.seed if stage.think else 0)
     efforts = random.Random(1)

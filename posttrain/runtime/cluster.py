@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain.configfile import load_pipeline
+from posttrain.config.files import load_pipeline
 
 MARK = "posttrain"  # metadata key of the submissions this module made
 FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -131,7 +131,7 @@ def submit(pipeline: str, address: str, run_dir: str | None = None, overrides: l
 
 
 def _parse_env(items: list[str]) -> dict[str, str]:
-    from posttrain.infra import QUIET_ENV
+    from posttrain.runtime.infra import QUIET_ENV
 
     out = {}
     for item in items:

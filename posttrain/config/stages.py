@@ -8,16 +8,16 @@ from typing import Annotated, Literal, Union
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from posttrain.config_base import Base, model_name
-from posttrain.config_reward import RewardConfig
-from posttrain.config_tasks import SFTSource, TaskSource
+from posttrain.config.base import Base, model_name
+from posttrain.config.rewards import RewardConfig
+from posttrain.config.tasks import SFTSource, TaskSource
 
 
 # ---------------------------------------------------------------- algorithms
 
 
 class GRPOConfig(Base):
-    """GRPO advantages with the PPO-clip loss (RECIPE.md, RL objective)."""
+    """GRPO advantages with the PPO-clip loss (docs/recipe.md, RL objective)."""
 
     type: Literal["grpo"] = "grpo"
     std_normalize: bool = Field(True, description="Divide by the group std; false is Dr.GRPO.")
@@ -58,7 +58,7 @@ Correction = Annotated[Union[TISCorrection, MaskCorrection, ExcludeCorrection], 
 
 
 class PartialRolloutConfig(Base):
-    """Partial rollouts (RECIPE.md): an iteration stops once a fraction lambda of its
+    """Partial rollouts (docs/recipe.md): an iteration stops once a fraction lambda of its
     trajectories has finished; the rest wait in the queue and continue later."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -79,7 +79,7 @@ class AnnealConfig(Base):
 
 
 class BudgetConfig(Base):
-    """Token budget of an effort tier: over budget means reward -1 (RECIPE.md)."""
+    """Token budget of an effort tier: over budget means reward -1 (docs/recipe.md)."""
 
     effort: Literal["low", "high", "max"] | None = Field(None, description="Effort tier, stated in the system prompt.")
     tokens: int | None = Field(None, ge=1, description="Absolute budget per response.")
@@ -224,7 +224,7 @@ class TeacherPoolConfig(Base):
 
 
 class MOPDStage(RolloutStage):
-    """Multi-teacher on-policy distillation (RECIPE.md, MOPD): the student samples prompts
+    """Multi-teacher on-policy distillation (docs/recipe.md, MOPD): the student samples prompts
     of every (domain, effort) cell and each token is rewarded by its cell's teacher:
     A_t = sg[log pi_T - log pi_student] + alpha * A_outcome."""
 
@@ -272,7 +272,7 @@ EFFORT_ORDER: tuple[str, ...] = ("max", "high", "low")  # each effort's expert s
 
 
 class EffortSpec(Base):
-    """Token budget of one effort tier (RECIPE.md, Token-budget effort annealing)."""
+    """Token budget of one effort tier (docs/recipe.md, Token-budget effort annealing)."""
 
     tokens: int | dict[Domain, int] | None = Field(None, description="Absolute budget per response; one number, or one per domain.")
     multiple: float | None = Field(None, gt=0, description="Budget as a multiple of the task's reference answer length.")

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from posttrain.config_base import Base, model_name
+from posttrain.config.base import Base, model_name
 
 
 class VLLMJudge(Base):
@@ -56,7 +56,7 @@ Judge = Annotated[Union[VLLMJudge, HTTPJudge], Field(discriminator="type")]
 
 
 class GRMConfig(Base):
-    """The agentic generative reward model (RECIPE.md): rubric, then one judge call per
+    """The agentic generative reward model (docs/recipe.md): rubric, then one judge call per
     criterion, then the weighted score in [-1, 1]; tasks with verifier `grm` use it."""
 
     judge: Judge = Field(description="Where the judge runs: `vllm` (a Ray actor here) or `http` (an endpoint).")

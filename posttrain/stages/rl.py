@@ -19,32 +19,20 @@ import numpy as np
 
 from posttrain.algo.advantages import grpo_advantages
 from posttrain.config import RLStage, RolloutStage
-from posttrain.data.chat import render_prompt
+from posttrain.data.chat import render_prompt, with_effort
 from posttrain.data.tasks import TaskSampler, load_tasks
-from posttrain.infra import Infra
-from posttrain.metrics import Progress
-from posttrain.rewards.agent import AgentVerifier
+from posttrain.runtime.infra import Infra
+from posttrain.records.metrics import Progress
 from posttrain.rewards.base import score_safely
-from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
-from posttrain.rewards.router import RewardRouter
+from posttrain.rewards.router import reward_router
 from posttrain.rollout.agent import AgentLoop
 from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.queue import Group, PartialRolloutQueue
-from posttrain.rollouts_log import RolloutLog
-from posttrain.types import Completion, LossSpec, Message, RewardResult, Sample, SamplingSettings, TrainSequence
+from posttrain.records.rollouts import RolloutLog
+from posttrain.types import Completion, LossSpec, RewardResult, Sample, SamplingSettings, TrainSequence
 
 
 STATE_FILE = "rollout_state.json"
-
-
-def with_effort(messages: tuple[Message, ...], effort: str | None) -> tuple[Message, ...]:
-    """State the effort tier in the system prompt (RECIPE.md: one student serves all three)."""
-    if effort is None:
-        return messages
-    line = f"Reasoning effort: {effort}"
-    if messages and messages[0].role == "system":
-        return (Message("system", f"{messages[0].content}\n{line}"),) + messages[1:]
-    return (Message("system", line),) + messages
 
 
 def loss_spec(stage: RolloutStage) -> LossSpec:
@@ -52,35 +40,6 @@ def loss_spec(stage: RolloutStage) -> LossSpec:
     return LossSpec(kind="pg", clip_eps_lo=stage.algo.clip_eps_lo, clip_eps_hi=stage.algo.clip_eps_hi,
                     kl_beta=stage.algo.kl_beta, temperature=stage.temperature, correction=corr.type,
                     tis_cap=getattr(corr, "cap", 2.0), mask_lo=getattr(corr, "lo", 0.5), mask_hi=getattr(corr, "hi", 2.0))
-
-
-def task_leaves(stage) -> list:
-    """The leaf task sources of an RL stage (`tasks`) or a MOPD stage (`domains`)."""
-    roots = list(stage.domains.values()) if stage.type in ("mopd", "experts") else [stage.tasks]
-    return [leaf for root in roots for leaf in (root.sources if root.type == "mixture" else [root])]
-
-
-def reward_router(stage, judge=None) -> RewardRouter:
-    """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
-    sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format), "agent": AgentVerifier()}
-    leaves = task_leaves(stage)
-    coding = [leaf for leaf in leaves if leaf.type == "coding"]
-    if coding:
-        from posttrain.rewards.code import CodeVerifier
-
-        sources["code"] = CodeVerifier(max(c.workers for c in coding), max(c.timeout_s for c in coding))
-    user = [leaf for leaf in leaves if leaf.type == "user"]
-    if len({u.reward for u in user}) > 1:
-        raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
-    if user:
-        from posttrain.rewards.user import UserReward
-
-        sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s)
-    if stage.reward.grm is not None:
-        from posttrain.rewards.grm import GRM
-
-        sources["grm"] = GRM(stage.reward.grm, shared=judge)
-    return RewardRouter(sources)
 
 
 def current_budget(stage: RolloutStage, step: int) -> int | None:

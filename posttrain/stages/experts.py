@@ -2,9 +2,9 @@
 
 Per domain the efforts form a chain: `max` starts from the stage's init checkpoint,
 `high` from `max`'s final checkpoint and `low` from `high`'s, each annealing its budget
-down from the previous effort's (RECIPE.md). Jobs of different domains are independent.
+down from the previous effort's (docs/recipe.md). Jobs of different domains are independent.
 
-Slots (posttrain/placement.py) are placement groups of one job's engines, trainer ranks
+Slots (posttrain/runtime/placement.py) are placement groups of one job's engines, trainer ranks
 and judge; slot 0 is the pipeline's own, the others are asked for at the start and used
 as Ray grants them (`parallel` at most). A job runs on a free ready slot, in a thread of
 the driver; jobs without a free slot wait in order. Placement groups are reserved whole,
@@ -23,58 +23,15 @@ import json
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from posttrain.config import AnnealConfig, BudgetConfig, ExpertsStage, RLStage
-from posttrain.config_stages import EFFORT_ORDER
-from posttrain.infra import Infra
+from posttrain.config import ExpertsStage
+from posttrain.config.jobs import Job, expert_jobs
+from posttrain.runtime.infra import Infra
 
 ACTOR_ERRORS: tuple = ()  # filled on first use (ray import)
-
-
-@dataclass
-class Job:
-    name: str  # DOMAIN-EFFORT
-    domain: str
-    effort: str
-    after: str | None  # the job whose final checkpoint this one starts from
-    stage: RLStage
-
-
-def job_stage(stage: ExpertsStage, domain: str, effort: str) -> RLStage:
-    """The RL stage a job runs: the experts stage's settings, its domain's tasks and its
-    effort's budget (annealed from the previous effort's when `anneal` is set)."""
-    spec = stage.efforts[effort]
-    earlier = [e for e in EFFORT_ORDER[:EFFORT_ORDER.index(effort)] if e in stage.efforts]
-    margin = stage.budget.margin
-    if spec.multiple is not None:
-        budget = BudgetConfig(effort=effort, multiple=spec.multiple, margin=margin)
-    else:
-        tokens = spec.tokens_for(domain)
-        previous = stage.efforts[earlier[-1]] if earlier else None
-        start = previous.tokens_for(domain) if previous is not None and previous.tokens is not None else None
-        if stage.anneal is not None and start is not None and start != tokens:
-            a = stage.anneal
-            budget = BudgetConfig(effort=effort, margin=margin,
-                                  anneal=AnnealConfig(start=start, end=tokens, steps=a.steps, kind=a.kind, every=a.every))
-        else:
-            budget = BudgetConfig(effort=effort, tokens=tokens, margin=margin)
-    shared = {k: getattr(stage, k) for k in RLStage.model_fields if k not in ("type", "name", "tasks", "budget", "steps")}
-    job = RLStage.model_validate({**shared, "type": "rl", "name": "job", "tasks": stage.domains[domain],
-                                  "budget": budget, "steps": spec.steps or stage.steps})
-    return job.model_copy(update={"name": f"{stage.name}/{domain}-{effort}", "init_from": None})
-
-
-def expert_jobs(stage: ExpertsStage) -> dict[str, Job]:
-    jobs: dict[str, Job] = {}
-    for domain, effort in stage.cells():
-        earlier = [e for e in EFFORT_ORDER[:EFFORT_ORDER.index(effort)] if e in stage.efforts]
-        name = f"{domain}-{effort}"
-        jobs[name] = Job(name, domain, effort, f"{domain}-{earlier[-1]}" if earlier else None,
-                         job_stage(stage, domain, effort))
-    return jobs
 
 
 class ExpertsRunner:
@@ -97,7 +54,7 @@ class ExpertsRunner:
     # ------------------------------------------------------------ slots
 
     def _ask_for_slots(self) -> None:
-        from posttrain.placement import Slot, reserve
+        from posttrain.runtime.placement import Slot, reserve
 
         main = Slot(index=0, pg=self.infra.pg, pool=self.infra.pool, trainers=self.infra.trainers,
                     judge=self.infra.judge, node=self.infra.node)
@@ -110,7 +67,7 @@ class ExpertsRunner:
     def _open_granted(self) -> None:
         import ray
 
-        from posttrain.placement import open_slot
+        from posttrain.runtime.placement import open_slot
 
         for index, (pg, ready) in list(self.waiting.items()):
             if ray.wait([ready], timeout=0)[0]:
@@ -140,8 +97,8 @@ class ExpertsRunner:
     def _run_job(self, job: Job, slot) -> Path:
         """In a worker thread: the job's RL stage on `slot`, tried again from its newest
         checkpoint when one of its actors dies."""
-        from posttrain.pipeline import STATE_FILES, latest_checkpoint, set_aside_metrics
-        from posttrain.rl import run_rl
+        from posttrain.records.run_state import STATE_FILES, latest_checkpoint, set_aside_metrics
+        from posttrain.stages.rl import run_rl
 
         global ACTOR_ERRORS
         if not ACTOR_ERRORS:  # an actor or its worker process died: killed, crashed, OOM-killed, node lost

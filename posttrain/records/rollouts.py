@@ -29,7 +29,7 @@ def rollouts_path(run_dir: Path, stage: str) -> Path:
 def _append(path: Path, rows: list[dict]) -> None:
     if not rows:
         return
-    from posttrain.metrics import RUN_FILES_LOCK
+    from posttrain.records.metrics import RUN_FILES_LOCK
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with RUN_FILES_LOCK, path.open("a", encoding="utf-8") as f:

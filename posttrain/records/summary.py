@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def print_summary(state: dict, run_dir: Path) -> None:
-    from posttrain.metrics import read_metrics
+    from posttrain.records.metrics import read_metrics
 
     rows = read_metrics(run_dir) if (Path(run_dir) / "metrics.jsonl").exists() else []
     for name, entry in state["stages"].items():

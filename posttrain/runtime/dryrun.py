@@ -30,7 +30,7 @@ def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict]]:
         finally:
             ray.shutdown()
         return f"Ray cluster at {address}", nodes
-    from posttrain.placement import slot_cpus
+    from posttrain.runtime.placement import slot_cpus
 
     cpus = config.ray.num_cpus or max(os.cpu_count() or 1, int(slot_cpus(config) + 0.999))
     return "local Ray (started by `posttrain run`)", [{"node": "local", "resources": {"CPU": float(cpus)}}]
@@ -62,8 +62,8 @@ def schedule(jobs: dict, slots: int) -> list[list[str]]:
 
 
 def dry_run(config: PipelineConfig) -> str:
-    from posttrain.experts import expert_jobs
-    from posttrain.placement import engine_count, judge_config, plan, slot_bundles
+    from posttrain.config.jobs import expert_jobs
+    from posttrain.runtime.placement import engine_count, judge_config, plan, slot_bundles
 
     where, nodes = cluster_nodes(config)
     lines = [f"placement plan for pipeline '{config.name}' on {where}:"]

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from posttrain.config import EvalStage, ExpertsStage, PipelineConfig
-from posttrain.experts import job_stage
-from posttrain.infra import Infra
+from posttrain.config.jobs import job_stage
+from posttrain.runtime.infra import Infra
 from posttrain.types import SamplingSettings
 
 EVAL_FILE = "eval.json"
@@ -93,7 +93,7 @@ class Evaluator:
 
     def _run(self, label: str, domain: str, effort: str):
         """Generate and score one cell with the weights the engines serve now."""
-        from posttrain.rl import RLRun
+        from posttrain.stages.rl import RLRun
 
         job = job_stage(self.experts, domain, effort)
         n = len(self.tasks[domain])
@@ -103,7 +103,7 @@ class Evaluator:
         job = job.model_copy(update={"name": f"{self.stage.name}/{label}/{domain}-{effort}", "group_size": 1,
                                      "prompts_per_step": n, "temperature": self.stage.temperature, "budget": fixed})
         if self.router is None:  # one for every cell: sandbox workers and judge start once
-            from posttrain.rl import reward_router
+            from posttrain.rewards.router import reward_router
 
             self.router = reward_router(self.experts.model_copy(update={"domains": self.sources}), self.infra.judge)
             self.router.start()
@@ -181,7 +181,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def run_eval(stage: EvalStage, infra: Infra, checkpoints: dict[str, Path]) -> Path:
-    from posttrain.metrics import write_json_atomic
+    from posttrain.records.metrics import write_json_atomic
 
     evaluator = Evaluator(stage, replace(infra, live_progress=False))
     rows = evaluator.run(checkpoints)

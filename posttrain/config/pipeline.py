@@ -1,7 +1,7 @@
-"""Pipeline configuration: the pydantic schemas of the pipeline YAML.
+"""The whole pipeline's schema: model, rollout engines, trainer ranks, Ray, wandb, stages.
 
 A pipeline YAML parses into `PipelineConfig`. Every model uses `extra="forbid"`, so a
-misspelt key is an error; `posttrain.configfile` reads files and turns any problem into
+misspelt key is an error; `posttrain.config.files` reads files and turns any problem into
 one line naming the file, the key path and the problem. This module imports no heavy
 library (torch, ray, vllm, deepspeed); a test checks that.
 """
@@ -12,14 +12,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from posttrain.config_base import BUILTIN_MODELS, Base, model_name  # noqa: F401 (re-exported)
-from posttrain.config_reward import GRMConfig, HTTPJudge, Judge, RewardConfig, VLLMJudge  # noqa: F401
-from posttrain.config_stages import (  # noqa: F401 (re-exported)
-    AnnealConfig, BudgetConfig, Effort, EffortSpec, EvalStage, ExpertsStage, GRPOConfig, MOPDStage, PartialRolloutConfig, RLStage, RolloutStage, SFTStage,
-    Stage, StageBase, SynthesisStage, TeacherPoolConfig, TeacherSpec)
-from posttrain.config_tasks import (  # noqa: F401 (task sources are part of this module's API)
-    AgentFamily, AgentTasks, ChatJsonl, CodingTasks, LeafSource, MixtureTasks, ReasoningGymFamily, ReasoningGymTasks,
-    SFTSource, SynthesisData, TaskSource, UserTasks, WritingTasks)
+from posttrain.config.base import Base, model_name
+from posttrain.config.stages import ExpertsStage, RLStage, SFTStage, Stage, SynthesisStage
 
 
 # ---------------------------------------------------------------- model

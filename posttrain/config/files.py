@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from posttrain.config import PipelineConfig
+from posttrain.config.pipeline import PipelineConfig
 
 
 class ConfigError(Exception):

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from posttrain.config import MOPDStage
 from posttrain.data.tasks import TaskSampler, load_tasks
-from posttrain.infra import Infra
+from posttrain.runtime.infra import Infra
 from posttrain.mopd.advantage import mopd_advantages, reverse_kl
 from posttrain.mopd.teachers import TeacherPool, same_tokenizer
-from posttrain.rl import RLRun, run_stage, with_effort
+from posttrain.data.chat import with_effort
+from posttrain.stages.rl import RLRun, run_stage
 from posttrain.rollout.queue import Group
 from posttrain.types import Task
 
@@ -36,7 +37,7 @@ def with_experts(stage: MOPDStage, config) -> tuple[MOPDStage, dict[str, dict]]:
     if stage.experts is None:
         return stage, {}
     from posttrain.config import TeacherSpec
-    from posttrain.experts import job_stage
+    from posttrain.config.jobs import job_stage
 
     experts = config.stage(stage.experts)
     teachers = [TeacherSpec(domain=d, effort=e, checkpoint=f"stage:{experts.name}/{d}-{e}") for d, e in experts.cells()]

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, field_validator
 
-from posttrain.config_base import Base
+from posttrain.config.base import Base
 
 
 class ReasoningGymFamily(Base):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from posttrain.config import PipelineConfig
-from posttrain.metrics import MetricsLog
+from posttrain.records.metrics import MetricsLog
 
 QUIET_ENV = {
     "VLLM_LOGGING_LEVEL": "WARNING",
@@ -43,7 +43,7 @@ def start_ray(config: PipelineConfig, verbose: bool) -> None:
         context = ray.init(address=config.ray.address, log_to_driver=verbose, runtime_env={"env_vars": env})
         print_ray_dashboard(context.dashboard_url, "the cluster's")
         return
-    from posttrain.placement import slot_cpus
+    from posttrain.runtime.placement import slot_cpus
 
     needed = slot_cpus(config)  # one slot: engines, trainer ranks and judge (more slots need `ray.num_cpus`)
     context = ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, int(needed + 0.999)),

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from posttrain.config import ModelConfig, RolloutConfig, SynthesisStage
 from posttrain.data.chat import TEMPLATE_VERSION, render_prompt
-from posttrain.infra import Infra
-from posttrain.metrics import Progress
+from posttrain.runtime.infra import Infra
+from posttrain.records.metrics import Progress
 from posttrain.rewards.base import score_safely
 from posttrain.synthesis.store import SynthesisStore, from_messages
 from posttrain.synthesis.verify import Verifier, assistant_tokens, check_format
@@ -130,7 +130,7 @@ def run_synthesis(stage: SynthesisStage, infra: Infra) -> dict:
     from transformers import AutoTokenizer
 
     from posttrain.data.tasks import load_tasks
-    from posttrain.rl import reward_router
+    from posttrain.rewards.router import reward_router
     from posttrain.rewards.grm_judge import folder_version
 
     store = SynthesisStore(infra.run_dir, stage.name)

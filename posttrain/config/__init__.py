@@ -1,0 +1,20 @@
+"""Pipeline configuration: the pydantic schemas of the pipeline YAML.
+
+A pipeline YAML parses into `PipelineConfig` (`pipeline.py`); its stages (`stages.py`), task
+sources (`tasks.py`) and reward settings (`rewards.py`) have modules of their own, and
+`files.py` reads files and turns any problem into one line naming the file, the key path
+and the problem. `jobs.py` derives the RL job of each expert cell. Every schema is
+exported here. This package imports no heavy library (torch, ray, vllm, deepspeed); a test
+checks that.
+"""
+
+from posttrain.config.base import (  # noqa: F401
+    BUILTIN_MODELS, Base, model_name)
+from posttrain.config.tasks import (  # noqa: F401
+    AgentFamily, AgentTasks, ChatJsonl, CodingTasks, LeafSource, MixtureTasks, ReasoningGymFamily, ReasoningGymTasks, SFTSource, SynthesisData, TaskSource, UserTasks, WritingTasks)
+from posttrain.config.rewards import (  # noqa: F401
+    GRMConfig, HTTPJudge, Judge, RewardConfig, VLLMJudge)
+from posttrain.config.stages import (  # noqa: F401
+    AnnealConfig, BudgetConfig, CheckpointlessStage, Correction, DOMAIN_NAME, DedupCheck, Domain, Effort, EffortAnneal, EffortSpec, EvalStage, ExcludeCorrection, ExpertsStage, FormatCheck, GRPOConfig, LengthCheck, MOPDStage, MaskCorrection, OutcomeCheck, PartialRolloutConfig, RLStage, ReviewConfig, RolloutStage, SFTStage, Stage, StageBase, SynthesisStage, TISCorrection, TeacherModel, TeacherPoolConfig, TeacherSpec, ThinkConfig, VerifyConfig, stage_name)
+from posttrain.config.pipeline import (  # noqa: F401
+    AdamWOptimizer, ModelConfig, MuonOptimizer, Optimizer, PipelineConfig, RayConfig, RolloutConfig, TinyModelConfig, TrainerConfig, WandbConfig)
