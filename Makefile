@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.posttrain-installed
 
-.PHONY: setup chromium quickstart test soak bench-setup clean
+.PHONY: setup chromium quickstart test lint soak bench-setup clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ quickstart: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# What tests/test_layout.py checks inside `make test`: ruff lint and format, and the layers.
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports
 
 # The quickstart with engine and trainer processes killed at random, resumed until done;
 # then the sample accounting and an eval of the final checkpoint are checked (bench/RESULTS.md).

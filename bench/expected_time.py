@@ -58,8 +58,11 @@ class Measured:
         measured = self.steps[unit]
         step = sum(measured[1:]) / len(measured[1:]) if len(measured) > 1 else measured[0]
         fixed = self.fixed.get(unit, 0.0)
-        note = f"first {measured[0]:.0f}s, then {step:.0f}s/step, fixed {fixed:.0f}s" if unit in self.fixed \
+        note = (
+            f"first {measured[0]:.0f}s, then {step:.0f}s/step, fixed {fixed:.0f}s"
+            if unit in self.fixed
             else f"{len(measured)} step(s) of {step:.0f}s; fixed cost not measured"
+        )
         return note, fixed + measured[0] + (steps - 1) * step
 
 
@@ -80,8 +83,10 @@ def main(pipeline: str, *run_dirs: str) -> None:
     total, missing = 0.0, []
     for stage in full.stages:
         if stage.type == "experts":
-            units = [(f"{stage.name}/{d}-{e}", f"{stage.name}/{d}", stage.efforts[e].steps or stage.steps)
-                     for d, e in stage.cells()]
+            units = [
+                (f"{stage.name}/{d}-{e}", f"{stage.name}/{d}", stage.efforts[e].steps or stage.steps)
+                for d, e in stage.cells()
+            ]
         elif stage.type == "eval":
             cells = eval_cells(stage, full)
             if measured.eval_per_task is None:
@@ -90,8 +95,10 @@ def main(pipeline: str, *run_dirs: str) -> None:
                 continue
             seconds = measured.eval_per_task * cells * stage.tasks_per_cell
             total += seconds
-            print(f"{stage.name:<24}{seconds / 3600:6.2f} h  ({measured.eval_per_task:.1f}s per task, "
-                  f"{cells} cells x {stage.tasks_per_cell} tasks)")
+            print(
+                f"{stage.name:<24}{seconds / 3600:6.2f} h  ({measured.eval_per_task:.1f}s per task, "
+                f"{cells} cells x {stage.tasks_per_cell} tasks)"
+            )
             continue
         else:
             units = [(stage.name, stage.name, stage.steps)]

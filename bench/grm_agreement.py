@@ -23,14 +23,22 @@ import time
 from pathlib import Path
 
 PAIRS = Path(__file__).parent / "data" / "grm_pairs.jsonl"
-LIKERT_SYSTEM = ("You are a careful, strict grader of written answers. Rate how well the answer does the task, "
-                 'from 1 (useless) to 10 (perfect). Reply in JSON: {"score": <1-10>, "reason": "<one short line>"}.')
+LIKERT_SYSTEM = (
+    "You are a careful, strict grader of written answers. Rate how well the answer does the task, "
+    'from 1 (useless) to 10 (perfect). Reply in JSON: {"score": <1-10>, "reason": "<one short line>"}.'
+)
 
 
 def likert_schema() -> dict:
-    return {"type": "object", "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 10},
-                                             "reason": {"type": "string", "minLength": 1, "maxLength": 80}},
-            "required": ["score", "reason"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {
+            "score": {"type": "integer", "minimum": 1, "maximum": 10},
+            "reason": {"type": "string", "minLength": 1, "maxLength": 80},
+        },
+        "required": ["score", "reason"],
+        "additionalProperties": False,
+    }
 
 
 def likert_class(continuation: str) -> str | None:
@@ -92,9 +100,20 @@ def rubric_scores(grm, samples) -> tuple[list, list, float]:
 def likert(backend, pairs: list[dict]) -> tuple[list, list, float]:
     from posttrain.rewards.grm_judge import JudgeCall
 
-    calls = [JudgeCall(({"role": "system", "content": LIKERT_SYSTEM},
-                        {"role": "user", "content": f"Task:\n{p['task']}\n\nAnswer:\n{p[side]}"}),
-                       likert_schema(), 64, 0.0, 10) for p in pairs for side in ("better", "worse")]
+    calls = [
+        JudgeCall(
+            (
+                {"role": "system", "content": LIKERT_SYSTEM},
+                {"role": "user", "content": f"Task:\n{p['task']}\n\nAnswer:\n{p[side]}"},
+            ),
+            likert_schema(),
+            64,
+            0.0,
+            10,
+        )
+        for p in pairs
+        for side in ("better", "worse")
+    ]
     started = time.perf_counter()
     replies = asyncio.run(backend.complete(calls))
     seconds = time.perf_counter() - started
@@ -136,7 +155,7 @@ def main() -> None:
     from posttrain.config import GRMConfig
     from posttrain.rewards.grm import GRM
 
-    pairs = [json.loads(line) for line in Path(args.pairs).read_text().splitlines() if line.strip()][:args.limit]
+    pairs = [json.loads(line) for line in Path(args.pairs).read_text().splitlines() if line.strip()][: args.limit]
     grm = GRM(GRMConfig(judge=judge_config(args), length_cap=100_000, max_criteria=args.max_criteria))
     grm.start()
     try:
@@ -145,18 +164,23 @@ def main() -> None:
         picked, expected, likert_s = likert(grm.backend, pairs)
     finally:
         grm.close()
-    rows = [("rubric procedure, P(yes) verdicts (as in training)", soft, rubric_s),
-            ("rubric procedure, yes/no verdicts", hard, rubric_s),
-            ("single prompt 1-10, expected score", expected, likert_s),
-            ("single prompt 1-10, the integer written", picked, likert_s)]
+    rows = [
+        ("rubric procedure, P(yes) verdicts (as in training)", soft, rubric_s),
+        ("rubric procedure, yes/no verdicts", hard, rubric_s),
+        ("single prompt 1-10, expected score", expected, likert_s),
+        ("single prompt 1-10, the integer written", picked, likert_s),
+    ]
     kinds = sorted({p["kind"] for p in pairs})
     print(f"judge {grm.backend.model_id}, {len(pairs)} pairs; ties and unscored count 0.5\n")
     print("| method | " + " | ".join(kinds) + " | all | unscored | judge s |")
     print("|---" * (len(kinds) + 4) + "|")
     for name, scores, seconds in rows:
         acc = accuracy(scores, pairs)
-        print(f"| {name} | " + " | ".join(f"{acc[k]:.2f}" for k in kinds) +
-              f" | **{acc['all']:.2f}** | {scores.count(None)} | {seconds:.0f} |")
+        print(
+            f"| {name} | "
+            + " | ".join(f"{acc[k]:.2f}" for k in kinds)
+            + f" | **{acc['all']:.2f}** | {scores.count(None)} | {seconds:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,11 @@ def average_weights(folders: list[Path], out: Path) -> Path:
         state = {}
         for path in sorted(folder.glob("*.safetensors")):
             state.update(load_file(str(path)))
-        total = {k: v.double() for k, v in state.items()} if total is None else {k: total[k] + state[k].double() for k in total}
+        total = (
+            {k: v.double() for k, v in state.items()}
+            if total is None
+            else {k: total[k] + state[k].double() for k in total}
+        )
     avg = {k: (v / len(folders)).to(state[k].dtype).contiguous() for k, v in total.items()}
     save_file(avg, str(out / "model.safetensors"), metadata={"format": "pt"})
     for f in folders[0].iterdir():
@@ -61,11 +65,11 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from posttrain.config.files import load_pipeline
-    from posttrain.stages.evaluate import Evaluator, format_table
-    from posttrain.runtime.infra import Infra, start_ray
     from posttrain.records.metrics import MetricsLog
-    from posttrain.stages.mopd import CellSampler, cell_tasks, with_experts
+    from posttrain.runtime.infra import Infra, start_ray
     from posttrain.runtime.placement import open_slot, reserve, wait_ready
+    from posttrain.stages.evaluate import Evaluator, format_table
+    from posttrain.stages.mopd import CellSampler, cell_tasks, with_experts
     from posttrain.stages.rl import RLRun, run_stage
 
     run = args.run_dir
@@ -93,8 +97,17 @@ def main() -> int:
     pg = reserve(config, 0)
     wait_ready(pg, config)
     slot = open_slot(config, Path(state["model"]), 0, pg)
-    infra = Infra(config=config, run_dir=out, trainers=slot.trainers, pool=slot.pool, metrics=MetricsLog(out),
-                  tokenizer=AutoTokenizer.from_pretrained(sft_dir), judge=slot.judge, pg=pg, node=slot.node)
+    infra = Infra(
+        config=config,
+        run_dir=out,
+        trainers=slot.trainers,
+        pool=slot.pool,
+        metrics=MetricsLog(out),
+        tokenizer=AutoTokenizer.from_pretrained(sft_dir),
+        judge=slot.judge,
+        pg=pg,
+        node=slot.node,
+    )
     # mixed RL: the MOPD stage's prompts (all nine cells, round-robin, each cell's effort line,
     # budget and cap) and compute, with GRPO on the verifiers' rewards instead of the teachers
     stage, limits = with_experts(mopd, config)
@@ -104,8 +117,13 @@ def main() -> int:
     mixed_dir = run_stage(mixed, sft_dir, None)
     rl_seconds = time.perf_counter() - rl_started
 
-    checkpoints = {"sft": sft_dir, "mopd": Path(state["stages"][mopd.name]["checkpoint"]), "weight-avg": avg_dir,
-                   "mixed-rl": Path(mixed_dir), **{f"{experts.name}/{j}": p for j, p in expert_dirs.items()}}
+    checkpoints = {
+        "sft": sft_dir,
+        "mopd": Path(state["stages"][mopd.name]["checkpoint"]),
+        "weight-avg": avg_dir,
+        "mixed-rl": Path(mixed_dir),
+        **{f"{experts.name}/{j}": p for j, p in expert_dirs.items()},
+    }
     evaluation = evaluation.model_copy(update={"checkpoints": list(checkpoints)})
     evaluator = Evaluator(evaluation, infra)
     rows = []
@@ -129,22 +147,30 @@ def main() -> int:
 def summary(rows, experts, mopd, rl_seconds, wall, run) -> str:
     teacher = {(r["domain"], r["effort"]): r["score"] for r in rows if r["role"] == "expert"}
     teacher_tokens = {(r["domain"], r["effort"]): r["mean_tokens"] for r in rows if r["role"] == "expert"}
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; run: {run}",
-             f"compute: mopd and mixed-rl each {mopd.steps} steps x {mopd.prompts_per_step} prompts x "
-             f"{mopd.group_size} samples (mixed-rl took {rl_seconds:.0f}s); bench wall {wall:.0f}s", "",
-             "| method | mean score (9 cells) | cells at >= 90% of their teacher | mean score / teacher's |"
-             " mean tokens low / high / max | mean abs(tokens - teacher's) |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; run: {run}",
+        f"compute: mopd and mixed-rl each {mopd.steps} steps x {mopd.prompts_per_step} prompts x "
+        f"{mopd.group_size} samples (mixed-rl took {rl_seconds:.0f}s); bench wall {wall:.0f}s",
+        "",
+        "| method | mean score (9 cells) | cells at >= 90% of their teacher | mean score / teacher's |"
+        " mean tokens low / high / max | mean abs(tokens - teacher's) |",
+        "|---|---|---|---|---|---|",
+    ]
     for method in ("mopd", "weight-avg", "mixed-rl", "sft"):
         mine = [r for r in rows if r["checkpoint"] == method]
         if not mine:
             continue
-        ratio = [r["score"] / teacher[(r["domain"], r["effort"])] for r in mine if teacher.get((r["domain"], r["effort"]))]
+        ratio = [
+            r["score"] / teacher[(r["domain"], r["effort"])] for r in mine if teacher.get((r["domain"], r["effort"]))
+        ]
         ok = sum(r["score"] >= 0.9 * teacher.get((r["domain"], r["effort"]), 0.0) for r in mine)
         tokens = {e: np.mean([r["mean_tokens"] for r in mine if r["effort"] == e]) for e in ("low", "high", "max")}
-        lines.append(f"| {method} | {np.mean([r['score'] for r in mine]):.3f} | {ok}/{len(mine)} | "
-                     f"{np.mean(ratio) if ratio else float('nan'):.2f} | "
-                     f"{tokens['low']:.1f} / {tokens['high']:.1f} / {tokens['max']:.1f} | "
-                     f"{np.mean([abs(r['mean_tokens'] - teacher_tokens[(r['domain'], r['effort'])]) for r in mine]):.1f} |")
+        lines.append(
+            f"| {method} | {np.mean([r['score'] for r in mine]):.3f} | {ok}/{len(mine)} | "
+            f"{np.mean(ratio) if ratio else float('nan'):.2f} | "
+            f"{tokens['low']:.1f} / {tokens['high']:.1f} / {tokens['max']:.1f} | "
+            f"{np.mean([abs(r['mean_tokens'] - teacher_tokens[(r['domain'], r['effort'])]) for r in mine]):.1f} |"
+        )
     return "\n".join(lines)
 
 

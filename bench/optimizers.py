@@ -47,9 +47,13 @@ def run_grpo(base: dict, kind: str, init_dir: str, steps: int, run_dir: Path) ->
     from posttrain.records.metrics import read_metrics
 
     grpo = next(s for s in base["stages"] if s["type"] == "rl")
-    data = {**base, "name": f"bench-optimizers-{kind}", "model": {"name": init_dir},
-            "trainer": {**base.get("trainer", {}), "optimizer": {"type": kind}},
-            "stages": [{**grpo, "steps": steps}]}
+    data = {
+        **base,
+        "name": f"bench-optimizers-{kind}",
+        "model": {"name": init_dir},
+        "trainer": {**base.get("trainer", {}), "optimizer": {"type": kind}},
+        "stages": [{**grpo, "steps": steps}],
+    }
     started = time.perf_counter()
     run(data, run_dir)
     return {"optimizer": kind, "wall_s": time.perf_counter() - started, "rows": read_metrics(run_dir, grpo["name"])}
@@ -61,25 +65,39 @@ def summarize(result: dict, window: int) -> dict:
     train_s = [r["time/train_s"] for r in rows]
     step_s = [r["time/step_s"] for r in rows]
     return {
-        "optimizer": result["optimizer"], "steps": len(rows), "wall_s": round(result["wall_s"], 1),
+        "optimizer": result["optimizer"],
+        "steps": len(rows),
+        "wall_s": round(result["wall_s"], 1),
         "window": window,
-        "reward_per_window": [round(float(np.mean(rewards[i:i + window])), 4) for i in range(0, len(rewards), window)],
-        "train_s_mean": float(np.mean(train_s[1:] or train_s)), "train_s_first": train_s[0],
-        "step_s_mean": float(np.mean(step_s[1:] or step_s)), "step_s_first": step_s[0],
-        "reward": rewards, "grad_norm": [r["grad/norm"] for r in rows],
+        "reward_per_window": [
+            round(float(np.mean(rewards[i : i + window])), 4) for i in range(0, len(rewards), window)
+        ],
+        "train_s_mean": float(np.mean(train_s[1:] or train_s)),
+        "train_s_first": train_s[0],
+        "step_s_mean": float(np.mean(step_s[1:] or step_s)),
+        "step_s_first": step_s[0],
+        "reward": rewards,
+        "grad_norm": [r["grad/norm"] for r in rows],
     }
 
 
 def print_table(summaries: list[dict], args) -> None:
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
-             f"workload: pipelines/quickstart.yaml, SFT {args.sft_steps} steps once (AdamW), then GRPO "
-             f"{args.steps} steps per optimizer from that checkpoint", "",
-             f"| optimizer | reward/mean per {args.window}-step window | trainer step s (mean, first) | "
-             "GRPO step s (mean, first) | wall s |", "|---|---|---|---|---|"]
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
+        f"workload: pipelines/quickstart.yaml, SFT {args.sft_steps} steps once (AdamW), then GRPO "
+        f"{args.steps} steps per optimizer from that checkpoint",
+        "",
+        f"| optimizer | reward/mean per {args.window}-step window | trainer step s (mean, first) | "
+        "GRPO step s (mean, first) | wall s |",
+        "|---|---|---|---|---|",
+    ]
     for s in summaries:
-        lines.append(f"| {s['optimizer']} | " + " ".join(f"{r:.2f}" for r in s["reward_per_window"])
-                     + f" | {s['train_s_mean']:.2f}, {s['train_s_first']:.1f} | {s['step_s_mean']:.2f}, "
-                       f"{s['step_s_first']:.1f} | {s['wall_s']:.0f} |")
+        lines.append(
+            f"| {s['optimizer']} | "
+            + " ".join(f"{r:.2f}" for r in s["reward_per_window"])
+            + f" | {s['train_s_mean']:.2f}, {s['train_s_first']:.1f} | {s['step_s_mean']:.2f}, "
+            f"{s['step_s_first']:.1f} | {s['wall_s']:.0f} |"
+        )
     print("\n".join(lines))
 
 

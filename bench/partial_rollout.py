@@ -27,19 +27,33 @@ def build_config(args):
     from posttrain.config.files import validate_pipeline
 
     family = {"name": "basic_arithmetic", "params": {"min_terms": 3, "max_terms": 5, "max_digits": 3}}
-    return validate_pipeline({
-        "name": "bench-partial",
-        "model": {"name": args.model},
-        "rollout": {"engines": 1, "max_model_len": args.max_tokens + 128},
-        "trainer": {"workers": 2, "zero_stage": 2, "micro_batch_tokens": 1024},
-        "stages": [{
-            "name": "rl", "type": "rl", "steps": args.steps, "lr": 1e-6,
-            "prompts_per_step": args.prompts, "group_size": args.group, "max_tokens": args.max_tokens,
-            "partial": {"lambda": 1.0, "max_staleness": 4},
-            "tasks": {"type": "reasoning_gym", "families": [family], "size": 500, "seed": 7,
-                      "system_prompt": "Think step by step, then give the final answer."},
-        }],
-    })
+    return validate_pipeline(
+        {
+            "name": "bench-partial",
+            "model": {"name": args.model},
+            "rollout": {"engines": 1, "max_model_len": args.max_tokens + 128},
+            "trainer": {"workers": 2, "zero_stage": 2, "micro_batch_tokens": 1024},
+            "stages": [
+                {
+                    "name": "rl",
+                    "type": "rl",
+                    "steps": args.steps,
+                    "lr": 1e-6,
+                    "prompts_per_step": args.prompts,
+                    "group_size": args.group,
+                    "max_tokens": args.max_tokens,
+                    "partial": {"lambda": 1.0, "max_staleness": 4},
+                    "tasks": {
+                        "type": "reasoning_gym",
+                        "families": [family],
+                        "size": 500,
+                        "seed": 7,
+                        "system_prompt": "Think step by step, then give the final answer.",
+                    },
+                }
+            ],
+        }
+    )
 
 
 def run_one(config, lam: float, infra, init_dir: Path) -> dict:
@@ -47,8 +61,9 @@ def run_one(config, lam: float, infra, init_dir: Path) -> dict:
     from posttrain.stages.rl import RLRun
 
     base = config.stages[0]
-    stage = base.model_copy(update={"name": f"lambda-{lam}-steps-{base.steps}",
-                                    "partial": base.partial.model_copy(update={"lam": lam})})
+    stage = base.model_copy(
+        update={"name": f"lambda-{lam}-steps-{base.steps}", "partial": base.partial.model_copy(update={"lam": lam})}
+    )
     infra.trainers.load(str(init_dir), "float32", stage.lr, 0)
     infra.trainers.sync_weights(infra.pool.engines)
     started = time.perf_counter()
@@ -70,9 +85,9 @@ def main() -> int:
 
     from transformers import AutoTokenizer
 
-    from posttrain.runtime.infra import Infra, engine_pool, start_ray
-    from posttrain.records.metrics import MetricsLog
     from posttrain.models import resolve_model
+    from posttrain.records.metrics import MetricsLog
+    from posttrain.runtime.infra import Infra, engine_pool, start_ray
     from posttrain.train.group import TrainerGroup
 
     config = build_config(args)
@@ -81,8 +96,14 @@ def main() -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="bench-partial-"))
     pool = engine_pool(config, model_dir)
     trainers = TrainerGroup(config.trainer, config.seed)
-    infra = Infra(config=config, run_dir=run_dir, trainers=trainers, pool=pool, metrics=MetricsLog(run_dir),
-                  tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    infra = Infra(
+        config=config,
+        run_dir=run_dir,
+        trainers=trainers,
+        pool=pool,
+        metrics=MetricsLog(run_dir),
+        tokenizer=AutoTokenizer.from_pretrained(model_dir),
+    )
     warm = config.model_copy(update={"stages": [config.stages[0].model_copy(update={"steps": 1})]})
     run_one(warm, 1.0, infra, model_dir)  # untimed: first engine call and first DeepSpeed step
     results = []
@@ -97,23 +118,30 @@ def main() -> int:
 
 
 def print_table(results, args) -> None:
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
-             f"workload: {args.model}, reasoning-gym basic_arithmetic (3-5 terms), 'think step by step', "
-             f"{args.prompts} prompts x {args.group} samples per step, max_tokens {args.max_tokens}, "
-             f"{args.steps} optimizer steps per lambda", "",
-             "| lambda | trained tokens/s | vs sync | engine idle | response tokens p50 / p90 / max | "
-             "wall s | reward per step |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}",
+        f"workload: {args.model}, reasoning-gym basic_arithmetic (3-5 terms), 'think step by step', "
+        f"{args.prompts} prompts x {args.group} samples per step, max_tokens {args.max_tokens}, "
+        f"{args.steps} optimizer steps per lambda",
+        "",
+        "| lambda | trained tokens/s | vs sync | engine idle | response tokens p50 / p90 / max | "
+        "wall s | reward per step |",
+        "|---|---|---|---|---|---|---|",
+    ]
     base = None
     for res in results:
         rows = res["rows"]
         rate = sum(r["tokens/trained"] for r in rows) / res["wall"]
         base = base or rate
         lines.append(
-            f"| {res['lambda']} | {rate:.1f} | {rate / base:.2f}x | {np.mean([r['engine/idle_frac'] for r in rows]):.2f} | "
+            f"| {res['lambda']} | {rate:.1f} | {rate / base:.2f}x | "
+            f"{np.mean([r['engine/idle_frac'] for r in rows]):.2f} | "
             f"{np.median([r['response_tokens/p50'] for r in rows]):.0f} / "
             f"{np.median([r['response_tokens/p90'] for r in rows]):.0f} / "
             f"{max(r['response_tokens/max'] for r in rows):.0f} | {res['wall']:.0f} | "
-            + " ".join(f"{r['reward/mean']:.2f}" for r in rows) + " |")
+            + " ".join(f"{r['reward/mean']:.2f}" for r in rows)
+            + " |"
+        )
     print("\n".join(lines))
 
 

@@ -25,7 +25,7 @@ def tree_pss(root: psutil.Process) -> int:
 
 
 def main(argv: list[str]) -> int:
-    command = argv[argv.index("--") + 1:] if "--" in argv else argv
+    command = argv[argv.index("--") + 1 :] if "--" in argv else argv
     started = time.perf_counter()
     child = subprocess.Popen(command)
     root = psutil.Process(child.pid)
@@ -36,8 +36,10 @@ def main(argv: list[str]) -> int:
             peak, peak_at = pss, time.perf_counter() - started
         time.sleep(0.5)
     wall = time.perf_counter() - started
-    print(f"\npeak memory (PSS of the process tree): {peak / 2**30:.2f} GiB at {peak_at:.0f}s; "
-          f"wall {wall:.0f}s; exit code {child.returncode}")
+    print(
+        f"\npeak memory (PSS of the process tree): {peak / 2**30:.2f} GiB at {peak_at:.0f}s; "
+        f"wall {wall:.0f}s; exit code {child.returncode}"
+    )
     return child.returncode
 
 

@@ -27,8 +27,9 @@ def prompts(tokenizer, count: int) -> list[list[int]]:
     from posttrain.data.chat import render_prompt
     from posttrain.data.tasks import load_tasks
 
-    tasks = load_tasks(ReasoningGymTasks(type="reasoning_gym", families=[{"name": "basic_arithmetic"}],
-                                         size=count, seed=3))
+    tasks = load_tasks(
+        ReasoningGymTasks(type="reasoning_gym", families=[{"name": "basic_arithmetic"}], size=count, seed=3)
+    )
     return [render_prompt(tokenizer, t.messages) for t in tasks]
 
 
@@ -51,8 +52,16 @@ def hf_generate(model_dir, ids: list[list[int]], tokens: int, threads: int) -> d
     model.generate(input_ids=input_ids[:2], attention_mask=attention[:2], max_new_tokens=4, do_sample=True)
     started, cpu = time.perf_counter(), cpu_seconds()
     with torch.no_grad():
-        out = model.generate(input_ids=input_ids, attention_mask=attention, max_new_tokens=tokens,
-                             min_new_tokens=tokens, do_sample=True, temperature=1.0, top_k=0, pad_token_id=pad)
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            pad_token_id=pad,
+        )
     wall = time.perf_counter() - started
     generated = (out.shape[1] - width) * len(ids)
     return {"wall": wall, "tokens": generated, "cores": (cpu_seconds() - cpu) / wall}
@@ -68,16 +77,21 @@ def engine_generate(model_dir, ids: list[list[int]], tokens: int, threads: int |
     from vllm.inputs import TokensPrompt
 
     engine = RolloutEngine(str(model_dir), config, "float32", seed=0)
-    params = SamplingParams(n=1, max_tokens=tokens, min_tokens=tokens, ignore_eos=True, temperature=1.0,
-                            logprobs=0, detokenize=True)
+    params = SamplingParams(
+        n=1, max_tokens=tokens, min_tokens=tokens, ignore_eos=True, temperature=1.0, logprobs=0, detokenize=True
+    )
     prompts_in = [TokensPrompt(prompt_token_ids=p) for p in ids]
     engine.llm.generate(prompts_in[:2], SamplingParams(max_tokens=4), use_tqdm=False)
     started, cpu = time.perf_counter(), cpu_seconds()
     outs = engine.llm.generate(prompts_in, params, use_tqdm=False)
     wall = time.perf_counter() - started
     generated = sum(len(o.outputs[0].token_ids) for o in outs)
-    return {"wall": wall, "tokens": generated, "cores": (cpu_seconds() - cpu) / wall,
-            "threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None}
+    return {
+        "wall": wall,
+        "tokens": generated,
+        "cores": (cpu_seconds() - cpu) / wall,
+        "threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None,
+    }
 
 
 def read_bandwidth(nbytes: int = 512 * 2**20) -> float:
@@ -122,8 +136,12 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--hf-threads", type=int, default=os.cpu_count())
-    parser.add_argument("--engine-threads", type=int, default=None,
-                        help="rollout.threads of the engine (default: unset, vLLM's choice: 1 thread on 2 cores)")
+    parser.add_argument(
+        "--engine-threads",
+        type=int,
+        default=None,
+        help="rollout.threads of the engine (default: unset, vLLM's choice: 1 thread on 2 cores)",
+    )
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -145,15 +163,23 @@ def main() -> int:
 def print_table(args, facts, hf, vl, bandwidth, rate1, rate_all, prompt_mean) -> None:
     ctx = prompt_mean + args.tokens / 2  # mean context length while decoding
     flops_token = 2 * facts["matmul_weights"] + 4 * facts["layers"] * facts["hidden"] * ctx
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
-          f"load average {os.getloadavg()[0]:.2f}")
-    print(f"workload: SmolLM2-135M-Instruct fp32, {args.prompts} reasoning-gym arithmetic prompts (mean "
-          f"{prompt_mean:.0f} tokens), {args.tokens} new tokens each (EOS ignored), temperature 1")
-    print(f"limits: read bandwidth {bandwidth / 1e9:.1f} GB/s (1 core); fp32 matmul {rate1 / 1e9:.0f} GFLOP/s "
-          f"(1 thread), {rate_all / 1e9:.0f} GFLOP/s ({os.cpu_count()} threads); {facts['weight_bytes'] / 2**20:.0f} MiB "
-          f"of matmul weights read per decoding step; {flops_token / 1e6:.0f} MFLOP per token\n")
-    print("| generator | tokens | wall s | tokens/s | vs HF | cores busy | weight reads GB/s (of limit) | "
-          "GFLOP/s (of 1-thread matmul) |")
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"workload: SmolLM2-135M-Instruct fp32, {args.prompts} reasoning-gym arithmetic prompts (mean "
+        f"{prompt_mean:.0f} tokens), {args.tokens} new tokens each (EOS ignored), temperature 1"
+    )
+    print(
+        f"limits: read bandwidth {bandwidth / 1e9:.1f} GB/s (1 core); fp32 matmul {rate1 / 1e9:.0f} GFLOP/s "
+        f"(1 thread), {rate_all / 1e9:.0f} GFLOP/s ({os.cpu_count()} threads); {facts['weight_bytes'] / 2**20:.0f} MiB "
+        f"of matmul weights read per decoding step; {flops_token / 1e6:.0f} MFLOP per token\n"
+    )
+    print(
+        "| generator | tokens | wall s | tokens/s | vs HF | cores busy | weight reads GB/s (of limit) | "
+        "GFLOP/s (of 1-thread matmul) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     base = hf["tokens"] / hf["wall"]
     for name, res in (("HF generate", hf), ("posttrain vLLM engine", vl)):
@@ -161,8 +187,10 @@ def print_table(args, facts, hf, vl, bandwidth, rate1, rate_all, prompt_mean) ->
         steps = rate / args.prompts  # one decoding step advances every sequence of the batch by a token
         reads = steps * facts["weight_bytes"]
         gflops = rate * flops_token / 1e9
-        print(f"| {name} | {res['tokens']} | {res['wall']:.1f} | {rate:.1f} | {rate / base:.2f}x | {res['cores']:.2f} | "
-              f"{reads / 1e9:.2f} ({reads / bandwidth:.0%}) | {gflops:.1f} ({gflops * 1e9 / rate1:.0%}) |")
+        print(
+            f"| {name} | {res['tokens']} | {res['wall']:.1f} | {rate:.1f} | {rate / base:.2f}x | {res['cores']:.2f} | "
+            f"{reads / 1e9:.2f} ({reads / bandwidth:.0%}) | {gflops:.1f} ({gflops * 1e9 / rate1:.0%}) |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Sandbox throughput: trivial HumanEval-style checks per second through the worker pool.
 
-    .venv/bin/python bench/sandbox.py [--checks 200] [--workers 2]
+.venv/bin/python bench/sandbox.py [--checks 200] [--workers 2]
 """
 
 from __future__ import annotations

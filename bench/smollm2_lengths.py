@@ -25,13 +25,19 @@ PIPELINE = Path(__file__).parent.parent / "pipelines" / "smollm2.yaml"
 def stats(values: list[int]) -> dict:
     values = sorted(values)
     pick = lambda q: values[min(len(values) - 1, int(q * len(values)))]  # noqa: E731
-    return {"n": len(values), "mean": round(sum(values) / len(values), 1), "p10": pick(0.1), "p50": pick(0.5),
-            "p90": pick(0.9), "max": values[-1]}
+    return {
+        "n": len(values),
+        "mean": round(sum(values) / len(values), 1),
+        "p10": pick(0.1),
+        "p50": pick(0.5),
+        "p90": pick(0.9),
+        "max": values[-1],
+    }
 
 
 def sft_lengths(config, tokenizer) -> dict:
-    from posttrain.stages.sft import gold_turns, with_scratchpad
     from posttrain.data.tasks import load_tasks
+    from posttrain.stages.sft import gold_turns, with_scratchpad
 
     sft = config.stages[0]
     rng = random.Random(sft.think.seed)
@@ -42,8 +48,13 @@ def sft_lengths(config, tokenizer) -> dict:
             lengths = []
             for task in tasks:
                 turns = with_scratchpad(task.messages + gold_turns(task), think, task.verifier == "code", rng)
-                lengths.append(sum(len(tokenizer(m.content, add_special_tokens=False)["input_ids"]) + 1
-                                   for m in turns[len(task.messages):] if m.role == "assistant"))
+                lengths.append(
+                    sum(
+                        len(tokenizer(m.content, add_special_tokens=False)["input_ids"]) + 1
+                        for m in turns[len(task.messages) :]
+                        if m.role == "assistant"
+                    )
+                )
             out[f"{source.type}/{'with_think' if think else 'reference'}"] = stats(lengths)
     return out
 
@@ -52,8 +63,13 @@ def prompts_per_kind(config, per_kind: int) -> dict:
     from posttrain.data.tasks import load_tasks
 
     experts, ev = config.stages[1], config.stages[3]
-    kinds = {"general": experts.domains["general"].sources[0], "writing": experts.domains["general"].sources[1],
-             "coding": experts.domains["coding"], "humaneval": ev.domains["coding"], "agent": experts.domains["agent"]}
+    kinds = {
+        "general": experts.domains["general"].sources[0],
+        "writing": experts.domains["general"].sources[1],
+        "coding": experts.domains["coding"],
+        "humaneval": ev.domains["coding"],
+        "agent": experts.domains["agent"],
+    }
     return {k: load_tasks(s)[:per_kind] for k, s in kinds.items()}
 
 
@@ -71,9 +87,12 @@ def instruct_lengths(config, model_dir: Path, tokenizer, per_kind: int, max_toke
         params = SamplingParams(temperature=1.0, max_tokens=max_tokens)
         results = llm.generate(prompts, params, use_tqdm=False)
         lengths = [len(r.outputs[0].token_ids) for r in results]
-        out[kind] = {**stats(lengths), "cut_at_max": sum(r.outputs[0].finish_reason == "length" for r in results),
-                     "prompt_tokens_mean": round(sum(len(p["prompt_token_ids"]) for p in prompts) / len(prompts), 1),
-                     "example": results[0].outputs[0].text[:160]}
+        out[kind] = {
+            **stats(lengths),
+            "cut_at_max": sum(r.outputs[0].finish_reason == "length" for r in results),
+            "prompt_tokens_mean": round(sum(len(p["prompt_token_ids"]) for p in prompts) / len(prompts), 1),
+            "example": results[0].outputs[0].text[:160],
+        }
     return out
 
 

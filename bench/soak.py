@@ -45,12 +45,20 @@ def session_processes(sid: int) -> dict[str, list[int]]:
 
 
 def checkpoints(run_dir: Path) -> int:
-    return sum(1 for p in (run_dir / "checkpoints").rglob("*") if p.is_dir() and
-               (p.name == "final" or p.name.startswith("step_"))) if (run_dir / "checkpoints").is_dir() else 0
+    return (
+        sum(
+            1
+            for p in (run_dir / "checkpoints").rglob("*")
+            if p.is_dir() and (p.name == "final" or p.name.startswith("step_"))
+        )
+        if (run_dir / "checkpoints").is_dir()
+        else 0
+    )
 
 
-def run_once(argv: list[str], rng: random.Random, fault_every: float, log: list[dict], kinds: list[str],
-             run_dir: Path) -> int:
+def run_once(
+    argv: list[str], rng: random.Random, fault_every: float, log: list[dict], kinds: list[str], run_dir: Path
+) -> int:
     """One `posttrain run` until it exits; faults injected meanwhile. Returns its exit code.
     A trainer kill ends the run, which resumes from its newest checkpoint: the next one waits
     until a new checkpoint exists, or a busy machine could kill the run again and again
@@ -87,8 +95,11 @@ def check_accounting(run_dir: Path) -> list[str]:
     problems = []
     rows = read_metrics(run_dir)
     state = json.loads((run_dir / "run_state.json").read_text())
-    problems += [f"stage {name}: status {entry['status']}" for name, entry in state["stages"].items()
-                 if entry["status"] != "done"]
+    problems += [
+        f"stage {name}: status {entry['status']}"
+        for name, entry in state["stages"].items()
+        if entry["status"] != "done"
+    ]
     for name in sorted({r["stage"] for r in rows}):  # a stage, or one job of an experts stage
         stage_rows = [r for r in rows if r["stage"] == name]
         steps = [r["step"] for r in stage_rows]
@@ -101,8 +112,9 @@ def check_accounting(run_dir: Path) -> list[str]:
             rest = r["samples/trained"] + r["samples/queued"] + r["samples/dropped"]
             if r["samples/drawn"] != rest:
                 problems.append(f"stage {name} step {r['step']}: drawn {r['samples/drawn']} != {rest}")
-            if previous and (r["samples/drawn"] < previous["samples/drawn"]
-                             or r["samples/trained"] < previous["samples/trained"]):
+            if previous and (
+                r["samples/drawn"] < previous["samples/drawn"] or r["samples/trained"] < previous["samples/trained"]
+            ):
                 problems.append(f"stage {name} step {r['step']}: sample counters went back")
             previous = r
     return problems
@@ -121,8 +133,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pipeline", default="pipelines/quickstart.yaml")
     parser.add_argument("--run-dir", default="runs/soak")
-    parser.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="passed to posttrain run, e.g. -o stages[2].steps=10 for a shorter soak")
+    parser.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="passed to posttrain run, e.g. -o stages[2].steps=10 for a shorter soak",
+    )
     parser.add_argument("--fault-every", type=float, default=60.0, help="mean seconds between faults")
     parser.add_argument("--faults", default="engine,trainer,judge")
     parser.add_argument("--max-restarts", type=int, default=30)
@@ -143,8 +161,9 @@ def main() -> int:
             break
         restarts += 1
         print(f"[soak] run exited with {code}: resuming ({restarts})", flush=True)
-        code = run_once(cli + ["--resume", str(run_dir)], rng, args.fault_every, faults, args.faults.split(","),
-                        run_dir)
+        code = run_once(
+            cli + ["--resume", str(run_dir)], rng, args.fault_every, faults, args.faults.split(","), run_dir
+        )
     wall = time.time() - started
 
     problems = [] if code == 0 else [f"the run did not finish (exit {code}, {restarts} resumes)"]
@@ -156,14 +175,21 @@ def main() -> int:
     eval_rows, eval_problems = check_eval(run_dir)
     problems += eval_problems
     by_kind = {k: sum(f["fault"] == k for f in faults) for k in FAULTS}
-    print("\n| wall | faults injected (engine / trainer / judge) | resumes | trajectories requeued by engine deaths "
-          "| steps logged | eval rows | problems |")
+    print(
+        "\n| wall | faults injected (engine / trainer / judge) | resumes | trajectories requeued by engine deaths "
+        "| steps logged | eval rows | problems |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| {wall / 60:.1f} min | {by_kind['engine']} / {by_kind['trainer']} / {by_kind['judge']} | {restarts} | "
-          f"{requeued:.0f} | {len(rows)} | {eval_rows} | "
-          f"{'; '.join(problems) or 'none'} |")
-    (run_dir / "soak.json").write_text(json.dumps({"faults": faults, "restarts": restarts, "problems": problems,
-                                                   "eval_rows": eval_rows, "wall_s": wall}))
+    print(
+        f"| {wall / 60:.1f} min | {by_kind['engine']} / {by_kind['trainer']} / {by_kind['judge']} | {restarts} | "
+        f"{requeued:.0f} | {len(rows)} | {eval_rows} | "
+        f"{'; '.join(problems) or 'none'} |"
+    )
+    (run_dir / "soak.json").write_text(
+        json.dumps(
+            {"faults": faults, "restarts": restarts, "problems": problems, "eval_rows": eval_rows, "wall_s": wall}
+        )
+    )
     return 1 if problems else 0
 
 

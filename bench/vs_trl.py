@@ -50,12 +50,17 @@ def run_trl(args, model_dir: Path) -> dict:
     torch.set_num_threads(os.cpu_count())
     tasks = load_tasks(task_source(args))
     verifier = ReasoningGymVerifier()
-    data = Dataset.from_list([{"prompt": [{"role": m.role, "content": m.content} for m in t.messages], "idx": i}
-                              for i, t in enumerate(tasks)])
+    data = Dataset.from_list(
+        [
+            {"prompt": [{"role": m.role, "content": m.content} for m in t.messages], "idx": i}
+            for i, t in enumerate(tasks)
+        ]
+    )
 
     def reward(prompts, completions, idx, **_):
-        return [verifier.score_one(tasks[i].family, tasks[i].entry, c[0]["content"]).score
-                for i, c in zip(idx, completions)]
+        return [
+            verifier.score_one(tasks[i].family, tasks[i].entry, c[0]["content"]).score for i, c in zip(idx, completions)
+        ]
 
     ends, logs = [], []
 
@@ -73,19 +78,50 @@ def run_trl(args, model_dir: Path) -> dict:
 
     batch = args.prompts * args.group
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), max_steps=args.steps, learning_rate=args.lr,
-        per_device_train_batch_size=batch, gradient_accumulation_steps=1, num_generations=args.group,
-        generation_batch_size=batch, max_completion_length=args.max_tokens, temperature=1.0, top_p=1.0,
-        top_k=0, beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group",
-        num_iterations=1, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False, fp16=False, seed=0,
-        use_vllm=args.trl_mode == "vllm", vllm_mode="colocate", vllm_max_model_length=args.max_tokens + 128,
-        dataloader_num_workers=0, disable_dropout=True,
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=args.group,
+        generation_batch_size=batch,
+        max_completion_length=args.max_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="dapo",
+        scale_rewards="group",
+        num_iterations=1,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        seed=0,
+        use_vllm=args.trl_mode == "vllm",
+        vllm_mode="colocate",
+        vllm_max_model_length=args.max_tokens + 128,
+        dataloader_num_workers=0,
+        disable_dropout=True,
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=data,
-                          processing_class=tokenizer, callbacks=[Clock()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[Clock()],
+    )
     trainer.train()
     steps = [b - a for a, b in zip(ends, ends[1:])]
     tokens = [log.get("completions/mean_length", float("nan")) * batch for log in logs]
@@ -98,27 +134,46 @@ def run_posttrain(args, model_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
     from posttrain.config.files import validate_pipeline
-    from posttrain.runtime.infra import Infra, engine_pool, start_ray
     from posttrain.records.metrics import MetricsLog
+    from posttrain.runtime.infra import Infra, engine_pool, start_ray
     from posttrain.stages.rl import RLRun
     from posttrain.train.group import TrainerGroup
 
-    config = validate_pipeline({
-        "name": "bench-vs-trl", "model": {"name": str(model_dir)},
-        "rollout": {"engines": 1, "max_model_len": args.max_tokens + 128},
-        "trainer": {"workers": args.workers, "zero_stage": 2, "grad_clip": 1.0, "threads": args.trainer_threads},
-        "stages": [{"name": "grpo", "type": "rl", "steps": args.steps, "lr": args.lr,
-                    "prompts_per_step": args.prompts, "group_size": args.group, "max_tokens": args.max_tokens,
-                    "temperature": 1.0, "partial": {"lambda": 1.0},
+    config = validate_pipeline(
+        {
+            "name": "bench-vs-trl",
+            "model": {"name": str(model_dir)},
+            "rollout": {"engines": 1, "max_model_len": args.max_tokens + 128},
+            "trainer": {"workers": args.workers, "zero_stage": 2, "grad_clip": 1.0, "threads": args.trainer_threads},
+            "stages": [
+                {
+                    "name": "grpo",
+                    "type": "rl",
+                    "steps": args.steps,
+                    "lr": args.lr,
+                    "prompts_per_step": args.prompts,
+                    "group_size": args.group,
+                    "max_tokens": args.max_tokens,
+                    "temperature": 1.0,
+                    "partial": {"lambda": 1.0},
                     "algo": {"clip_eps_lo": 0.2, "clip_eps_hi": 0.28, "kl_beta": 0.0},
-                    "tasks": task_source(args).model_dump()}],
-    })
+                    "tasks": task_source(args).model_dump(),
+                }
+            ],
+        }
+    )
     start_ray(config, verbose=False)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-vs-trl-"))
     pool = engine_pool(config, model_dir)
     trainers = TrainerGroup(config.trainer, config.seed)
-    infra = Infra(config=config, run_dir=run_dir, trainers=trainers, pool=pool, metrics=MetricsLog(run_dir),
-                  tokenizer=AutoTokenizer.from_pretrained(model_dir))
+    infra = Infra(
+        config=config,
+        run_dir=run_dir,
+        trainers=trainers,
+        pool=pool,
+        metrics=MetricsLog(run_dir),
+        tokenizer=AutoTokenizer.from_pretrained(model_dir),
+    )
     trainers.load(str(model_dir), "float32", args.lr, 0)
     trainers.sync_weights(pool.engines)
     import ray
@@ -129,17 +184,23 @@ def run_posttrain(args, model_dir: Path) -> dict:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     trainers.shutdown()
     pool.shutdown()
-    return {"steps": [r["time/step_s"] for r in rows],
-            "tokens": [r["response_tokens/mean"] * args.prompts * args.group for r in rows],
-            "rewards": [r["reward/mean"] for r in rows]}
+    return {
+        "steps": [r["time/step_s"] for r in rows],
+        "tokens": [r["response_tokens/mean"] * args.prompts * args.group for r in rows],
+        "rewards": [r["reward/mean"] for r in rows],
+    }
 
 
 def summary(res: dict) -> dict:
     timed = slice(1, None)  # the first step is warm-up on both sides
     step = statistics.median(res["steps"][timed])
     tok_s = sum(res["tokens"][timed]) / sum(res["steps"][timed])
-    return {"step": step, "tok_s": tok_s, "reward_last": statistics.mean(res["rewards"][-3:]),
-            "reward_first": statistics.mean(res["rewards"][:3])}
+    return {
+        "step": step,
+        "tok_s": tok_s,
+        "reward_last": statistics.mean(res["rewards"][-3:]),
+        "reward_first": statistics.mean(res["rewards"][:3]),
+    }
 
 
 def main() -> int:
@@ -151,8 +212,12 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--trl-mode", choices=["plain", "vllm"], default="plain")
     parser.add_argument("--workers", type=int, default=1, help="posttrain trainer ranks (1 engine beside them)")
-    parser.add_argument("--trainer-threads", type=int, default=os.cpu_count(),
-                        help="torch threads of each posttrain rank (synchronous GRPO: the engine waits while it trains)")
+    parser.add_argument(
+        "--trainer-threads",
+        type=int,
+        default=os.cpu_count(),
+        help="torch threads of each posttrain rank (synchronous GRPO: the engine waits while it trains)",
+    )
     args = parser.parse_args()
 
     import trl
@@ -182,19 +247,28 @@ def main() -> int:
     load.append(os.getloadavg()[0])
 
     t, p = summary(trl_res), summary(ours)
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, TRL {trl.__version__} "
-          f"({args.trl_mode} generation); load average at start / between / end: "
-          + " / ".join(f"{x:.1f}" for x in load))
-    print(f"workload: SmolLM2-135M-Instruct fp32, reasoning-gym basic_arithmetic (2-3 terms, up to 2 digits), "
-          f"{args.prompts} prompts x {args.group} samples per step, max_tokens {args.max_tokens}, lr {args.lr}, "
-          f"{args.steps} steps each (first one not timed); posttrain: 1 engine, {args.workers} trainer rank(s) "
-          f"of {args.trainer_threads} thread(s)\n")
-    print("| trainer | wall s per step (median) | generated tokens/s | reward first 3 -> last 3 steps | "
-          "reward per step | speed-up |")
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+        f"TRL {trl.__version__} "
+        f"({args.trl_mode} generation); load average at start / between / end: " + " / ".join(f"{x:.1f}" for x in load)
+    )
+    print(
+        f"workload: SmolLM2-135M-Instruct fp32, reasoning-gym basic_arithmetic (2-3 terms, up to 2 digits), "
+        f"{args.prompts} prompts x {args.group} samples per step, max_tokens {args.max_tokens}, lr {args.lr}, "
+        f"{args.steps} steps each (first one not timed); posttrain: 1 engine, {args.workers} trainer rank(s) "
+        f"of {args.trainer_threads} thread(s)\n"
+    )
+    print(
+        "| trainer | wall s per step (median) | generated tokens/s | reward first 3 -> last 3 steps | "
+        "reward per step | speed-up |"
+    )
     print("|---|---|---|---|---|---|")
     for name, res, s in (("TRL GRPOTrainer", trl_res, t), ("posttrain", ours, p)):
-        print(f"| {name} | {s['step']:.2f} | {s['tok_s']:.1f} | {s['reward_first']:.3f} -> {s['reward_last']:.3f} | "
-              + " ".join(f"{r:.2f}" for r in res["rewards"]) + f" | {t['step'] / s['step']:.2f}x |")
+        print(
+            f"| {name} | {s['step']:.2f} | {s['tok_s']:.1f} | {s['reward_first']:.3f} -> {s['reward_last']:.3f} | "
+            + " ".join(f"{r:.2f}" for r in res["rewards"])
+            + f" | {t['step'] / s['step']:.2f}x |"
+        )
     return 0
 
 

@@ -44,18 +44,28 @@ def main() -> int:
     import ray
 
     from posttrain.config.files import validate_pipeline
-    from posttrain.runtime.infra import start_ray
     from posttrain.models import resolve_model
     from posttrain.rollout.engine import RolloutEngine
+    from posttrain.runtime.infra import start_ray
     from posttrain.train.group import TrainerGroup
 
-    config = validate_pipeline({
-        "name": "bench-sync", "model": {"name": args.model},
-        "rollout": {"engines": 1, "max_model_len": 256},
-        "trainer": {"workers": args.workers, "zero_stage": 2},
-        "stages": [{"name": "rl", "type": "rl", "steps": 1, "lr": 1e-6,
-                    "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]}}],
-    })
+    config = validate_pipeline(
+        {
+            "name": "bench-sync",
+            "model": {"name": args.model},
+            "rollout": {"engines": 1, "max_model_len": 256},
+            "trainer": {"workers": args.workers, "zero_stage": 2},
+            "stages": [
+                {
+                    "name": "rl",
+                    "type": "rl",
+                    "steps": 1,
+                    "lr": 1e-6,
+                    "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]},
+                }
+            ],
+        }
+    )
     model_dir = resolve_model(config.model)
     start_ray(config, verbose=False)
     engine = RolloutEngine.remote_actor(str(model_dir), config.rollout, "float32", 0)
@@ -84,18 +94,24 @@ def main() -> int:
     ray.kill(engine)
 
     med = statistics.median
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
-          f"load average at the end {os.getloadavg()[0]:.2f}")
-    print(f"model: {args.model}, {facts['parameters'] / 1e6:.1f} M parameters, packet {nbytes / 2**20:.0f} MiB "
-          f"(fp32, tied lm_head sent as its own name), {args.workers} trainer rank(s), 1 engine, "
-          f"median of {args.reps} syncs after one warm-up")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
+        f"load average at the end {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"model: {args.model}, {facts['parameters'] / 1e6:.1f} M parameters, packet {nbytes / 2**20:.0f} MiB "
+        f"(fp32, tied lm_head sent as its own name), {args.workers} trainer rank(s), 1 engine, "
+        f"median of {args.reps} syncs after one warm-up"
+    )
     print()
     print("| what | seconds (median) | GB/s | x one memcpy |")
     print("|---|---|---|---|")
-    for name, seconds in (("sync_weights, end to end", med(total)),
-                          ("  trainer: state dict -> object store", med(pack)),
-                          ("  engine: object store -> model (reload_weights)", med(load)),
-                          ("one memcpy of the same bytes (limit)", copy_median)):
+    for name, seconds in (
+        ("sync_weights, end to end", med(total)),
+        ("  trainer: state dict -> object store", med(pack)),
+        ("  engine: object store -> model (reload_weights)", med(load)),
+        ("one memcpy of the same bytes (limit)", copy_median),
+    ):
         print(f"| {name} | {seconds:.3f} | {nbytes / seconds / 1e9:.1f} | {seconds / copy_median:.1f}x |")
     print(f"\nbest memcpy {copy_best:.3f} s; ratio sync/memcpy = {med(total) / copy_median:.1f}x (target <= 3x)")
     return 0

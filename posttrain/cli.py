@@ -30,11 +30,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("pipeline", nargs="?", help="pipeline YAML file (not with --resume)")
     run.add_argument("--run-dir", help="run folder (default: runs/NAME)")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run from its newest checkpoints")
-    run.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE",
-                     help="set a config value, e.g. -o stages[1].steps=10 (repeatable)")
+    run.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config value, e.g. -o stages[1].steps=10 (repeatable)",
+    )
     run.add_argument("--verbose", action="store_true", help="show engine and trainer logs")
-    run.add_argument("--dry-run", action="store_true",
-                     help="print the placement plan (slots, nodes, expert job order) and start nothing")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the placement plan (slots, nodes, expert job order) and start nothing",
+    )
     box = sub.add_parser("sandbox", help="run one program in the code sandbox and print its verdict as JSON")
     box.add_argument("program", help="Python file")
     box.add_argument("--tests", help="Python file run after the program, in the same module")
@@ -55,8 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     rev.add_argument("--show", metavar="ID", help="print one candidate with its verdicts")
     rev.add_argument("--accept", action="append", default=[], metavar="ID", help="accept a candidate (repeatable)")
     rev.add_argument("--reject", action="append", default=[], metavar="ID", help="reject a candidate (repeatable)")
-    rev.add_argument("--edit", action="append", default=[], metavar="ID", help="replace a candidate's conversation by --file's")
-    rev.add_argument("--file", action="append", default=[], metavar="F", help="JSON conversation for the --edit at the same position")
+    rev.add_argument(
+        "--edit", action="append", default=[], metavar="ID", help="replace a candidate's conversation by --file's"
+    )
+    rev.add_argument(
+        "--file", action="append", default=[], metavar="F", help="JSON conversation for the --edit at the same position"
+    )
     _cluster_parsers(sub)
     return parser
 
@@ -66,8 +79,13 @@ def _cluster_parsers(sub) -> None:
     submit.add_argument("pipeline", help="pipeline YAML file (validated here first)")
     submit.add_argument("--run-dir", help="run folder on the cluster (default: runs/NAME, made absolute here)")
     submit.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
-    submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="environment variable of the job on the cluster (repeatable)")
+    submit.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable of the job on the cluster (repeatable)",
+    )
     status = sub.add_parser("status", help="status, times and run folder of one or all submitted runs")
     status.add_argument("submission_id", nargs="?")
     status.add_argument("--json", action="store_true", help="print a JSON list")
@@ -76,8 +94,10 @@ def _cluster_parsers(sub) -> None:
     logs.add_argument("--follow", action="store_true", help="stream until the run ends; exit 0 only if it succeeded")
     for cmd in (submit, status, logs):
         cmd.add_argument("--address", required=True, help="Ray dashboard address, e.g. http://HEAD:8265")
-        cmd.add_argument("--token-file", help="file holding the cluster token (else RAY_AUTH_TOKEN, "
-                         "RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)")
+        cmd.add_argument(
+            "--token-file",
+            help="file holding the cluster token (else RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)",
+        )
 
 
 def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
@@ -87,12 +107,20 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
     show.add_argument("--stage", help="RL stage (default: the last one with saved rollouts)")
     show.add_argument("--step", type=int, help="step (default: the last)")
     show.add_argument("--sample", help="one sample by id, STEP-INDEX (e.g. 3-0)")
-    show.add_argument("--worst", type=int, metavar="K", help="the K lowest-reward samples (of --step, else of the stage)")
+    show.add_argument(
+        "--worst", type=int, metavar="K", help="the K lowest-reward samples (of --step, else of the stage)"
+    )
     replay = sub.add_parser("replay", help="rescore saved rollouts with the run's (or a changed) reward config")
     replay.add_argument("run_dir")
     replay.add_argument("--stage", help="RL stage (default: the last one with saved rollouts)")
-    replay.add_argument("-o", "--override", action="append", default=[], metavar="reward.KEY=VALUE",
-                        help="change the stage's config, e.g. -o reward.grm.length_cap=64 (repeatable)")
+    replay.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        metavar="reward.KEY=VALUE",
+        help="change the stage's config, e.g. -o reward.grm.length_cap=64 (repeatable)",
+    )
     replay.add_argument("--step", type=int, action="append", help="only this step (repeatable)")
     replay.add_argument("--last", type=int, metavar="K", help="only the last K steps")
     replay.add_argument("--top", type=int, default=10, help="how many most-changed samples to list")
@@ -119,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         from posttrain.synthesis.store import ReviewError
 
         try:
-            return review(Path(args.run_dir), args.stage, args.accept, args.reject, args.edit, args.file, args.show,
-                          args.list)
+            return review(
+                Path(args.run_dir), args.stage, args.accept, args.reject, args.edit, args.file, args.show, args.list
+            )
         except ReviewError as exc:
             print(f"posttrain review: {exc}", file=sys.stderr)
             return 2
@@ -142,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             print(dump_config(config), end="")
             return 0
         if args.command == "run" and args.dry_run:
-            from posttrain.runtime.dryrun import dry_run
             from posttrain.pipeline import preflight
+            from posttrain.runtime.dryrun import dry_run
 
             preflight(config, args.pipeline)
             print(dry_run(config))
@@ -170,16 +199,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cluster(args) -> int:
-    from posttrain.runtime import cluster
     from posttrain.config.files import ConfigError
+    from posttrain.runtime import cluster
 
     try:
         if args.command == "submit":
-            sid, run_dir = cluster.submit(args.pipeline, args.address, args.run_dir, args.override,
-                                          args.token_file, args.env)
+            sid, run_dir = cluster.submit(
+                args.pipeline, args.address, args.run_dir, args.override, args.token_file, args.env
+            )
             follow = f"--address {args.address}" + (f" --token-file {args.token_file}" if args.token_file else "")
-            print(f"submitted {sid}\nrun folder (on the cluster): {run_dir}\n"
-                  f"follow it: posttrain status {sid} {follow}\n           posttrain logs {sid} {follow} --follow")
+            print(
+                f"submitted {sid}\nrun folder (on the cluster): {run_dir}\n"
+                f"follow it: posttrain status {sid} {follow}\n           posttrain logs {sid} {follow} --follow"
+            )
             return 0
         client = cluster.connect(args.address, args.token_file)
         if args.command == "status":
@@ -264,8 +296,10 @@ def _resume(args) -> int:
     run_dir = Path(args.resume)
     resolved = run_dir / "config.resolved.yaml"
     if args.pipeline or args.override or args.run_dir:
-        print("posttrain run --resume: the run's own config.resolved.yaml is used; drop PIPELINE, -o and --run-dir",
-              file=sys.stderr)
+        print(
+            "posttrain run --resume: the run's own config.resolved.yaml is used; drop PIPELINE, -o and --run-dir",
+            file=sys.stderr,
+        )
         return 2
     if not (run_dir / "run_state.json").is_file() or not resolved.is_file():
         print(f"{run_dir}: not a run folder (no run_state.json or config.resolved.yaml)", file=sys.stderr)

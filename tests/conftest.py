@@ -30,8 +30,13 @@ def ray_session():
 
     from posttrain.runtime.infra import QUIET_ENV
 
-    ray.init(num_cpus=6, include_dashboard=False, object_store_memory=512 * 2**20, log_to_driver=False,
-             runtime_env={"env_vars": {k: v for k, v in QUIET_ENV.items() if v}})
+    ray.init(
+        num_cpus=6,
+        include_dashboard=False,
+        object_store_memory=512 * 2**20,
+        log_to_driver=False,
+        runtime_env={"env_vars": {k: v for k, v in QUIET_ENV.items() if v}},
+    )
     yield ray
     ray.shutdown()
 

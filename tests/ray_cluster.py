@@ -64,17 +64,28 @@ class LocalCluster:
         programs' included, with its 95% threshold, and on a shared machine it killed this
         cluster's job supervisor for memory that other runs held."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.token_file), RAY_USAGE_STATS_ENABLED="0",
-                   RAY_memory_monitor_refresh_ms="0", PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
-                   **self.env)
+        env.update(
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN_PATH=str(self.token_file),
+            RAY_USAGE_STATS_ENABLED="0",
+            RAY_memory_monitor_refresh_ms="0",
+            PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
+            **self.env,
+        )
         return env
 
     def start(self, timeout: float = 120, tries: int = 3) -> LocalCluster:
         """Start the head, then the workers one at a time. A node that exits while starting
         is started again (Ray gives a raylet 30 s to register, which a loaded machine can miss)."""
         names = list(self.nodes)
-        head = ["--head", f"--port={self.gcs_port}", f"--dashboard-port={self.dashboard_port}",
-                "--dashboard-host=127.0.0.1", "--include-dashboard=true", f"--ray-client-server-port={free_port()}"]
+        head = [
+            "--head",
+            f"--port={self.gcs_port}",
+            f"--dashboard-port={self.dashboard_port}",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            f"--ray-client-server-port={free_port()}",
+        ]
         for attempt in range(tries):
             try:
                 self._start_node(names[0], head)
@@ -96,17 +107,33 @@ class LocalCluster:
 
     def _start_node(self, name: str, args: list[str]) -> None:
         cpus, resources = self.nodes[name]
-        ports = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-                 "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port"]
-        cmd = [RAY, "start", "--block", "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
-               f"--num-cpus={cpus}", f"--resources={json.dumps({name: 1, **resources})}",
-               f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats", *args]
+        ports = [
+            "--node-manager-port",
+            "--object-manager-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--metrics-export-port",
+            "--runtime-env-agent-port",
+        ]
+        cmd = [
+            RAY,
+            "start",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={self.temp_dir}",
+            f"--num-cpus={cpus}",
+            f"--resources={json.dumps({name: 1, **resources})}",
+            f"--object-store-memory={self.object_store_bytes}",
+            "--disable-usage-stats",
+            *args,
+        ]
         for flag in ports:
             cmd += [flag, str(free_port())]
         self.node_manager_ports[name] = int(cmd[cmd.index("--node-manager-port") + 1])
         with open(self.temp_dir / f"{name}.out", "w") as log:  # the child keeps its own copy
-            self.procs[name] = subprocess.Popen(cmd, env=self.node_env(), stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True)
+            self.procs[name] = subprocess.Popen(
+                cmd, env=self.node_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def _wait_dashboard(self, timeout: float) -> None:
         deadline = time.time() + timeout
@@ -123,8 +150,9 @@ class LocalCluster:
 
     def alive_nodes(self) -> list[dict]:
         """The cluster's alive nodes, through the dashboard's REST API (with the token)."""
-        req = urllib.request.Request(f"{self.dashboard}/nodes?view=summary",
-                                     headers={"Authorization": f"Bearer {self.token()}"})
+        req = urllib.request.Request(
+            f"{self.dashboard}/nodes?view=summary", headers={"Authorization": f"Bearer {self.token()}"}
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             summary = json.load(resp)["data"]["summary"]
         return [n for n in summary if n["raylet"]["state"] == "ALIVE"]

@@ -32,22 +32,25 @@ def test_tool_calls_are_parsed_and_executed():
     assert agent.step(state, "The answer is 72.", 0) is None and state.final == "The answer is 72."
 
 
-@pytest.mark.parametrize("turn, message", [
-    ("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"1+</tool_call>", "not valid JSON"),
-    ("<tool_call>[1, 2]</tool_call>", "must be a JSON object"),
-    ("<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>", "unknown tool 'rm_rf'"),
-    (call("kv_set", key="a"), "missing value"),
-    (call("kv_get", key="a", extra=1), "unexpected extra"),
-    (call("kv_get", key="nothing"), "no key 'nothing'"),
-    ("<tool_call>{\"name\": \"kv_get\", \"arguments\": [\"a\"]}</tool_call>", "must be a JSON object"),
-    ("<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": \"2+", "without a closing"),
-    (call("calculator", expression="__import__('os').system('id')"), "only numbers"),
-    (call("calculator", expression="9 ** 9 ** 9"), "too large"),
-    (call("calculator", expression="1 / 0"), "division by zero"),
-    (call("calculator", expression="1" * 300), "longer than 200"),
-    (call("kv_set", key="k", value={"nested": 1}), "strings or numbers"),
-    (call("search", query="  "), "empty query"),
-])
+@pytest.mark.parametrize(
+    "turn, message",
+    [
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "1+</tool_call>', "not valid JSON"),
+        ("<tool_call>[1, 2]</tool_call>", "must be a JSON object"),
+        ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', "unknown tool 'rm_rf'"),
+        (call("kv_set", key="a"), "missing value"),
+        (call("kv_get", key="a", extra=1), "unexpected extra"),
+        (call("kv_get", key="nothing"), "no key 'nothing'"),
+        ('<tool_call>{"name": "kv_get", "arguments": ["a"]}</tool_call>', "must be a JSON object"),
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "2+', "without a closing"),
+        (call("calculator", expression="__import__('os').system('id')"), "only numbers"),
+        (call("calculator", expression="9 ** 9 ** 9"), "too large"),
+        (call("calculator", expression="1 / 0"), "division by zero"),
+        (call("calculator", expression="1" * 300), "longer than 200"),
+        (call("kv_set", key="k", value={"nested": 1}), "strings or numbers"),
+        (call("search", query="  "), "empty query"),
+    ],
+)
 def test_malformed_calls_get_an_error_as_the_tool_result(turn, message):
     state = agent.EnvState()
     reply = agent.step(state, turn, 0)
@@ -106,8 +109,13 @@ def test_answer_matching_is_lenient_on_form_only():
 
 def test_a_broken_agent_task_is_flagged_not_crashed():
     task = load_tasks(AgentTasks(type="agent", size=1))[0]
-    broken = Sample(task.__class__(task.task_id, task.family, task.messages, entry={}, verifier="agent"), 0, (1,),
-                    Completion((), (), "", "stop"), env={})
+    broken = Sample(
+        task.__class__(task.task_id, task.family, task.messages, entry={}, verifier="agent"),
+        0,
+        (1,),
+        Completion((), (), "", "stop"),
+        env={},
+    )
     ok = sample_for(task, play(task, ["x"]))
     results = score_sync(AgentVerifier(), [broken, ok])
     assert not results[0].ok and "no success check" in results[0].reason
@@ -148,7 +156,9 @@ def test_multi_turn_masks_cover_exactly_the_models_tokens(tokenizer):
     # the tokens are those of the conversation rendered by the chat template
     rendered = tokenizer.apply_chat_template(
         [{"role": m.role, "content": m.content} for m in task.messages]
-        + [{"role": r, "content": c} for r, c in task.entry["gold"]], tokenize=False)
+        + [{"role": r, "content": c} for r, c in task.entry["gold"]],
+        tokenize=False,
+    )
     assert tokenizer.decode(list(prompt) + traj.response_ids) == rendered.rstrip("\n")
     assert traj.env["kv"] == task.entry["check"]["kv"] and traj.env["done"]
     assert AgentVerifier().score_one(sample_for(task, agent.EnvState.from_dict(traj.env))).score == 1.0
@@ -169,7 +179,9 @@ def test_turn_limit_and_context_end_an_episode(tokenizer):
     prompt = tuple(render_prompt(tokenizer, task.messages))
     traj, tight = queue.add_group(task, prompt, 2, max_tokens=400, budget=None, version=0)
     loop = AgentLoop(tokenizer, max_model_len=len(prompt) + 60)
-    turn = tokenizer(call("calculator", expression="1+1"), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    turn = tokenizer(call("calculator", expression="1+1"), add_special_tokens=False)["input_ids"] + [
+        tokenizer.eos_token_id
+    ]
     for _ in range(2):
         traj.extend(turn, [0.0] * len(turn), 0, "stop")
         loop.advance(queue, [traj], 0)
@@ -188,12 +200,16 @@ def test_a_broken_environment_flags_its_episode_and_the_others_go_on(tokenizer):
     bad = bad.__class__(bad.task_id, bad.family, bad.messages, bad.answer, dict(bad.entry, max_turns="x"), "agent")
     queue = PartialRolloutQueue(max_staleness=4)
     trajs = [queue.add_group(t, tuple(render_prompt(tokenizer, t.messages)), 1, 100, None, 0)[0] for t in (good, bad)]
-    turn = tokenizer(call("calculator", expression="2+2"), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    turn = tokenizer(call("calculator", expression="2+2"), add_special_tokens=False)["input_ids"] + [
+        tokenizer.eos_token_id
+    ]
     for traj in trajs:
         traj.extend(turn, [0.0] * len(turn), 0, "stop")
     assert AgentLoop(tokenizer, 1024).advance(queue, trajs, 0) == 1
     assert not trajs[0].finished and trajs[1].finish_reason == "env_error"
-    result = AgentVerifier().score_one(Sample(bad, 0, (1,), Completion((1,), (0.0,), "", "env_error"), env=trajs[1].env))
+    result = AgentVerifier().score_one(
+        Sample(bad, 0, (1,), Completion((1,), (0.0,), "", "env_error"), env=trajs[1].env)
+    )
     assert not result.ok and "environment failed: TypeError" in result.reason
 
 
@@ -205,9 +221,13 @@ def test_sft_examples_mask_tool_results(tokenizer):
     convs = sft_conversations(stage)
     seqs = sft_sequences(tokenizer, convs, max_len=2048)
     for messages, seq in zip(convs, seqs):
-        trained = [t for t, m in zip(seq.token_ids[seq.prompt_len:], seq.loss_mask) if m]
-        want = [t for m in messages if m.role == "assistant"
-                for t in tokenizer(m.content, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]]
+        trained = [t for t, m in zip(seq.token_ids[seq.prompt_len :], seq.loss_mask) if m]
+        want = [
+            t
+            for m in messages
+            if m.role == "assistant"
+            for t in tokenizer(m.content, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        ]
         assert trained == want
         assert messages[-1] == Message("assistant", messages[-1].content) and any(m.role == "tool" for m in messages)
 
@@ -221,21 +241,34 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
     with one engine, two ZeRO-2 ranks, and an RL stage over agent tasks."""
     from transformers import AutoTokenizer
 
-    from posttrain.config import (AgentTasks, PipelineConfig, RLStage, RolloutConfig, SFTStage, TrainerConfig)
-    from posttrain.runtime.infra import Infra
-    from posttrain.stages.rl import RLRun
+    from posttrain.config import AgentTasks, PipelineConfig, RLStage, RolloutConfig, SFTStage, TrainerConfig
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.rollout.pool import EnginePool
+    from posttrain.runtime.infra import Infra
+    from posttrain.stages.rl import RLRun
     from posttrain.stages.sft import sft_conversations, sft_sequences
     from posttrain.train.group import TrainerGroup
     from posttrain.types import LossSpec
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
     tasks = AgentTasks(type="agent", size=64, families=["calculator"], max_turns=3, system_prompt="")
-    stage = RLStage(name="agent", type="rl", lr=1e-4, steps=1, tasks=tasks, prompts_per_step=4, group_size=4,
-                    max_tokens=80, temperature=1.0)
-    config = PipelineConfig(model={"name": "tiny"}, rollout=RolloutConfig(max_model_len=320),
-                            trainer=TrainerConfig(workers=2, micro_batch_tokens=1024), stages=[stage])
+    stage = RLStage(
+        name="agent",
+        type="rl",
+        lr=1e-4,
+        steps=1,
+        tasks=tasks,
+        prompts_per_step=4,
+        group_size=4,
+        max_tokens=80,
+        temperature=1.0,
+    )
+    config = PipelineConfig(
+        model={"name": "tiny"},
+        rollout=RolloutConfig(max_model_len=320),
+        trainer=TrainerConfig(workers=2, micro_batch_tokens=1024),
+        stages=[stage],
+    )
     trainers = TrainerGroup(config.trainer, seed=0)
     trainers.load(str(tiny_dir), "float32", lr=3e-3, warmup_steps=0)
     sft = sft_sequences(tokenizer, sft_conversations(SFTStage(name="s", type="sft", lr=1e-3, steps=1, data=tasks)), 320)
@@ -275,8 +308,12 @@ def test_episodes_on_the_engine_alternate_turns_and_train_on_model_tokens_only(a
     # also after tool messages were spliced into the context
     assert logp_mismatch(seqs, out["logp"]) < 1e-4
     later = [(lt, s) for s, lt in zip(seqs, out["logp"]) if 0.0 in s.loss_mask]
-    tail = [abs(a - b) for lt, s in later
-            for i, (a, b, m) in enumerate(zip(lt, s.logp_engine, s.loss_mask)) if m and i > s.loss_mask.index(0.0)]
+    tail = [
+        abs(a - b)
+        for lt, s in later
+        for i, (a, b, m) in enumerate(zip(lt, s.logp_engine, s.loss_mask))
+        if m and i > s.loss_mask.index(0.0)
+    ]
     assert tail and float(np.mean(tail)) < 1e-4
 
 

@@ -27,22 +27,45 @@ PIPELINE = {
     "rollout": {"max_model_len": 96, "engines": 1, "num_cpus": 1},
     "trainer": {"workers": 1, "num_cpus": 1},
     "stages": [
-        {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3, "batch_size": 8,
-         "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 20}},
-        {"name": "experts", "type": "experts", "steps": 1, "lr": 1e-4, "prompts_per_step": 2, "group_size": 2,
-         "max_tokens": 8, "parallel": 2, "efforts": {"max": {"tokens": 6}},
-         "domains": {"general": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 20, "seed": 3},
-                     "agent": {"type": "agent", "size": 10, "seed": 5, "families": ["calculator"],
-                               "system_prompt": ""}}},
+        {
+            "name": "sft",
+            "type": "sft",
+            "steps": 2,
+            "lr": 1e-3,
+            "batch_size": 8,
+            "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 20},
+        },
+        {
+            "name": "experts",
+            "type": "experts",
+            "steps": 1,
+            "lr": 1e-4,
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "max_tokens": 8,
+            "parallel": 2,
+            "efforts": {"max": {"tokens": 6}},
+            "domains": {
+                "general": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 20, "seed": 3},
+                "agent": {"type": "agent", "size": 10, "seed": 5, "families": ["calculator"], "system_prompt": ""},
+            },
+        },
     ],
 }
+
 
 def cli(*args, env=None, timeout=60):
     """The CLI in a subprocess, with no Ray token of the caller's unless `env` gives one."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**base, **(env or {})}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, **(env or {})},
+        check=False,
+    )
 
 
 # ---------------------------------------------------------------- units, no cluster
@@ -175,8 +198,9 @@ def test_three_nodes_each_with_its_own_resources(ray_cluster):
     assert owned == ["accelA", "accelB", "head", "nodeA", "nodeB"]
     assert len({n["raylet"]["nodeId"] for n in nodes}) == 3
     # run_state.json names a job's node IP:NODE_MANAGER_PORT; one IP here, so the port must tell them apart
-    named = {ray_cluster.node_name(f"{n['raylet']['nodeManagerAddress']}:{n['raylet']['nodeManagerPort']}")
-             for n in nodes}
+    named = {
+        ray_cluster.node_name(f"{n['raylet']['nodeManagerAddress']}:{n['raylet']['nodeManagerPort']}") for n in nodes
+    }
     assert named == {"head", "node_a", "node_b"}
 
 
@@ -196,8 +220,16 @@ def test_submit_status_logs_and_expert_jobs_spread_across_nodes(ray_cluster, tmp
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run_dir = tmp_path / "run"
     token = {"RAY_AUTH_TOKEN": ray_cluster.token()}
-    sub = cli("submit", str(tmp_path / "p.yaml"), "--address", ray_cluster.dashboard, "--run-dir", str(run_dir),
-              "--token-file", str(ray_cluster.token_file))
+    sub = cli(
+        "submit",
+        str(tmp_path / "p.yaml"),
+        "--address",
+        ray_cluster.dashboard,
+        "--run-dir",
+        str(run_dir),
+        "--token-file",
+        str(ray_cluster.token_file),
+    )
     assert sub.returncode == 0, sub.stderr[-2000:]
     sid = sub.stdout.split()[1]
     assert sid.startswith("onray-") and f"posttrain logs {sid}" in sub.stdout and str(run_dir) in sub.stdout

@@ -23,12 +23,15 @@ def verifier():
     v.close()
 
 
-@pytest.mark.parametrize("text, code", [
-    ("```python\ndef f():\n    return 1\n```", "def f():\n    return 1\n"),
-    ("first\n```py\nx = 1\n```\nthen\n```python\nx = 2\n```", "x = 2\n"),
-    ("```python\ndef f():\n    return 3", "def f():\n    return 3"),
-    ("def g(): pass", "def g(): pass"),
-])
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        ("```python\ndef f():\n    return 1\n```", "def f():\n    return 1\n"),
+        ("first\n```py\nx = 1\n```\nthen\n```python\nx = 2\n```", "x = 2\n"),
+        ("```python\ndef f():\n    return 3", "def f():\n    return 3"),
+        ("def g(): pass", "def g(): pass"),
+    ],
+)
 def test_extract_code(text, code):
     assert extract_code(text) == code
 
@@ -45,9 +48,12 @@ def test_generated_tasks_reference_passes_and_wrong_fails(verifier):
 
 def test_fraction_reward_and_hostile_answer(verifier):
     (task,) = load_tasks(CodingTasks(type="coding", size=1, seed=1, reward="fraction"))
-    half = "```python\n_calls = 0\n" + task.answer.split("```python\n")[1].split("```")[0].replace(
-        "def solve(", "def _ref(") + "def solve(*a):\n    global _calls\n    _calls += 1\n" \
+    half = (
+        "```python\n_calls = 0\n"
+        + task.answer.split("```python\n")[1].split("```")[0].replace("def solve(", "def _ref(")
+        + "def solve(*a):\n    global _calls\n    _calls += 1\n"
         "    return _ref(*a) if _calls % 2 else 'nope'\n```"
+    )
     (result,) = score_sync(verifier, [sample(task, half)])
     assert result.score == pytest.approx(3 / 5) and result.details["passed"] == 3
     (loop,) = score_sync(verifier, [sample(task, "```python\nwhile True:\n    pass\n```")])
@@ -65,8 +71,9 @@ def test_router_sends_each_sample_to_its_source(verifier):
     code_task = load_tasks(CodingTasks(type="coding", size=1))[0]
     math_task = load_tasks(ReasoningGymTasks(families=[ReasoningGymFamily(name="chain_sum")], size=1))[0]
     router = RewardRouter({"reasoning_gym": ReasoningGymVerifier(), "code": verifier})
-    results = score_sync(router, [sample(math_task, math_task.answer), sample(code_task, code_task.answer),
-                                  sample(math_task, "-12345")])
+    results = score_sync(
+        router, [sample(math_task, math_task.answer), sample(code_task, code_task.answer), sample(math_task, "-12345")]
+    )
     assert [(r.source, r.score) for r in results] == [("reasoning_gym", 1.0), ("code", 1.0), ("reasoning_gym", 0.0)]
     (orphan,) = score_sync(RewardRouter({}), [sample(code_task, "x")])
     assert not orphan.ok and "no reward source 'code'" in orphan.reason

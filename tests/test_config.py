@@ -14,10 +14,20 @@ GOOD = {
     "name": "t",
     "model": {"name": "tiny"},
     "stages": [
-        {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3,
-         "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4}},
-        {"name": "grpo", "type": "rl", "steps": 2, "lr": 1e-4,
-         "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4}},
+        {
+            "name": "sft",
+            "type": "sft",
+            "steps": 2,
+            "lr": 1e-3,
+            "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4},
+        },
+        {
+            "name": "grpo",
+            "type": "rl",
+            "steps": 2,
+            "lr": 1e-4,
+            "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4},
+        },
     ],
 }
 
@@ -45,21 +55,27 @@ def test_good_config_loads_with_defaults(tmp_path):
     assert config.stages[1].group_size == 8
 
 
-@pytest.mark.parametrize("data, expected", [
-    (broken(**{"stages.1.lr": -1}), "p.yaml: stages[1].lr: must be > 0"),
-    (broken(**{"stages.1.lr": "fast"}), "p.yaml: stages[1].lr: "),
-    (broken(**{"stages.0.colour": 1}), "p.yaml: stages[0].colour: unknown key"),
-    (broken(**{"trainer": {"zero_stage": 5}}), "p.yaml: trainer.zero_stage: must be <= 3"),
-    (broken(**{"stages.1.type": "ppo"}), "p.yaml: stages[1]: unknown type 'ppo'"),
-    (broken(**{"stages.1.init_from": "nope"}), "stages[1] (grpo).init_from: 'nope' names no earlier stage"),
-    (broken(**{"model": {"name": "/no/such/folder"}}), "p.yaml: model.name: model path does not exist: /no/such/folder"),
-    (broken(**{"stages.1.group_size": 1}), "p.yaml: stages[1].group_size: must be >= 2"),
-    (broken(**{"stages": []}), "p.yaml: stages: must have at least 1 item(s)"),
-    ("a: [1, 2\n", "p.yaml: invalid YAML: line 2"),
-    ("", "p.yaml: file is empty"),
-    ("- 1\n- 2\n", "p.yaml: top level must be a mapping"),
-    (b"\xff\xfe\x00garbage", "p.yaml: not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (broken(**{"stages.1.lr": -1}), "p.yaml: stages[1].lr: must be > 0"),
+        (broken(**{"stages.1.lr": "fast"}), "p.yaml: stages[1].lr: "),
+        (broken(**{"stages.0.colour": 1}), "p.yaml: stages[0].colour: unknown key"),
+        (broken(**{"trainer": {"zero_stage": 5}}), "p.yaml: trainer.zero_stage: must be <= 3"),
+        (broken(**{"stages.1.type": "ppo"}), "p.yaml: stages[1]: unknown type 'ppo'"),
+        (broken(**{"stages.1.init_from": "nope"}), "stages[1] (grpo).init_from: 'nope' names no earlier stage"),
+        (
+            broken(**{"model": {"name": "/no/such/folder"}}),
+            "p.yaml: model.name: model path does not exist: /no/such/folder",
+        ),
+        (broken(**{"stages.1.group_size": 1}), "p.yaml: stages[1].group_size: must be >= 2"),
+        (broken(**{"stages": []}), "p.yaml: stages: must have at least 1 item(s)"),
+        ("a: [1, 2\n", "p.yaml: invalid YAML: line 2"),
+        ("", "p.yaml: file is empty"),
+        ("- 1\n- 2\n", "p.yaml: top level must be a mapping"),
+        (b"\xff\xfe\x00garbage", "p.yaml: not UTF-8"),
+    ],
+)
 def test_errors_name_file_key_and_problem(tmp_path, data, expected):
     path = tmp_path / "p.yaml"
     if isinstance(data, bytes):
@@ -83,15 +99,22 @@ def test_overrides(tmp_path):
         load_pipeline(write(tmp_path, GOOD), ["stages[1].steps=0"])
 
 
-@pytest.mark.parametrize("data, key", [
-    (broken(**{"stages.1.lr": 0}), "stages[1].lr: must be > 0"),
-    (broken(**{"stages.1.tasks.families": [{"name": "no_such_family"}]}), "stages[1].tasks.families[0]:"),
-    ("stages: [oops\n", "invalid YAML"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        (broken(**{"stages.1.lr": 0}), "stages[1].lr: must be > 0"),
+        (broken(**{"stages.1.tasks.families": [{"name": "no_such_family"}]}), "stages[1].tasks.families[0]:"),
+        ("stages: [oops\n", "invalid YAML"),
+    ],
+)
 def test_cli_prints_one_line_and_exits_2(tmp_path, data, key):
     path = write(tmp_path, data)
-    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "run", str(path), "--run-dir", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", "run", str(path), "--run-dir", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(str(path)) and key in lines[0], proc.stderr
@@ -99,9 +122,11 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, data, key):
 
 
 def test_config_imports_no_heavy_library():
-    code = ("import sys, posttrain.config, posttrain.config.files, posttrain.config.jobs, posttrain.types, posttrain.cli; "
-            "heavy = [m for m in ('torch', 'ray', 'vllm', 'deepspeed', 'transformers') if m in sys.modules]; "
-            "print(','.join(heavy))")
+    code = (
+        "import sys, posttrain.config, posttrain.config.files, posttrain.config.jobs, posttrain.types, posttrain.cli; "
+        "heavy = [m for m in ('torch', 'ray', 'vllm', 'deepspeed', 'transformers') if m in sys.modules]; "
+        "print(','.join(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
 
@@ -120,12 +145,15 @@ def test_existing_run_folder_is_moved_aside_not_overwritten(tmp_path):
     assert second != moved and (second / "x").exists() and (moved / "metrics.jsonl").exists()
 
 
-@pytest.mark.parametrize("budget, message", [
-    ({"tokens": 10, "multiple": 2.0}, "give one of tokens, multiple, anneal"),
-    ({"tokens": 64}, "needs max_tokens above it"),
-    ({"anneal": {"start": 100, "end": 10, "steps": 5}}, "needs max_tokens above it"),
-    ({"effort": "medium"}, "stages[1].budget.effort: must be one of"),
-])
+@pytest.mark.parametrize(
+    "budget, message",
+    [
+        ({"tokens": 10, "multiple": 2.0}, "give one of tokens, multiple, anneal"),
+        ({"tokens": 64}, "needs max_tokens above it"),
+        ({"anneal": {"start": 100, "end": 10, "steps": 5}}, "needs max_tokens above it"),
+        ({"effort": "medium"}, "stages[1].budget.effort: must be one of"),
+    ],
+)
 def test_budget_errors(tmp_path, budget, message):
     data = broken(**{"stages.1.budget": budget, "stages.1.max_tokens": 64})
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -135,7 +163,9 @@ def test_budget_errors(tmp_path, budget, message):
 def test_partial_lambda_key_round_trips(tmp_path):
     from posttrain.config.files import dump_config, validate_pipeline
 
-    config = load_pipeline(write(tmp_path, broken(**{"stages.1.partial": {"lambda": 0.5, "correction": {"type": "mask"}}})))
+    config = load_pipeline(
+        write(tmp_path, broken(**{"stages.1.partial": {"lambda": 0.5, "correction": {"type": "mask"}}}))
+    )
     assert config.stages[1].partial.lam == 0.5
     again = validate_pipeline(yaml.safe_load(dump_config(config)))
     assert again == config and "lambda: 0.5" in dump_config(config)

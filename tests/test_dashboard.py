@@ -11,46 +11,90 @@ import subprocess
 import sys
 import time
 import urllib.request
-from urllib.parse import quote
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-_no_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed "
-                                  "(`make setup` installs it as root: apt-get install chromium)")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+_no_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="Debian's chromium is not installed (`make setup` installs it as root: apt-get install chromium)",
+)
 
 
 def needs_browser(test):
     return pytest.mark.browser(_no_chromium(test))
 
 
-JOB_PLOTS = {"reward", "response tokens vs budget", "queue depth, staleness, off-policy", "logp mismatch",
-              "throughput (tokens/s)", "sync seconds"}
+JOB_PLOTS = {
+    "reward",
+    "response tokens vs budget",
+    "queue depth, staleness, off-policy",
+    "logp mismatch",
+    "throughput (tokens/s)",
+    "sync seconds",
+}
 
 
 def pipeline(judge: Path) -> dict:
     """SFT, the nine experts (general: writing prompts, scored by the GRM), MOPD from them."""
     arithmetic = {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}]}
-    grm = {"judge": {"type": "vllm", "model": str(judge), "max_model_len": 1536, "kv_cache_gib": 0.25},
-           "length_cap": 16, "max_criteria": 3, "retries": 2}
-    experts = {"name": "experts", "type": "experts", "steps": 2, "lr": 1e-4, "prompts_per_step": 2, "group_size": 2,
-               "max_tokens": 12, "parallel": 1, "reward": {"grm": grm},
-               "domains": {"general": {"type": "writing", "size": 8, "seed": 5},
-                           "coding": {"type": "coding", "size": 8, "seed": 5},
-                           "agent": {"type": "agent", "size": 8, "seed": 5, "families": ["calculator"],
-                                     "system_prompt": ""}},
-               "efforts": {"max": {"tokens": 10}, "high": {"tokens": 8}, "low": {"tokens": 6}}}
-    return {"name": "dash", "model": {"name": "tiny"}, "rollout": {"max_model_len": 256, "kv_cache_gib": 0.25},
-            "trainer": {"workers": 2},
-            "stages": [
-                {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3, "batch_size": 8, "data": {**arithmetic, "size": 40}},
-                experts,
-                {"name": "mopd", "type": "mopd", "experts": "experts", "init_from": "sft", "steps": 2, "lr": 1e-4,
-                 "prompts_per_step": 3, "group_size": 2, "max_tokens": 6, "teacher_pool": {"memory_gib": 1}}]}
+    grm = {
+        "judge": {"type": "vllm", "model": str(judge), "max_model_len": 1536, "kv_cache_gib": 0.25},
+        "length_cap": 16,
+        "max_criteria": 3,
+        "retries": 2,
+    }
+    experts = {
+        "name": "experts",
+        "type": "experts",
+        "steps": 2,
+        "lr": 1e-4,
+        "prompts_per_step": 2,
+        "group_size": 2,
+        "max_tokens": 12,
+        "parallel": 1,
+        "reward": {"grm": grm},
+        "domains": {
+            "general": {"type": "writing", "size": 8, "seed": 5},
+            "coding": {"type": "coding", "size": 8, "seed": 5},
+            "agent": {"type": "agent", "size": 8, "seed": 5, "families": ["calculator"], "system_prompt": ""},
+        },
+        "efforts": {"max": {"tokens": 10}, "high": {"tokens": 8}, "low": {"tokens": 6}},
+    }
+    return {
+        "name": "dash",
+        "model": {"name": "tiny"},
+        "rollout": {"max_model_len": 256, "kv_cache_gib": 0.25},
+        "trainer": {"workers": 2},
+        "stages": [
+            {"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3, "batch_size": 8, "data": {**arithmetic, "size": 40}},
+            experts,
+            {
+                "name": "mopd",
+                "type": "mopd",
+                "experts": "experts",
+                "init_from": "sft",
+                "steps": 2,
+                "lr": 1e-4,
+                "prompts_per_step": 3,
+                "group_size": 2,
+                "max_tokens": 6,
+                "teacher_pool": {"memory_gib": 1},
+            },
+        ],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +105,12 @@ def run_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("dashboard-run")
     judge = build_tiny(TinyModelConfig(max_position=2048), seed=0, target=root / "judge")
     (root / "p.yaml").write_text(yaml.safe_dump(pipeline(judge)))
-    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "run", str(root / "p.yaml"), "--run-dir",
-                           str(root / "run")], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", "run", str(root / "p.yaml"), "--run-dir", str(root / "run")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Ray dashboard: off (ray.dashboard: true starts it)" in proc.stdout
     return root / "run"
@@ -84,8 +132,12 @@ def free_port() -> int:
 
 def start_dashboard(*args: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "dashboard", *args, "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "posttrain.cli", "dashboard", *args, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return proc, port
 
 
@@ -235,11 +287,16 @@ def test_a_grm_samples_rubric_is_visible(page, server, run_dir):
 def test_criterion_filter(page, server, run_dir):
     entries = judged(run_dir)
     stage, word = entries[0]["stage"], entries[0]["rubric"][0]["text"]
-    wanted = {e["sample"] for e in entries
-              if e["stage"] == stage and any(word.lower() in c["text"].lower() for c in e["rubric"])}
+    wanted = {
+        e["sample"]
+        for e in entries
+        if e["stage"] == stage and any(word.lower() in c["text"].lower() for c in e["rubric"])
+    }
     open_view(page, server, f"rewards?run=0&stage={stage}&criterion={quote(word)}")
-    shown = {page.locator("#samples tbody tr").nth(i).get_attribute("data-sample")
-             for i in range(page.locator("#samples tbody tr").count())}
+    shown = {
+        page.locator("#samples tbody tr").nth(i).get_attribute("data-sample")
+        for i in range(page.locator("#samples tbody tr").count())
+    }
     assert shown == wanted
 
 
@@ -253,11 +310,11 @@ def test_a_new_metrics_line_appears_live(page, server, live_dir):
     row = dict(last, step=last["step"] + 1, time=time.time(), **{"reward/mean": 0.625})
     with (live_dir / "metrics.jsonl").open("a") as f:
         f.write(json.dumps(row) + "\n")
-    page.wait_for_function(f"document.getElementById('last-step').textContent === '{last['step'] + 1}'",
-                           timeout=15_000)
+    page.wait_for_function(f"document.getElementById('last-step').textContent === '{last['step'] + 1}'", timeout=15_000)
     assert points(page)["reward"] > before
-    ys = page.evaluate("() => document.querySelector('.plot[data-title=reward]').data.find("
-                       "(t) => t.name === 'reward/mean').y")
+    ys = page.evaluate(
+        "() => document.querySelector('.plot[data-title=reward]').data.find((t) => t.name === 'reward/mean').y"
+    )
     assert ys[-1] == 0.625
 
 
@@ -276,8 +333,12 @@ def test_wandb_offline_files_hold_the_metrics(run_dir):
 
 
 def test_a_non_loopback_bind_needs_a_token(run_dir):
-    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "dashboard", str(run_dir), "--host", "0.0.0.0"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", "dashboard", str(run_dir), "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "--host 0.0.0.0 is reachable from other machines: give --token" in proc.stderr
     proc, port = start_dashboard(str(run_dir), "--host", "0.0.0.0", "--token", "s3cret")
@@ -302,14 +363,42 @@ def states_dir(run_dir, tmp_path_factory):
     shutil.copytree(run_dir, folder, ignore=shutil.ignore_patterns("checkpoints", "wandb"))
     state = json.loads((folder / "run_state.json").read_text())
     jobs = state["stages"]["experts"]["jobs"]
-    for name, status in (("coding-high", "running"), ("agent-max", "running"), ("agent-high", "failed"),
-                         ("agent-low", "pending")):
+    for name, status in (
+        ("coding-high", "running"),
+        ("agent-max", "running"),
+        ("agent-high", "failed"),
+        ("agent-low", "pending"),
+    ):
         jobs[name]["status"] = status
     (folder / "run_state.json").write_text(json.dumps(state))
-    rows = [{"checkpoint": "mopd", "role": "student", "path": "x", "domain": d, "effort": e, "score": 0.5,
-             "mean_tokens": 9.0, "n": 3, "unscored": 0} for d, e in CELLS]
-    rows += [{"checkpoint": f"experts/{d}-{e}", "role": "expert", "path": "x", "domain": d, "effort": e,
-              "score": 0.75, "mean_tokens": 12.0, "n": 3, "unscored": 0} for d, e in CELLS]
+    rows = [
+        {
+            "checkpoint": "mopd",
+            "role": "student",
+            "path": "x",
+            "domain": d,
+            "effort": e,
+            "score": 0.5,
+            "mean_tokens": 9.0,
+            "n": 3,
+            "unscored": 0,
+        }
+        for d, e in CELLS
+    ]
+    rows += [
+        {
+            "checkpoint": f"experts/{d}-{e}",
+            "role": "expert",
+            "path": "x",
+            "domain": d,
+            "effort": e,
+            "score": 0.75,
+            "mean_tokens": 12.0,
+            "n": 3,
+            "unscored": 0,
+        }
+        for d, e in CELLS
+    ]
     (folder / "eval.json").write_text(json.dumps({"stage": "eval", "rows": rows}))
     return folder
 

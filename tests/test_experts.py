@@ -22,26 +22,62 @@ import yaml
 from posttrain.config import PipelineConfig
 from posttrain.config.files import ConfigError, load_pipeline
 
-GENERAL = {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}],
-           "size": 30, "seed": 5}
+GENERAL = {
+    "type": "reasoning_gym",
+    "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}],
+    "size": 30,
+    "seed": 5,
+}
 EXPERTS = {
-    "name": "experts", "type": "experts", "steps": 3, "lr": 1e-4, "prompts_per_step": 2, "group_size": 4,
-    "max_tokens": 20, "save_every": 1, "partial": {"lambda": 0.75, "max_staleness": 4},
-    "domains": {"general": GENERAL, "coding": {"type": "coding", "size": 10, "seed": 5},
-                "agent": {"type": "agent", "size": 10, "seed": 5, "families": ["calculator"], "system_prompt": ""}},
-    "efforts": {"max": {"tokens": 16}, "high": {"tokens": {"general": 8, "coding": 12, "agent": 12}},
-                "low": {"tokens": 4, "steps": 4}},
+    "name": "experts",
+    "type": "experts",
+    "steps": 3,
+    "lr": 1e-4,
+    "prompts_per_step": 2,
+    "group_size": 4,
+    "max_tokens": 20,
+    "save_every": 1,
+    "partial": {"lambda": 0.75, "max_staleness": 4},
+    "domains": {
+        "general": GENERAL,
+        "coding": {"type": "coding", "size": 10, "seed": 5},
+        "agent": {"type": "agent", "size": 10, "seed": 5, "families": ["calculator"], "system_prompt": ""},
+    },
+    "efforts": {
+        "max": {"tokens": 16},
+        "high": {"tokens": {"general": 8, "coding": 12, "agent": 12}},
+        "low": {"tokens": 4, "steps": 4},
+    },
     "anneal": {"steps": 2},
 }
 PIPELINE = {
-    "name": "experts-e2e", "model": {"name": "tiny"}, "rollout": {"max_model_len": 320},
+    "name": "experts-e2e",
+    "model": {"name": "tiny"},
+    "rollout": {"max_model_len": 320},
     "trainer": {"workers": 2},
     "stages": [
-        {"name": "sft", "type": "sft", "steps": 3, "lr": 1e-3, "batch_size": 8, "think": {"max_words": 3},
-         "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 50}},
+        {
+            "name": "sft",
+            "type": "sft",
+            "steps": 3,
+            "lr": 1e-3,
+            "batch_size": 8,
+            "think": {"max_words": 3},
+            "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 50},
+        },
         EXPERTS,
-        {"name": "mopd", "type": "mopd", "experts": "experts", "init_from": "sft", "steps": 2, "lr": 1e-4,
-         "prompts_per_step": 9, "group_size": 2, "max_tokens": 20, "teacher_pool": {"memory_gib": 1}},
+        {
+            "name": "mopd",
+            "type": "mopd",
+            "experts": "experts",
+            "init_from": "sft",
+            "steps": 2,
+            "lr": 1e-4,
+            "prompts_per_step": 9,
+            "group_size": 2,
+            "max_tokens": 20,
+            "teacher_pool": {"memory_gib": 1},
+        },
         {"name": "eval", "type": "eval", "checkpoints": ["sft", "experts", "mopd"], "tasks_per_cell": 3},
     ],
 }
@@ -90,18 +126,21 @@ def test_placement_plan_spreads_slots_over_nodes():
     assert [p["node"] for p in placed] == ["head", "w1", "w2", None]  # the fourth waits
 
 
-@pytest.mark.parametrize("key,value,message", [
-    ("stages.1.domains", {"math": GENERAL}, "stages[1].domains.math"),
-    ("stages.1.efforts", {"medium": {"tokens": 4}}, "stages[1].efforts.medium"),
-    ("stages.1.efforts", {"max": {"tokens": 40}}, "needs max_tokens above it"),
-    ("stages.1.efforts", {"max": {"tokens": {"general": 4}}}, "efforts.max: tokens has no budget for domain"),
-    ("stages.1.budget", {"tokens": 4}, "set the budgets per effort"),
-    ("stages.2.experts", "nope", "stages[2] (mopd).experts: 'nope' names no earlier experts stage"),
-    ("stages.2.init_from", "experts", "name one of its jobs, e.g. 'experts/"),
-    ("stages.2.init_from", "experts/general-mid", "has no job 'general-mid'"),
-    ("stages.3.checkpoints", ["sft", "later"], "stages[3] (eval).checkpoints[1]: 'later' names no earlier stage"),
-    ("stages.3.checkpoints", ["eval"], "names no earlier stage"),
-])
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("stages.1.domains", {"math": GENERAL}, "stages[1].domains.math"),
+        ("stages.1.efforts", {"medium": {"tokens": 4}}, "stages[1].efforts.medium"),
+        ("stages.1.efforts", {"max": {"tokens": 40}}, "needs max_tokens above it"),
+        ("stages.1.efforts", {"max": {"tokens": {"general": 4}}}, "efforts.max: tokens has no budget for domain"),
+        ("stages.1.budget", {"tokens": 4}, "set the budgets per effort"),
+        ("stages.2.experts", "nope", "stages[2] (mopd).experts: 'nope' names no earlier experts stage"),
+        ("stages.2.init_from", "experts", "name one of its jobs, e.g. 'experts/"),
+        ("stages.2.init_from", "experts/general-mid", "has no job 'general-mid'"),
+        ("stages.3.checkpoints", ["sft", "later"], "stages[3] (eval).checkpoints[1]: 'later' names no earlier stage"),
+        ("stages.3.checkpoints", ["eval"], "names no earlier stage"),
+    ],
+)
 def test_broken_experts_configs_name_the_problem(tmp_path, key, value, message):
     data = json.loads(json.dumps(PIPELINE))
     target = data
@@ -130,8 +169,14 @@ def cli(*args):
     # Ray's memory monitor watches the whole machine: other programs' memory would get this
     # run's actors killed (as faults this test did not plan)
     env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0"}
-    return subprocess.Popen([sys.executable, "-m", "posttrain.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "posttrain.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
 
 
 def wait_for(predicate, proc, seconds, what):
@@ -168,17 +213,22 @@ def faulted_run(tmp_path_factory):
         # fault 1: a trainer rank dies in general-max (the first job) after its first checkpoint
         ckpt = run / "checkpoints" / "experts" / "general-max"
         wait_for(lambda: (ckpt / "step_000001" / "rollout_state.json").exists(), proc, 400, "general-max step 1")
-        ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                 if "TrainerWorker" in " ".join(p.cmdline())]
+        ranks = [
+            p for p in psutil.Process(proc.pid).children(recursive=True) if "TrainerWorker" in " ".join(p.cmdline())
+        ]
         assert ranks, "no trainer rank process found"
         ranks[0].kill()
+
         # fault 2: the driver dies (whole process group) once general-max and coding-max are
         # done and a later job has a checkpoint
         def later_job_checkpointed():
             js = jobs(run)
             return all(js.get(n, {}).get("status") == "done" for n in ("general-max", "coding-max")) and any(
                 (run / "checkpoints" / "experts" / name / "step_000001" / "rollout_state.json").exists()
-                for name, j in js.items() if j["status"] == "running")
+                for name, j in js.items()
+                if j["status"] == "running"
+            )
+
         wait_for(later_job_checkpointed, proc, 600, "a later job's checkpoint")
         facts["before"] = jobs(run)
         facts["interrupted"] = [n for n, j in facts["before"].items() if j["status"] == "running"]
@@ -234,8 +284,7 @@ def test_eval_json_has_every_cell_for_sft_experts_and_student(faulted_run):
     for r in rows:
         assert 0.0 <= r["score"] <= 1.0 and r["mean_tokens"] >= 0 and r["n"] + r["unscored"] == 3
     manifest = json.loads((run / "checkpoints" / "mopd" / "final" / "mopd_manifest.json").read_text())
-    assert sorted(t["teacher_id"] for t in manifest["teachers"]) == sorted(
-        f"{d}-{e}" for d, e in CELLS)
+    assert sorted(t["teacher_id"] for t in manifest["teachers"]) == sorted(f"{d}-{e}" for d, e in CELLS)
 
 
 def test_sft_scratchpads_open_some_first_answers_with_part_of_the_question():
@@ -274,17 +323,25 @@ def test_sft_scratchpads_by_effort_think_longer_at_higher_effort():
     think = ThinkConfig(prob=1.0, max_words=8, by_effort={"low": (0, 0), "high": (1, 2), "max": (4, 5)})
     convo = (Message("user", "What is 2 + 3 + 4 - 1 ?"), Message("assistant", "8"))
     rng = random.Random(0)
-    words = {e: {len(with_scratchpad(convo, think, False, rng, e)[1].content.split("\n")[0].split()) - 1
-                 for _ in range(100)} for e in ("low", "high", "max")}
+    words = {
+        e: {len(with_scratchpad(convo, think, False, rng, e)[1].content.split("\n")[0].split()) - 1 for _ in range(100)}
+        for e in ("low", "high", "max")
+    }
     assert words["high"] == {1, 2} and words["max"] == {4, 5}
     assert {with_scratchpad(convo, think, False, rng, "low") for _ in range(20)} == {convo}  # [0, 0]: no scratchpad
-    assert {len(with_scratchpad(convo, think, False, rng, None)[1].content.split("\n")[0].split()) - 1
-            for _ in range(200)} == set(range(1, 9))  # no effort: 1..max_words
+    assert {
+        len(with_scratchpad(convo, think, False, rng, None)[1].content.split("\n")[0].split()) - 1 for _ in range(200)
+    } == set(range(1, 9))  # no effort: 1..max_words
     with pytest.raises(ValueError, match="not a range"):
         ThinkConfig(by_effort={"low": (3, 1)})
-    stage = dict(name="sft", type="sft", lr=1e-3, steps=1,
-                 data={"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]},
-                 think={"by_effort": {"low": [0, 0]}})
+    stage = dict(
+        name="sft",
+        type="sft",
+        lr=1e-3,
+        steps=1,
+        data={"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]},
+        think={"by_effort": {"low": [0, 0]}},
+    )
     with pytest.raises(ValueError, match="needs effort_lines"):
         SFTStage(**stage)
     assert SFTStage(**stage, effort_lines=True).think.by_effort == {"low": (0, 0)}

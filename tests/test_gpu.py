@@ -15,19 +15,31 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-4), ("bfloat16", 5e-2)])
 def test_weight_push_and_logprob_agreement_on_gpu(ray_session, tiny_dir, dtype, tolerance):
-    engine = RolloutEngine.remote_actor(str(tiny_dir), RolloutConfig(max_model_len=128, num_gpus=0.4, num_cpus=0,
-                                                                     gpu_memory_utilization=0.3), dtype, seed=0)
+    engine = RolloutEngine.remote_actor(
+        str(tiny_dir),
+        RolloutConfig(max_model_len=128, num_gpus=0.4, num_cpus=0, gpu_memory_utilization=0.3),
+        dtype,
+        seed=0,
+    )
     group = TrainerGroup(TrainerConfig(workers=1, zero_stage=2, num_gpus=0.4, num_cpus=0), seed=0)
     try:
         group.load(str(tiny_dir), dtype, lr=1e-3, warmup_steps=0)
         (outs,) = ray.get(engine.generate.remote([GenerationRequest((1, 40, 41), 8, 12)], SamplingSettings()))
-        seqs = [TrainSequence((1, 40, 41) + c.token_ids, 3, (1.0,) * len(c.token_ids), (1.0,) * len(c.token_ids),
-                              c.logprobs) for c in outs]
+        seqs = [
+            TrainSequence(
+                (1, 40, 41) + c.token_ids, 3, (1.0,) * len(c.token_ids), (1.0,) * len(c.token_ids), c.logprobs
+            )
+            for c in outs
+        ]
         group.train_step(seqs, LossSpec(kind="pg"))
         group.sync_weights([engine])
         (fresh,) = ray.get(engine.generate.remote([GenerationRequest((1, 40, 41), 8, 12)], SamplingSettings()))
-        fresh_seqs = [TrainSequence((1, 40, 41) + c.token_ids, 3, (0.0,) * len(c.token_ids),
-                                    (1.0,) * len(c.token_ids), c.logprobs) for c in fresh]
+        fresh_seqs = [
+            TrainSequence(
+                (1, 40, 41) + c.token_ids, 3, (0.0,) * len(c.token_ids), (1.0,) * len(c.token_ids), c.logprobs
+            )
+            for c in fresh
+        ]
         trainer = group.logprobs(fresh_seqs)
         diffs = [abs(a - b) for s, lp in zip(fresh_seqs, trainer) for a, b in zip(lp, s.logp_engine)]
         assert float(np.mean(diffs)) < tolerance

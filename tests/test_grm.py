@@ -14,8 +14,19 @@ from posttrain.rewards.grm_parse import Criterion
 from posttrain.stages.rl import grm_metrics
 from posttrain.types import Completion, Message, Sample, Task
 
-RECIPE_FIELDS = ["task_id", "candidate", "rubric", "verdicts", "score", "rubric_raw", "judge_model",
-                 "procedure_version", "latency_s", "status", "reason"]
+RECIPE_FIELDS = [
+    "task_id",
+    "candidate",
+    "rubric",
+    "verdicts",
+    "score",
+    "rubric_raw",
+    "judge_model",
+    "procedure_version",
+    "latency_s",
+    "status",
+    "reason",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +39,14 @@ def judge_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def grm(ray_session, judge_dir):
-    config = GRMConfig(judge={"type": "vllm", "model": str(judge_dir), "max_model_len": 1536, "kv_cache_gib": 0.25},
-                       max_criteria=3, length_cap=16, reason_chars=30, verdict_tokens=96, rubric_tokens=640)
+    config = GRMConfig(
+        judge={"type": "vllm", "model": str(judge_dir), "max_model_len": 1536, "kv_cache_gib": 0.25},
+        max_criteria=3,
+        length_cap=16,
+        reason_chars=30,
+        verdict_tokens=96,
+        rubric_tokens=640,
+    )
     model = GRM(config)
     model.start()
     yield model

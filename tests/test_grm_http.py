@@ -17,9 +17,13 @@ from posttrain.config import GRMConfig
 from posttrain.rewards.grm import GRM
 from posttrain.types import Completion, Message, Sample, Task
 
-RUBRIC = {"criteria": [{"text": "Mentions bicycles", "kind": "essential", "weight": 4},
-                       {"text": "Is a poem", "kind": "important", "weight": 2},
-                       {"text": "Talks about taxes", "kind": "pitfall", "weight": 2}]}
+RUBRIC = {
+    "criteria": [
+        {"text": "Mentions bicycles", "kind": "essential", "weight": 4},
+        {"text": "Is a poem", "kind": "important", "weight": 2},
+        {"text": "Talks about taxes", "kind": "pitfall", "weight": 2},
+    ]
+}
 KEY = "secret-key-123"
 
 
@@ -56,7 +60,9 @@ class Judge(BaseHTTPRequestHandler):
             answer = prompt.split("Their answer:\n", 1)[1].split("\n\n", 1)[0].lower()
             keyword = {"bicycles": "bicycle", "poem": "\n", "taxes": "tax"}[_keyword(prompt)]
             verdict = "yes" if keyword in answer else "no"
-            content = json.dumps({"verdict": verdict, "reason": f"keyword {keyword!r} {'found' if verdict == 'yes' else 'absent'}"})
+            content = json.dumps(
+                {"verdict": verdict, "reason": f"keyword {keyword!r} {'found' if verdict == 'yes' else 'absent'}"}
+            )
             logprobs = _logprobs(verdict) if body.get("logprobs") else None
         if not self.server.structured:
             content = f"Sure! Here is my grading:\n```json\n{content}\n```\nLet me know if you need more."
@@ -83,7 +89,10 @@ def _logprobs(verdict: str) -> list[dict]:
     p_yes = 0.9 if verdict == "yes" else 0.1
     tokens = ['{"', "verdict", '":"', verdict, '","', "reason", '":"', "ok", '"}']
     out = [{"token": t, "logprob": 0.0, "top_logprobs": [{"token": t, "logprob": 0.0}]} for t in tokens]
-    out[3]["top_logprobs"] = [{"token": "yes", "logprob": math.log(p_yes)}, {"token": "no", "logprob": math.log(1 - p_yes)}]
+    out[3]["top_logprobs"] = [
+        {"token": "yes", "logprob": math.log(p_yes)},
+        {"token": "no", "logprob": math.log(1 - p_yes)},
+    ]
     out[3]["logprob"] = math.log(p_yes if verdict == "yes" else 1 - p_yes)
     return out
 
@@ -101,8 +110,15 @@ def server():
 
 
 def grm_for(server, **judge):
-    settings = {"type": "http", "base_url": f"http://127.0.0.1:{server.server_port}/v1", "model": "judge-7b",
-                "api_key_env": "TEST_JUDGE_KEY", "timeout_s": 1.0, "max_concurrency": 2, **judge}
+    settings = {
+        "type": "http",
+        "base_url": f"http://127.0.0.1:{server.server_port}/v1",
+        "model": "judge-7b",
+        "api_key_env": "TEST_JUDGE_KEY",
+        "timeout_s": 1.0,
+        "max_concurrency": 2,
+        **judge,
+    }
     return GRM(GRMConfig(judge=settings, retries=1))
 
 
@@ -113,8 +129,14 @@ def samples(*texts):
 
 def test_http_judge_end_to_end_with_bounded_concurrency(server, monkeypatch):
     monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
-    texts = ["Two wheels, one bicycle,\nthe road hums.", "A bicycle is a vehicle.", "Pay your taxes early.",
-             "Rain\nfalls.", "Bicycle tax\nis due.", "Hello."]
+    texts = [
+        "Two wheels, one bicycle,\nthe road hums.",
+        "A bicycle is a vehicle.",
+        "Pay your taxes early.",
+        "Rain\nfalls.",
+        "Bicycle tax\nis due.",
+        "Hello.",
+    ]
     results = asyncio.run(grm_for(server).score(samples(*texts)))
     assert all(r.ok for r in results)
     # P(yes) = 0.9 when the keyword is there, 0.1 otherwise; weights 4, 2, 2 (pitfall):
@@ -122,7 +144,7 @@ def test_http_judge_end_to_end_with_bounded_concurrency(server, monkeypatch):
     # text 1: bicycle yes, no newline, no taxes: got = 3.6 + 0.2 + 1.8 = 5.6 -> 0.4
     # text 2: got = 4*.1 + 2*.1 + 2*(1-.9) = 0.8 -> -0.8
     assert [r.score for r in results][:3] == [pytest.approx(0.8), pytest.approx(0.4), pytest.approx(-0.8)]
-    assert results[0].details["judge_model"] == "judge-7b@http://127.0.0.1:%d/v1" % server.server_port
+    assert results[0].details["judge_model"] == f"judge-7b@http://127.0.0.1:{server.server_port}/v1"
     assert results[0].details["verdicts"][0]["reason"] == "keyword 'bicycle' found"
     assert server.max_in_flight == 2  # 18 verdict calls, never more than max_concurrency at once
     verdict_body = server.bodies[-1]

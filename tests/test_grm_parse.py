@@ -9,22 +9,34 @@ import pytest
 from posttrain.config import GRMConfig
 from posttrain.rewards.grm import GRM, final_score, rubric_schema, verdict_schema
 from posttrain.rewards.grm_judge import JudgeReply
-from posttrain.rewards.grm_parse import (Criterion, ParseError, extract_json, parse_rubric, parse_verdict,
-                                         value_probability, yes_no_class)
+from posttrain.rewards.grm_parse import (
+    Criterion,
+    ParseError,
+    extract_json,
+    parse_rubric,
+    parse_verdict,
+    value_probability,
+    yes_no_class,
+)
 from posttrain.types import Completion, Message, Sample, Task
 
-RUBRIC = ('{"criteria": [{"text": "Is a poem", "kind": "essential", "weight": 5}, '
-          '{"text": "Mentions bicycles", "kind": "important", "weight": 3}, '
-          '{"text": "Rambles about taxes", "kind": "pitfall", "weight": 2}]}')
+RUBRIC = (
+    '{"criteria": [{"text": "Is a poem", "kind": "essential", "weight": 5}, '
+    '{"text": "Mentions bicycles", "kind": "important", "weight": 3}, '
+    '{"text": "Rambles about taxes", "kind": "pitfall", "weight": 2}]}'
+)
 
 
-@pytest.mark.parametrize("text", [
-    '{"verdict": "yes", "reason": "ok"}',
-    'Sure! Here is my answer:\n```json\n{"verdict": "yes", "reason": "ok"}\n```\nHope it helps.',
-    'The JSON is {"verdict": "yes", "reason": "ok",} and that is all',  # trailing comma
-    "{'verdict': 'yes', 'reason': 'ok'}",  # Python quoting
-    'noise {"a": {"verdict": "no"}} then {"verdict": "yes", "reason": "a } brace in a string"}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"verdict": "yes", "reason": "ok"}',
+        'Sure! Here is my answer:\n```json\n{"verdict": "yes", "reason": "ok"}\n```\nHope it helps.',
+        'The JSON is {"verdict": "yes", "reason": "ok",} and that is all',  # trailing comma
+        "{'verdict': 'yes', 'reason': 'ok'}",  # Python quoting
+        'noise {"a": {"verdict": "no"}} then {"verdict": "yes", "reason": "a } brace in a string"}',
+    ],
+)
 def test_extract_json_from_messy_text(text):
     value = extract_json(text)
     assert isinstance(value, dict)
@@ -37,35 +49,45 @@ def test_extract_json_rejects_text_without_json():
 
 
 def test_rubric_from_json_dedupes_and_caps():
-    doubled = RUBRIC.replace("]}", ', {"text": "is a  POEM!", "kind": "essential", "weight": 4}, '
-                                   '{"text": "Rhymes", "kind": "optional", "weight": 1}]}')
+    doubled = RUBRIC.replace(
+        "]}",
+        ', {"text": "is a  POEM!", "kind": "essential", "weight": 4}, '
+        '{"text": "Rhymes", "kind": "optional", "weight": 1}]}',
+    )
     criteria = parse_rubric(doubled, 3, 3)
     assert [c.text for c in criteria] == ["Is a poem", "Mentions bicycles", "Rambles about taxes"]
     assert [c.kind for c in criteria] == ["essential", "important", "pitfall"]
 
 
 def test_rubric_drops_invalid_items_and_needs_the_minimum():
-    bad = ('{"criteria": [{"text": "Is a poem", "kind": "essential", "weight": 5}, '
-           '{"text": "x", "kind": "essential", "weight": 5}, {"text": "Good", "kind": "vital", "weight": 2}, '
-           '{"text": "Uses rhyme", "kind": "optional", "weight": 0}]}')
+    bad = (
+        '{"criteria": [{"text": "Is a poem", "kind": "essential", "weight": 5}, '
+        '{"text": "x", "kind": "essential", "weight": 5}, {"text": "Good", "kind": "vital", "weight": 2}, '
+        '{"text": "Uses rhyme", "kind": "optional", "weight": 0}]}'
+    )
     with pytest.raises(ParseError, match="1 valid distinct criteria"):
         parse_rubric(bad, 3, 10)
 
 
 def test_rubric_fallback_from_prose_lines():
-    text = ("Here is the rubric:\n1. [essential, 5] Is a poem about bicycles\n"
-            "2. important (weight 3): Uses imagery\n- pitfall, 2 - Talks about taxes\nThanks!")
+    text = (
+        "Here is the rubric:\n1. [essential, 5] Is a poem about bicycles\n"
+        "2. important (weight 3): Uses imagery\n- pitfall, 2 - Talks about taxes\nThanks!"
+    )
     criteria = parse_rubric(text, 3, 10)
     assert [(c.kind, c.weight) for c in criteria] == [("essential", 5), ("important", 3), ("pitfall", 2)]
     assert criteria[0].text == "Is a poem about bicycles" and criteria[2].text == "Talks about taxes"
 
 
-@pytest.mark.parametrize("text, yes, reason", [
-    ('{"verdict": "no", "reason": "It is about taxes."}', False, "It is about taxes."),
-    ('Verdict: YES. Reason: it rhymes', True, "it rhymes"),
-    ('{"verdict": "yes", "reason": "cut short by the tok', True, "cut short by the tok"),  # truncated reply
-    ("No, the answer never mentions bicycles.", False, "the answer never mentions bicycles."),
-])
+@pytest.mark.parametrize(
+    "text, yes, reason",
+    [
+        ('{"verdict": "no", "reason": "It is about taxes."}', False, "It is about taxes."),
+        ("Verdict: YES. Reason: it rhymes", True, "it rhymes"),
+        ('{"verdict": "yes", "reason": "cut short by the tok', True, "cut short by the tok"),  # truncated reply
+        ("No, the answer never mentions bicycles.", False, "the answer never mentions bicycles."),
+    ],
+)
 def test_verdicts_from_messy_text(text, yes, reason):
     verdict = parse_verdict(text)
     assert verdict.yes is yes and verdict.score == float(yes) and verdict.reason == reason
@@ -140,8 +162,11 @@ def writing_sample(text="Wheels hum.", tokens=3, task_id="w/1"):
 
 
 def grm_with(judge, **settings):
-    config = GRMConfig(judge={"type": "http", "base_url": "http://unused", "model": "m", "api_key_env": None},
-                       verdict="binary", **settings)
+    config = GRMConfig(
+        judge={"type": "http", "base_url": "http://unused", "model": "m", "api_key_env": None},
+        verdict="binary",
+        **settings,
+    )
     return GRM(config, backend=judge)
 
 
@@ -187,10 +212,17 @@ def test_grm_metrics_count_unscored_and_capped():
     from posttrain.stages.rl import grm_metrics
     from posttrain.types import RewardResult
 
-    results = [RewardResult(0.5, "r", "grm", {"status": "scored", "cache_hit": True, "latency_s": 2.0}),
-               RewardResult(-1.0, "over length cap", "grm", {"status": "length_capped", "cache_hit": False}),
-               RewardResult(0.0, "unscored: ...", "grm", {"status": "unscored", "latency_s": 2.0}, ok=False),
-               RewardResult(1.0, "correct", "reasoning_gym", {})]
-    assert grm_metrics(results) == {"grm/score_mean": 0.5, "grm/unscored": 1.0, "grm/length_capped": 1.0,
-                                    "grm/cache_hit": pytest.approx(1 / 3), "grm/latency_s": 2.0}
+    results = [
+        RewardResult(0.5, "r", "grm", {"status": "scored", "cache_hit": True, "latency_s": 2.0}),
+        RewardResult(-1.0, "over length cap", "grm", {"status": "length_capped", "cache_hit": False}),
+        RewardResult(0.0, "unscored: ...", "grm", {"status": "unscored", "latency_s": 2.0}, ok=False),
+        RewardResult(1.0, "correct", "reasoning_gym", {}),
+    ]
+    assert grm_metrics(results) == {
+        "grm/score_mean": 0.5,
+        "grm/unscored": 1.0,
+        "grm/length_capped": 1.0,
+        "grm/cache_hit": pytest.approx(1 / 3),
+        "grm/latency_s": 2.0,
+    }
     assert grm_metrics(results[3:]) == {}

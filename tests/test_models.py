@@ -31,8 +31,14 @@ def test_tiny_loads_in_transformers_with_chat_template(tiny_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     ids = render_prompt(tok, [Message("user", "Calculate 17 + 25.")])
     text = tok.decode(ids)
-    assert text.startswith("<|im_start|>user\nCalculate 17 + 25.<|im_end|>") and text.endswith("<|im_start|>assistant\n")
-    assert render_response(tok, "42")[-1] == tok.eos_token_id == json.loads((tiny_dir / "config.json").read_text())["eos_token_id"]
+    assert text.startswith("<|im_start|>user\nCalculate 17 + 25.<|im_end|>") and text.endswith(
+        "<|im_start|>assistant\n"
+    )
+    assert (
+        render_response(tok, "42")[-1]
+        == tok.eos_token_id
+        == json.loads((tiny_dir / "config.json").read_text())["eos_token_id"]
+    )
     assert tok.tokenize("1234") == ["1", "2", "3", "4"]  # digits one by one
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits
@@ -48,7 +54,11 @@ def test_smollm2_converts_from_its_package():
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(folder)
     assert 134_000_000 < sum(p.numel() for p in model.parameters()) < 135_000_000
-    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     out = model.generate(ids, max_new_tokens=8, do_sample=False)
-    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+    assert "Paris" in tok.decode(out[0, ids.shape[1] :])

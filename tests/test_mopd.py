@@ -23,9 +23,14 @@ def test_advantage_on_hand_computed_values():
 
 
 def test_config_rejects_unknown_domains_duplicate_cells_and_other_temperatures():
-    base = dict(name="m", type="mopd", lr=1e-4, steps=1,
-                domains={"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]}},
-                teachers=[{"domain": "general", "effort": "max", "checkpoint": "/x"}])
+    base = dict(
+        name="m",
+        type="mopd",
+        lr=1e-4,
+        steps=1,
+        domains={"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]}},
+        teachers=[{"domain": "general", "effort": "max", "checkpoint": "/x"}],
+    )
     MOPDStage(**base)
     with pytest.raises(ValueError, match="unknown domain 'coding'"):
         MOPDStage(**{**base, "teachers": [{"domain": "coding", "effort": "max", "checkpoint": "/x"}]})
@@ -43,9 +48,8 @@ def make_teacher(base_dir, target, answers: list[str], steps: int = 80):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from posttrain.config import ReasoningGymTasks
-    from posttrain.data.chat import render_prompt, render_response
+    from posttrain.data.chat import render_prompt, render_response, with_effort
     from posttrain.data.tasks import load_tasks
-    from posttrain.data.chat import with_effort
 
     shutil.copytree(base_dir, target)
     tok = AutoTokenizer.from_pretrained(base_dir)
@@ -57,8 +61,8 @@ def make_teacher(base_dir, target, answers: list[str], steps: int = 80):
         task = tasks[step % len(tasks)]
         prompt = render_prompt(tok, with_effort(task.messages, ("low", "high", "max")[step % 3]))
         ids = torch.tensor([prompt + render_response(tok, answers[step % len(answers)])])
-        logits = model(ids).logits[0, len(prompt) - 1:-1]
-        loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):])
+        logits = model(ids).logits[0, len(prompt) - 1 : -1]
+        loss = torch.nn.functional.cross_entropy(logits, ids[0, len(prompt) :])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -69,8 +73,10 @@ def make_teacher(base_dir, target, answers: list[str], steps: int = 80):
 @pytest.fixture(scope="module")
 def teachers(tiny_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("teachers")
-    return {f"general-{effort}": str(make_teacher(tiny_dir, root / effort, [answer]))
-            for effort, answer in (("max", "77"), ("low", "7"), ("high", "5"))}
+    return {
+        f"general-{effort}": str(make_teacher(tiny_dir, root / effort, [answer]))
+        for effort, answer in (("max", "77"), ("low", "7"), ("high", "5"))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -135,21 +141,32 @@ def mopd_run(ray_session, student, teachers, tmp_path_factory):
     from transformers import AutoTokenizer
 
     from posttrain.config import PipelineConfig, RolloutConfig, TrainerConfig
-    from posttrain.runtime.infra import Infra
-    from posttrain.records.metrics import MetricsLog
-    from posttrain.stages.mopd import MOPDRun, teacher_checkpoints
     from posttrain.mopd.teachers import TeacherPool
+    from posttrain.records.metrics import MetricsLog
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.rollout.pool import EnginePool
+    from posttrain.runtime.infra import Infra
+    from posttrain.stages.mopd import MOPDRun, teacher_checkpoints
     from posttrain.train.group import TrainerGroup
 
     stage = MOPDStage(
-        name="mopd", type="mopd", lr=2e-3, steps=40, prompts_per_step=8, group_size=4, max_tokens=8,
+        name="mopd",
+        type="mopd",
+        lr=2e-3,
+        steps=40,
+        prompts_per_step=8,
+        group_size=4,
+        max_tokens=8,
         domains={"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 40}},
         teachers=[{"domain": "general", "effort": e, "checkpoint": teachers[f"general-{e}"]} for e in ("max", "low")],
-        effort_max_tokens={"low": 4})
-    config = PipelineConfig(model={"name": "tiny"}, rollout=RolloutConfig(max_model_len=128),
-                            trainer=TrainerConfig(workers=2, micro_batch_tokens=512), stages=[stage])
+        effort_max_tokens={"low": 4},
+    )
+    config = PipelineConfig(
+        model={"name": "tiny"},
+        rollout=RolloutConfig(max_model_len=128),
+        trainer=TrainerConfig(workers=2, micro_batch_tokens=512),
+        stages=[stage],
+    )
     run_dir = tmp_path_factory.mktemp("mopd")
     trainers = TrainerGroup(config.trainer, seed=0)
     trainers.load(str(student), "float32", lr=stage.lr, warmup_steps=0)
@@ -178,7 +195,7 @@ def test_every_sample_is_scored_by_its_own_teacher(mopd_run, teachers):
         for tid, folder in teachers.items():
             if tid not in cells:
                 continue
-            direct = [lp[len(lp) - len(t.response_ids):] for t, lp in zip(trajs, direct_logprobs(folder, seqs))]
+            direct = [lp[len(lp) - len(t.response_ids) :] for t, lp in zip(trajs, direct_logprobs(folder, seqs))]
             used = [run.logp_teacher[t.traj_id] for t in trajs]
             close = all(math.isclose(a, b, abs_tol=1e-4) for d, u in zip(direct, used) for a, b in zip(d, u))
             assert close == (tid == own), (own, tid)
@@ -199,8 +216,10 @@ def test_reverse_kl_falls_and_the_manifest_is_written(mopd_run, teachers):
     folder = run.save(run.infra.run_dir / "checkpoints" / "mopd" / "final")
     manifest = json.loads((run.infra.run_dir / "checkpoints/mopd/final/mopd_manifest.json").read_text())
     assert folder.endswith("final")
-    assert [(t["teacher_id"], t["domain"], t["effort"]) for t in manifest["teachers"]] == \
-        [("general-max", "general", "max"), ("general-low", "general", "low")]
+    assert [(t["teacher_id"], t["domain"], t["effort"]) for t in manifest["teachers"]] == [
+        ("general-max", "general", "max"),
+        ("general-low", "general", "low"),
+    ]
     from posttrain.mopd.teachers import weights_sha256
 
     assert manifest["teachers"][0]["sha256"] == weights_sha256(teachers["general-max"])

@@ -9,8 +9,16 @@ import torch
 from posttrain.config import TrainerConfig
 from posttrain.train.optim import lr_scale, muon_param_groups, split_parameters
 
-LLAMA = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
+LLAMA = dict(
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=64,
+)
 
 
 def llama(**changes):
@@ -39,9 +47,19 @@ def test_muon_takes_hidden_matrices_and_adamw_the_rest(tied):
     muon, adamw = split_parameters(model)
     muon_names = {n for n, _ in muon}
     adamw_names = {n for n, _ in adamw}
-    matrices = {f"model.layers.{i}.{m}.weight" for i in range(2) for m in (
-        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+    matrices = {
+        f"model.layers.{i}.{m}.weight"
+        for i in range(2)
+        for m in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        )
+    }
     assert muon_names == matrices
     io = {"model.embed_tokens.weight"} | (set() if tied else {"lm_head.weight"})
     assert io <= adamw_names  # tied: one tensor, named once, on AdamW
@@ -53,8 +71,11 @@ def test_muon_takes_hidden_matrices_and_adamw_the_rest(tied):
     assert len(grouped) == len({id(p) for p in model.parameters()}) == len({id(p) for p in grouped})
     assert all(p.use_muon == g["use_muon"] for g in groups for p in g["params"])
     heads = {n: p.muon_num_heads for n, p in model.named_parameters() if p.muon_num_heads}
-    assert heads == {f"model.layers.{i}.self_attn.{m}.weight": (4 if m == "q_proj" else 2)  # GQA: K, V have 2
-                     for i in range(2) for m in ("q_proj", "k_proj", "v_proj")}
+    assert heads == {
+        f"model.layers.{i}.self_attn.{m}.weight": (4 if m == "q_proj" else 2)  # GQA: K, V have 2
+        for i in range(2)
+        for m in ("q_proj", "k_proj", "v_proj")
+    }
     plain = muon_param_groups(llama(), trainer_config("muon"), lr=1e-3)
     assert not any(getattr(p, "muon_num_heads", None) for g in plain for p in g["params"])
 
@@ -87,8 +108,11 @@ def test_per_head_update_equals_muon_on_each_head_slice(projection, heads):
     grad = torch.randn(weight.shape, generator=torch.Generator().manual_seed(1))
     grad[:16] *= 30  # head 0 much louder than the others
     lr = 1e-3
-    ours = -lr * lr_scale(weight.shape, heads, "match_rms_adamw") * muon_update(
-        grad.clone(), torch.zeros_like(grad), 0.95, ns_method="gram", num_heads=weight.muon_num_heads)
+    ours = (
+        -lr
+        * lr_scale(weight.shape, heads, "match_rms_adamw")
+        * muon_update(grad.clone(), torch.zeros_like(grad), 0.95, ns_method="gram", num_heads=weight.muon_num_heads)
+    )
 
     def torch_muon(blocks):
         params = [torch.nn.Parameter(torch.zeros_like(b)) for b in blocks]
@@ -150,16 +174,23 @@ def expected_updates(model_dir, seqs, lr: float) -> dict[str, tuple[np.ndarray, 
     tokens = sum(s.response_len for s in seqs)
     for s in seqs:
         ids = torch.tensor([s.token_ids])
-        logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])[0, s.prompt_len - 1:]
+        logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])[0, s.prompt_len - 1 :]
         (-logp.sum() / tokens).backward()
-    heads = {"q_proj": model.config.num_attention_heads, "k_proj": model.config.num_key_value_heads,
-             "v_proj": model.config.num_key_value_heads}
+    heads = {
+        "q_proj": model.config.num_attention_heads,
+        "k_proj": model.config.num_key_value_heads,
+        "v_proj": model.config.num_key_value_heads,
+    }
     out = {}
     for name, param in model.named_parameters():
         count = heads.get(name.split(".")[-2])
         if count:
-            steps = [-lr * lr_scale(param.shape, n, "match_rms_adamw") * muon_update(
-                param.grad.clone(), torch.zeros_like(param), 0.95, num_heads=n) for n in (count, None)]
+            steps = [
+                -lr
+                * lr_scale(param.shape, n, "match_rms_adamw")
+                * muon_update(param.grad.clone(), torch.zeros_like(param), 0.95, num_heads=n)
+                for n in (count, None)
+            ]
             out[name] = tuple(s.numpy() for s in steps)
     return out
 

@@ -34,8 +34,9 @@ def test_resume_from_cut_prefix_gives_the_uninterrupted_greedy_tokens(pool):
     (full,) = ray.get(engine.generate_partial.remote([GenerationRequest(prompt, 1, 40)], GREEDY, 1))
     assert len(full.token_ids) > 12
     for cut in (1, 7, 12):
-        (rest,) = ray.get(engine.generate_partial.remote(
-            [GenerationRequest(prompt + full.token_ids[:cut], 1, 40 - cut)], GREEDY, 1))
+        (rest,) = ray.get(
+            engine.generate_partial.remote([GenerationRequest(prompt + full.token_ids[:cut], 1, 40 - cut)], GREEDY, 1)
+        )
         assert full.token_ids[:cut] + rest.token_ids == full.token_ids
 
 

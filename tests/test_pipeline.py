@@ -14,24 +14,70 @@ PIPELINE = {
     "rollout": {"max_model_len": 320},
     "trainer": {"workers": 2, "zero_stage": 2},
     "stages": [
-        {"name": "sft", "type": "sft", "steps": 4, "lr": 1e-3, "batch_size": 8,
-         "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 50}},
-        {"name": "grpo", "type": "rl", "steps": 3, "lr": 1e-4, "prompts_per_step": 4, "group_size": 4,
-         "max_tokens": 6, "save_every": 2,
-         "tasks": {"type": "mixture", "sources": [
-             {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}},
-                                                    {"name": "simple_equations"}], "size": 50, "seed": 5},
-             {"type": "coding", "size": 20, "seed": 5},
-             {"type": "agent", "size": 10, "seed": 5, "families": ["calculator"], "system_prompt": ""},
-             {"type": "writing", "size": 10, "seed": 5}]}},
-        {"name": "grpo_low", "type": "rl", "init_from": "sft", "steps": 1, "lr": 1e-4, "prompts_per_step": 2,
-         "group_size": 2, "max_tokens": 4, "budget": {"effort": "low"},
-         "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 20, "seed": 6}},
-        {"name": "mopd", "type": "mopd", "init_from": "sft", "steps": 2, "lr": 1e-4, "prompts_per_step": 2,
-         "group_size": 2, "max_tokens": 6, "save_every": 1, "effort_max_tokens": {"low": 4},
-         "domains": {"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 20}},
-         "teachers": [{"domain": "general", "effort": "max", "checkpoint": "stage:grpo"},
-                      {"domain": "general", "effort": "low", "checkpoint": "stage:grpo_low"}]},
+        {
+            "name": "sft",
+            "type": "sft",
+            "steps": 4,
+            "lr": 1e-3,
+            "batch_size": 8,
+            "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 50},
+        },
+        {
+            "name": "grpo",
+            "type": "rl",
+            "steps": 3,
+            "lr": 1e-4,
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "max_tokens": 6,
+            "save_every": 2,
+            "tasks": {
+                "type": "mixture",
+                "sources": [
+                    {
+                        "type": "reasoning_gym",
+                        "families": [
+                            {"name": "basic_arithmetic", "params": {"max_digits": 1}},
+                            {"name": "simple_equations"},
+                        ],
+                        "size": 50,
+                        "seed": 5,
+                    },
+                    {"type": "coding", "size": 20, "seed": 5},
+                    {"type": "agent", "size": 10, "seed": 5, "families": ["calculator"], "system_prompt": ""},
+                    {"type": "writing", "size": 10, "seed": 5},
+                ],
+            },
+        },
+        {
+            "name": "grpo_low",
+            "type": "rl",
+            "init_from": "sft",
+            "steps": 1,
+            "lr": 1e-4,
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "max_tokens": 4,
+            "budget": {"effort": "low"},
+            "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 20, "seed": 6},
+        },
+        {
+            "name": "mopd",
+            "type": "mopd",
+            "init_from": "sft",
+            "steps": 2,
+            "lr": 1e-4,
+            "prompts_per_step": 2,
+            "group_size": 2,
+            "max_tokens": 6,
+            "save_every": 1,
+            "effort_max_tokens": {"low": 4},
+            "domains": {"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 20}},
+            "teachers": [
+                {"domain": "general", "effort": "max", "checkpoint": "stage:grpo"},
+                {"domain": "general", "effort": "low", "checkpoint": "stage:grpo_low"},
+            ],
+        },
     ],
 }
 REQUIRED = ["reward/mean", "response_tokens/mean", "logp/mismatch", "sync/seconds", "throughput/tokens_per_s"]
@@ -41,8 +87,12 @@ REQUIRED = ["reward/mean", "response_tokens/mean", "logp/mismatch", "sync/second
 def run_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     (root / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
-    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "run", str(root / "p.yaml"), "--run-dir",
-                           str(root / "run")], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", "run", str(root / "p.yaml"), "--run-dir", str(root / "run")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root / "run"
 
@@ -90,9 +140,14 @@ def test_mopd_stage_distils_the_earlier_stages(run_dir):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     mopd = [r for r in rows if r["stage"] == "mopd"]
     assert [r["step"] for r in mopd] == [1, 2]
-    assert {"mopd/reverse_kl/general-max", "mopd/reverse_kl/general-low", "response_tokens/low",
-            "teacher_pool/loads"} <= set(mopd[-1])
+    assert {
+        "mopd/reverse_kl/general-max",
+        "mopd/reverse_kl/general-low",
+        "response_tokens/low",
+        "teacher_pool/loads",
+    } <= set(mopd[-1])
     for folder in ("final", "step_000001"):
         manifest = json.loads((run_dir / "checkpoints/mopd" / folder / "mopd_manifest.json").read_text())
-        assert [t["checkpoint"] for t in manifest["teachers"]] == \
-            [str((run_dir / "checkpoints" / name / "final").resolve()) for name in ("grpo", "grpo_low")]
+        assert [t["checkpoint"] for t in manifest["teachers"]] == [
+            str((run_dir / "checkpoints" / name / "final").resolve()) for name in ("grpo", "grpo_low")
+        ]

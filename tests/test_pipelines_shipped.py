@@ -18,8 +18,15 @@ CLUSTER_VARS = ("POSTTRAIN_MODEL_DIR", "POSTTRAIN_JUDGE_DIR", "RAY_ADDRESS")
 GOOD = {
     "name": "t",
     "model": {"name": "tiny"},
-    "stages": [{"name": "sft", "type": "sft", "steps": 2, "lr": 1e-3,
-                "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4}}],
+    "stages": [
+        {
+            "name": "sft",
+            "type": "sft",
+            "steps": 2,
+            "lr": 1e-3,
+            "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4},
+        }
+    ],
 }
 
 
@@ -34,8 +41,14 @@ def without_cluster_env() -> dict:
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
-                          timeout=300, env=env or without_cluster_env(), cwd=PIPELINES.parent)
+    return subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env or without_cluster_env(),
+        cwd=PIPELINES.parent,
+    )
 
 
 # ---------------------------------------------------------------- ${VAR} expansion
@@ -43,20 +56,35 @@ def cli(*args, env=None):
 
 def test_env_set_default_and_unset():
     env = {"MODEL": "/models/m", "EMPTY": ""}
-    raw = {"model": {"name": "${MODEL}"}, "a": "${NOPE:-fallback}", "b": "${MODEL:-unused}/x",
-           "c": "${EMPTY:-was empty}", "d": ["x-${MODEL}-y", 3, None], "${MODEL}": "key kept"}
+    raw = {
+        "model": {"name": "${MODEL}"},
+        "a": "${NOPE:-fallback}",
+        "b": "${MODEL:-unused}/x",
+        "c": "${EMPTY:-was empty}",
+        "d": ["x-${MODEL}-y", 3, None],
+        "${MODEL}": "key kept",
+    }
     out = expand_env(raw, "p.yaml", environ=env)
-    assert out == {"model": {"name": "/models/m"}, "a": "fallback", "b": "/models/m/x", "c": "was empty",
-                   "d": ["x-/models/m-y", 3, None], "${MODEL}": "key kept"}
+    assert out == {
+        "model": {"name": "/models/m"},
+        "a": "fallback",
+        "b": "/models/m/x",
+        "c": "was empty",
+        "d": ["x-/models/m-y", 3, None],
+        "${MODEL}": "key kept",
+    }
     assert expand_env({"e": "${EMPTY}"}, "p.yaml", environ=env) == {"e": ""}  # set but empty: shell rules
 
 
 def test_env_missing_is_one_line_naming_the_key():
     with pytest.raises(ConfigError) as err:
-        expand_env({"stages": [{"x": 1}, {"domains": {"coding": {"path": "${DATA_DIR}/c.jsonl"}}}]}, "p.yaml",
-                   environ={})
-    assert str(err.value) == ("p.yaml: stages[1].domains.coding.path: environment variable DATA_DIR is not set "
-                              "(set it, or give a default: ${DATA_DIR:-DEFAULT})")
+        expand_env(
+            {"stages": [{"x": 1}, {"domains": {"coding": {"path": "${DATA_DIR}/c.jsonl"}}}]}, "p.yaml", environ={}
+        )
+    assert str(err.value) == (
+        "p.yaml: stages[1].domains.coding.path: environment variable DATA_DIR is not set "
+        "(set it, or give a default: ${DATA_DIR:-DEFAULT})"
+    )
     for bad in ("${}", "${1X}", "${A B}", "cost ${5", "${A:default}"):
         with pytest.raises(ConfigError, match=r"^p\.yaml: k: bad environment reference") as err:
             expand_env({"k": bad}, "p.yaml", environ={"A": "1"})
@@ -65,8 +93,11 @@ def test_env_missing_is_one_line_naming_the_key():
 
 def test_env_escape_is_literal_and_survives_the_resolved_config(tmp_path, monkeypatch):
     monkeypatch.setenv("POSTTRAIN_TEST_SEED_DIR", str(tmp_path))
-    data = {**GOOD, "name": "${POSTTRAIN_TEST_NAME:-from-default}",
-            "stages": [{**GOOD["stages"][0], "data": {**GOOD["stages"][0]["data"], "prompt_suffix": " costs $${price}"}}]}
+    data = {
+        **GOOD,
+        "name": "${POSTTRAIN_TEST_NAME:-from-default}",
+        "stages": [{**GOOD["stages"][0], "data": {**GOOD["stages"][0]["data"], "prompt_suffix": " costs $${price}"}}],
+    }
     config = load_pipeline(write(tmp_path, data), ["trainer.workers=1"])
     assert config.name == "from-default" and config.stages[0].data.prompt_suffix == " costs ${price}"
     resolved = tmp_path / "config.resolved.yaml"
@@ -85,8 +116,10 @@ def test_cli_missing_env_exits_2_with_one_line(tmp_path):
     path = write(tmp_path, "name: t\nmodel:\n  name: ${POSTTRAIN_MODEL_DIR}\nstages: []\n")
     proc = cli("validate", str(path))
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip() == f"{path}: model.name: environment variable POSTTRAIN_MODEL_DIR is not set " \
-                                  "(set it, or give a default: ${POSTTRAIN_MODEL_DIR:-DEFAULT})"
+    assert (
+        proc.stderr.strip() == f"{path}: model.name: environment variable POSTTRAIN_MODEL_DIR is not set "
+        "(set it, or give a default: ${POSTTRAIN_MODEL_DIR:-DEFAULT})"
+    )
 
 
 # ---------------------------------------------------------------- shipped pipelines
@@ -143,4 +176,7 @@ def test_cluster_template_puts_one_slot_on_each_8_gpu_node(monkeypatch):
     assert sum(b.get("GPU", 0) for b in slot_bundles(config)) == 8
     nodes = [{"node": n, "resources": {"CPU": 64, "GPU": 8}} for n in ("head", "w1", "w2")]
     assert [p["node"] for p in plan(config, nodes, 3)] == ["head", "w1", "w2"]
-    assert [p["node"] for p in plan(config, nodes[:1] + [{"node": "cpu", "resources": {"CPU": 64}}], 2)] == ["head", None]
+    assert [p["node"] for p in plan(config, nodes[:1] + [{"node": "cpu", "resources": {"CPU": 64}}], 2)] == [
+        "head",
+        None,
+    ]

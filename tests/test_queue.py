@@ -70,5 +70,10 @@ def test_rejected_groups_are_counted_as_dropped():
     q = PartialRolloutQueue(max_staleness=2)
     q.reject(4, "prompt_too_long")
     q.add_group(TASK, (1,), size=2, max_tokens=3, budget=None, version=0)
-    assert q.check() == {"samples/drawn": 6.0, "samples/trained": 0.0, "samples/queued": 2.0,
-                         "samples/dropped": 4.0, "samples/dropped/prompt_too_long": 4.0}
+    assert q.check() == {
+        "samples/drawn": 6.0,
+        "samples/trained": 0.0,
+        "samples/queued": 2.0,
+        "samples/dropped": 4.0,
+        "samples/dropped/prompt_too_long": 4.0,
+    }

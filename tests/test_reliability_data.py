@@ -33,12 +33,12 @@ BAD_ROWS = {  # JSONL line -> words of the reason
     '{"prompt": "x", "answer": [4]}': "answer must be a string or a number",
     '{"prompt": "x", "metadata": "m"}': "metadata must be an object",
     '{"prompt": "x", "extra": 1}': "unknown field(s) ['extra']",
-    '[1, 2]': "a row must be an object, got list",
+    "[1, 2]": "a row must be an object, got list",
     '"just a string"': "a row must be an object, got str",
-    '17': "a row must be an object, got int",
+    "17": "a row must be an object, got int",
     '{"prompt": "x"': "invalid JSON",
     "{'prompt': 'x'}": "invalid JSON",
-    'NaN garbage \x07': "invalid JSON",
+    "NaN garbage \x07": "invalid JSON",
 }
 
 
@@ -59,11 +59,16 @@ def test_bad_row_is_skipped_with_its_number_or_rejects_the_file(tmp_path, capsys
     assert str(caught.value).startswith(f"{path}:2: ") and BAD_ROWS[line] in str(caught.value)
 
 
-@pytest.mark.parametrize("content, words", [
-    (b"", "no usable task (empty file)"), (b"\n\n  \n", "no usable task (empty file)"),
-    (b'{"prompt": ""}\n{"x": 1}\n', "no usable task (row 1: needs a non-empty string"),
-    (b'{"prompt": "a"}\n\xff\xfe\n', "not UTF-8 text (byte 16)"), (bytes(range(256)) * 4, "not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (b"", "no usable task (empty file)"),
+        (b"\n\n  \n", "no usable task (empty file)"),
+        (b'{"prompt": ""}\n{"x": 1}\n', "no usable task (row 1: needs a non-empty string"),
+        (b'{"prompt": "a"}\n\xff\xfe\n', "not UTF-8 text (byte 16)"),
+        (bytes(range(256)) * 4, "not UTF-8 text"),
+    ],
+)
 def test_unusable_files_are_rejected_whole_with_a_reason(tmp_path, content, words):
     path = tmp_path / "t.jsonl"
     path.write_bytes(content)

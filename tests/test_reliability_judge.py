@@ -8,7 +8,6 @@ import json
 import time
 
 import pytest
-
 from test_grm_http import Judge, grm_for, samples, server  # noqa: F401 (the server fixture)
 
 KEY = "secret-key-123"
@@ -57,7 +56,9 @@ def faulty(server):  # noqa: F811
 def test_a_transient_fault_is_retried_and_the_sample_scored(faulty, monkeypatch, fault):
     monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
     faulty.fault, faulty.faults = fault, 1
-    result = asyncio.run(grm_for(faulty, timeout_s=TIMEOUT_S).score(samples("Two wheels, one bicycle,\nthe road hums.")))[0]
+    result = asyncio.run(
+        grm_for(faulty, timeout_s=TIMEOUT_S).score(samples("Two wheels, one bicycle,\nthe road hums."))
+    )[0]
     assert result.ok and result.score == pytest.approx(0.8), result.reason
     assert result.details["judge_tries"]["rubric"] == 2
 

@@ -60,8 +60,11 @@ def test_nonfinite_loss_skips_the_step_then_stops_after_k_in_a_row(ray_session, 
 
 
 def folder_digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def folder_bytes(folder: Path) -> int:
@@ -76,8 +79,9 @@ def small_tmpfs(tmp_path):
     def mount(size_bytes: int) -> Path:
         point = tmp_path / "small-disk"
         point.mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(point)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(point)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
         mounted.append(point)

@@ -17,22 +17,43 @@ PIPELINE = {
     "rollout": {"max_model_len": 96},
     "trainer": {"workers": 2},
     "stages": [
-        {"name": "sft", "type": "sft", "steps": 4, "lr": 1e-3, "batch_size": 8, "save_every": 2,
-         "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 40}},
-        {"name": "grpo", "type": "rl", "steps": 40, "lr": 1e-4, "prompts_per_step": 4, "group_size": 2,
-         "max_tokens": 24, "save_every": 2,
-         # budgets of 1..3x the answer length make responses end at different lengths, so
-         # lambda = 0.5 leaves cut trajectories in the queue at every checkpoint
-         "budget": {"multiple": 2.0, "margin": 0.5},
-         "partial": {"lambda": 0.5, "max_staleness": 8},
-         "tasks": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 40, "seed": 3}},
+        {
+            "name": "sft",
+            "type": "sft",
+            "steps": 4,
+            "lr": 1e-3,
+            "batch_size": 8,
+            "save_every": 2,
+            "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 40},
+        },
+        {
+            "name": "grpo",
+            "type": "rl",
+            "steps": 40,
+            "lr": 1e-4,
+            "prompts_per_step": 4,
+            "group_size": 2,
+            "max_tokens": 24,
+            "save_every": 2,
+            # budgets of 1..3x the answer length make responses end at different lengths, so
+            # lambda = 0.5 leaves cut trajectories in the queue at every checkpoint
+            "budget": {"multiple": 2.0, "margin": 0.5},
+            "partial": {"lambda": 0.5, "max_staleness": 8},
+            "tasks": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 40, "seed": 3},
+        },
     ],
 }
 
 
 def cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "posttrain.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "posttrain.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **kw,
+    )
 
 
 def test_sigkill_then_resume_carries_the_queue(tmp_path):
@@ -47,11 +68,15 @@ def test_sigkill_then_resume_carries_the_queue(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
-    saved = {int(p.name.split("_")[1]): json.loads((p / "rollout_state.json").read_text())
-             for p in (run / "checkpoints" / "grpo").glob("step_*")}
+    saved = {
+        int(p.name.split("_")[1]): json.loads((p / "rollout_state.json").read_text())
+        for p in (run / "checkpoints" / "grpo").glob("step_*")
+    }
     newest = max(saved)
     queue = json.loads(saved[newest]["queue"])
-    assert any(t["finish_reason"] is None for g in queue["groups"] for t in g["trajectories"]), "no cut trajectory saved"
+    assert any(t["finish_reason"] is None for g in queue["groups"] for t in g["trajectories"]), (
+        "no cut trajectory saved"
+    )
 
     resumed = cli("run", "--resume", str(run))
     out = resumed.communicate(timeout=600)[0]

@@ -10,16 +10,19 @@ from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 from posttrain.types import Completion, Sample
 
 
-@pytest.mark.parametrize("text, mode, expected", [
-    ("42", "auto", "42"),
-    ("so the sum is\n42.", "auto", "42"),
-    ("think... <answer> 7 </answer> more <answer>8</answer>", "auto", "8"),
-    ("the result is \\boxed{\\frac{1}{2}} done", "auto", "\\frac{1}{2}"),
-    ("Final answer: -3", "auto", "-3"),
-    ("no tag here", "answer_tag", None),
-    ("", "auto", None),
-    ("  5 \n", "whole", "5"),
-])
+@pytest.mark.parametrize(
+    "text, mode, expected",
+    [
+        ("42", "auto", "42"),
+        ("so the sum is\n42.", "auto", "42"),
+        ("think... <answer> 7 </answer> more <answer>8</answer>", "auto", "8"),
+        ("the result is \\boxed{\\frac{1}{2}} done", "auto", "\\frac{1}{2}"),
+        ("Final answer: -3", "auto", "-3"),
+        ("no tag here", "answer_tag", None),
+        ("", "auto", None),
+        ("  5 \n", "whole", "5"),
+    ],
+)
 def test_extract_answer(text, mode, expected):
     assert extract_answer(text, mode)[0] == expected
 
@@ -28,12 +31,15 @@ def sample_for(task, text, finish="stop"):
     return Sample(task=task, group_id=0, prompt_ids=(1,), completion=Completion((5,), (-0.1,), text, finish))
 
 
-@pytest.mark.parametrize("family, params", [
-    ("basic_arithmetic", {"min_terms": 2, "max_terms": 3, "max_digits": 2}),
-    ("chain_sum", {}),
-    ("simple_equations", {}),  # algebra
-    ("products", {}),
-])
+@pytest.mark.parametrize(
+    "family, params",
+    [
+        ("basic_arithmetic", {"min_terms": 2, "max_terms": 3, "max_digits": 2}),
+        ("chain_sum", {}),
+        ("simple_equations", {}),  # algebra
+        ("products", {}),
+    ],
+)
 def test_verifier_scores_right_1_and_wrong_0(family, params):
     tasks = reasoning_gym_tasks(ReasoningGymTasks(families=[ReasoningGymFamily(name=family, params=params)], size=5))
     verifier = ReasoningGymVerifier()

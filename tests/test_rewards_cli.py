@@ -9,19 +9,44 @@ import sys
 import pytest
 import yaml
 
-ROW_FIELDS = {"stage", "step", "sample", "group", "task_id", "family", "verifier", "messages", "answer", "entry",
-              "response", "prompt_tokens", "response_tokens", "finish_reason", "reward", "ok", "reason", "source",
-              "details", "budget", "policy_version"}
+ROW_FIELDS = {
+    "stage",
+    "step",
+    "sample",
+    "group",
+    "task_id",
+    "family",
+    "verifier",
+    "messages",
+    "answer",
+    "entry",
+    "response",
+    "prompt_tokens",
+    "response_tokens",
+    "finish_reason",
+    "reward",
+    "ok",
+    "reason",
+    "source",
+    "details",
+    "budget",
+    "policy_version",
+}
 
 
 def judge_config(judge_dir) -> dict:
-    return {"judge": {"type": "vllm", "model": str(judge_dir), "max_model_len": 1536, "kv_cache_gib": 0.25},
-            "length_cap": 16, "max_criteria": 3, "retries": 2}
+    return {
+        "judge": {"type": "vllm", "model": str(judge_dir), "max_model_len": 1536, "kv_cache_gib": 0.25},
+        "length_cap": 16,
+        "max_criteria": 3,
+        "retries": 2,
+    }
 
 
 def cli(*args, timeout=600):
-    proc = subprocess.run([sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -38,14 +63,34 @@ def judge_dir(tmp_path_factory):
 def run_dir(tmp_path_factory, judge_dir):
     root = tmp_path_factory.mktemp("grm-run")
     pipeline = {
-        "name": "grm-e2e", "model": {"name": "tiny"}, "rollout": {"max_model_len": 256}, "trainer": {"workers": 1},
-        "stages": [{
-            "name": "grpo", "type": "rl", "steps": 2, "lr": 1e-4, "prompts_per_step": 4, "group_size": 2,
-            "max_tokens": 12, "reward": {"grm": judge_config(judge_dir)},
-            "tasks": {"type": "mixture", "sources": [
-                {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}],
-                 "size": 8, "seed": 5},
-                {"type": "writing", "size": 8, "seed": 5}]}}],
+        "name": "grm-e2e",
+        "model": {"name": "tiny"},
+        "rollout": {"max_model_len": 256},
+        "trainer": {"workers": 1},
+        "stages": [
+            {
+                "name": "grpo",
+                "type": "rl",
+                "steps": 2,
+                "lr": 1e-4,
+                "prompts_per_step": 4,
+                "group_size": 2,
+                "max_tokens": 12,
+                "reward": {"grm": judge_config(judge_dir)},
+                "tasks": {
+                    "type": "mixture",
+                    "sources": [
+                        {
+                            "type": "reasoning_gym",
+                            "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}],
+                            "size": 8,
+                            "seed": 5,
+                        },
+                        {"type": "writing", "size": 8, "seed": 5},
+                    ],
+                },
+            }
+        ],
     }
     (root / "p.yaml").write_text(yaml.safe_dump(pipeline))
     cli("run", str(root / "p.yaml"), "--run-dir", str(root / "run"))
@@ -66,18 +111,24 @@ def test_every_sample_is_saved_and_grm_samples_are_on_the_scoreboard(run_dir):
     assert sorted(e["sample"] for e in board) == sorted(r["sample"] for r in grm_rows)
     by_id = {r["sample"]: r for r in grm_rows}
     for entry in board:
-        assert entry["score"] == by_id[entry["sample"]]["reward"] and entry["task_id"] == by_id[entry["sample"]]["task_id"]
+        assert (
+            entry["score"] == by_id[entry["sample"]]["reward"] and entry["task_id"] == by_id[entry["sample"]]["task_id"]
+        )
         assert entry["status"] == "scored" and len(entry["verdicts"]) == len(entry["rubric"]) == 3
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     with_grm = [m for m in metrics if "grm/score_mean" in m]
-    assert with_grm and all(k in with_grm[0] for k in ("grm/unscored", "grm/cache_hit", "grm/latency_s",
-                                                        "grm/length_capped"))
+    assert with_grm and all(
+        k in with_grm[0] for k in ("grm/unscored", "grm/cache_hit", "grm/latency_s", "grm/length_capped")
+    )
 
 
 def test_show_prints_the_rubric_verdicts_and_reasons(run_dir):
     grm_row = next(r for r in rows_of(run_dir) if r["source"] == "grm")
-    entry = next(json.loads(line) for line in (run_dir / "scoreboard.jsonl").read_text().splitlines()
-                 if json.loads(line)["sample"] == grm_row["sample"])
+    entry = next(
+        json.loads(line)
+        for line in (run_dir / "scoreboard.jsonl").read_text().splitlines()
+        if json.loads(line)["sample"] == grm_row["sample"]
+    )
     out = cli("rewards", "show", str(run_dir), "--sample", grm_row["sample"])
     assert grm_row["messages"][-1]["content"] in out and grm_row["response"].strip()[:5] in out
     for criterion, verdict in zip(entry["rubric"], entry["verdicts"]):
@@ -100,8 +151,17 @@ def test_replay_with_the_same_config_changes_nothing_and_a_lower_cap_shows_the_s
 
 def test_try_prints_one_json_object_with_the_whole_procedure(tmp_path, judge_dir):
     (tmp_path / "reward.yaml").write_text(yaml.safe_dump({"grm": judge_config(judge_dir)}))
-    out = cli("rewards", "try", "--task", "Write a haiku about rain.", "--response", "Rain taps the window.",
-              "--reward", str(tmp_path / "reward.yaml"), "--json")
+    out = cli(
+        "rewards",
+        "try",
+        "--task",
+        "Write a haiku about rain.",
+        "--response",
+        "Rain taps the window.",
+        "--reward",
+        str(tmp_path / "reward.yaml"),
+        "--json",
+    )
     result = json.loads(out.strip().splitlines()[-1])
     assert result["ok"] and -1 <= result["score"] <= 1 and result["status"] == "scored"
     assert len(result["rubric"]) == len(result["verdicts"]) == 3

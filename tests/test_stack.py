@@ -35,8 +35,9 @@ def sample(engine, n=4, max_tokens=12) -> list[TrainSequence]:
     for prompt, completions in zip(PROMPTS, outs):
         for c in completions:
             k = len(c.token_ids)
-            seqs.append(TrainSequence(prompt + c.token_ids, len(prompt), tuple(np.linspace(-1, 1, k)), (1.0,) * k,
-                                      c.logprobs))
+            seqs.append(
+                TrainSequence(prompt + c.token_ids, len(prompt), tuple(np.linspace(-1, 1, k)), (1.0,) * k, c.logprobs)
+            )
     return seqs
 
 
@@ -70,7 +71,7 @@ def test_step_changes_parameters_and_push_keeps_engine_in_agreement(engine, trai
     assert sync["sync/seconds"] > 0
     assert ray.get(engine.info.remote())["version"] == trainers.version
     engine_logp = ray.get(engine.prompt_logprobs.remote([list(s.token_ids) for s in seqs]))
-    diffs = [abs(a - b) for s, lt, le in zip(seqs, stale, engine_logp) for a, b in zip(lt, le[s.prompt_len - 1:])]
+    diffs = [abs(a - b) for s, lt, le in zip(seqs, stale, engine_logp) for a, b in zip(lt, le[s.prompt_len - 1 :])]
     assert float(np.mean(diffs)) < 1e-4
     fresh = sample(engine)  # new samples: engine logprobs come from the pushed weights
     assert mean_abs_diff(fresh, trainers.logprobs(fresh)) < 1e-4

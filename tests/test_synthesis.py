@@ -8,8 +8,16 @@ import pytest
 
 from posttrain.config import AgentTasks, ReasoningGymTasks, SynthesisStage
 from posttrain.data import agent
-from posttrain.data.chat import (TEMPLATE_VERSION, TemplateError, format_call, parse_response, render_prompt,
-                                 render_response, sft_example, tool_turn_ids)
+from posttrain.data.chat import (
+    TEMPLATE_VERSION,
+    TemplateError,
+    format_call,
+    parse_response,
+    render_prompt,
+    render_response,
+    sft_example,
+    tool_turn_ids,
+)
 from posttrain.data.tasks import load_tasks
 from posttrain.synthesis.store import ReviewError, SynthesisStore, from_messages
 from posttrain.synthesis.verify import PASSED, REJECTED, REVIEW, Verifier, check_format, check_messages
@@ -29,8 +37,7 @@ def gold_conversation(family="lookup_store", index=0):
 
 
 def stage(**kw):
-    base = {"name": "syn", "type": "synthesis", "teacher": {"model": "tiny"},
-            "tasks": {"type": "agent", "size": 4}}
+    base = {"name": "syn", "type": "synthesis", "teacher": {"model": "tiny"}, "tasks": {"type": "agent", "size": 4}}
     return SynthesisStage(**{**base, **kw})
 
 
@@ -40,12 +47,14 @@ def stage(**kw):
 def test_template_round_trip_is_lossless(tokenizer):
     """render (chat template on top of the tool-call serialization), then parse: the same
     messages, and rendering those again gives the same token ids and mask."""
-    tricky = (Message("user", "Compute 2+2, then say \"done\".\n  Keep spaces  "),
-              Message("assistant", "Sure.\n" + format_call("calculator", {"expression": "2 + 2"})),
-              Message("tool", "4\nerror: nothing"),
-              Message("assistant", ""),  # an empty turn survives too
-              Message("user", "and the café? {\"x\": 1}"),
-              Message("assistant", "done \u00e9 \U0001F600"))
+    tricky = (
+        Message("user", 'Compute 2+2, then say "done".\n  Keep spaces  '),
+        Message("assistant", "Sure.\n" + format_call("calculator", {"expression": "2 + 2"})),
+        Message("tool", "4\nerror: nothing"),
+        Message("assistant", ""),  # an empty turn survives too
+        Message("user", 'and the café? {"x": 1}'),
+        Message("assistant", "done \u00e9 \U0001f600"),
+    )
     for messages in [gold_conversation(f, i)[1] for f in agent.FAMILIES for i in range(2)] + [tricky]:
         ids, prompt_len, mask = sft_example(tokenizer, messages, 10**9)
         first = next(i for i, m in enumerate(messages) if m.role == "assistant")
@@ -61,7 +70,7 @@ def test_rollout_tokens_are_the_sft_tokens(tokenizer):
     SFT rendering is exactly the rollout's tokens and mask."""
     task, conversation = gold_conversation("lookup_store")
     response, mask = [], []
-    for m in conversation[len(task.messages):]:
+    for m in conversation[len(task.messages) :]:
         ids = render_response(tokenizer, m.content) if m.role == "assistant" else tool_turn_ids(tokenizer, m.content)
         response += ids
         mask += [int(m.role == "assistant")] * len(ids)
@@ -98,14 +107,30 @@ def test_format_stage_rejects_malformed_trajectories(tokenizer):
     call = format_call("calculator", {"expression": "2 + 3"})
     cases = {
         "ok": ([("assistant", call), ("tool", "5"), ("assistant", "5")], "stop", None, True),
-        "bad json": ([("assistant", "<tool_call>{\"name\": \"calculator\", </tool_call>"), ("tool", "error"),
-                      ("assistant", "5")], "stop", None, False),
-        "unknown tool": ([("assistant", format_call("rm", {"path": "/"})), ("tool", "error"), ("assistant", "5")],
-                         "stop", None, False),
-        "bad arguments": ([("assistant", format_call("calculator", {"expr": "1"})), ("tool", "error"),
-                           ("assistant", "5")], "stop", None, False),
-        "unclosed call": ([("assistant", "<tool_call>{\"name\": \"calculator\""), ("tool", "error"),
-                           ("assistant", "5")], "stop", None, False),
+        "bad json": (
+            [("assistant", '<tool_call>{"name": "calculator", </tool_call>'), ("tool", "error"), ("assistant", "5")],
+            "stop",
+            None,
+            False,
+        ),
+        "unknown tool": (
+            [("assistant", format_call("rm", {"path": "/"})), ("tool", "error"), ("assistant", "5")],
+            "stop",
+            None,
+            False,
+        ),
+        "bad arguments": (
+            [("assistant", format_call("calculator", {"expr": "1"})), ("tool", "error"), ("assistant", "5")],
+            "stop",
+            None,
+            False,
+        ),
+        "unclosed call": (
+            [("assistant", '<tool_call>{"name": "calculator"'), ("tool", "error"), ("assistant", "5")],
+            "stop",
+            None,
+            False,
+        ),
         "ends on a call": ([("assistant", call), ("tool", "5"), ("assistant", call)], "max_turns", None, False),
         "env error": ([("assistant", "5")], "env_error", {"error": "TypeError: boom"}, False),
     }
@@ -122,7 +147,9 @@ def test_format_stage_rejects_malformed_trajectories(tokenizer):
 
 
 def test_outcome_length_and_dedup_stages_reject_what_they_should():
-    s = stage(verify={"outcome": {"threshold": 1.0, "grm_threshold": 0.2}, "length": {"min_tokens": 2, "max_tokens": 50}})
+    s = stage(
+        verify={"outcome": {"threshold": 1.0, "grm_threshold": 0.2}, "length": {"min_tokens": 2, "max_tokens": 50}}
+    )
     good = {"pass": True, "reason": "ok"}
     conv = (Message("user", "q"), Message("assistant", "A  b"))
     v = Verifier(s)
@@ -130,16 +157,29 @@ def test_outcome_length_and_dedup_stages_reject_what_they_should():
     verdicts, status, _ = v.run("0-0", "t0", good, conv, r_ok, 10)
     assert status == PASSED and all(x["pass"] for x in verdicts.values())
     # outcome: wrong answer, unscored, a GRM score below its own threshold
-    for result, why in [(RewardResult(0.0, "wrong", "agent"), "0 < 1"),
-                        (RewardResult(0.0, "judge timed out", "grm", ok=False), "unscored"),
-                        (RewardResult(0.1, "meh", "grm"), "0.1 < 0.2")]:
+    for result, why in [
+        (RewardResult(0.0, "wrong", "agent"), "0 < 1"),
+        (RewardResult(0.0, "judge timed out", "grm", ok=False), "unscored"),
+        (RewardResult(0.1, "meh", "grm"), "0.1 < 0.2"),
+    ]:
         verdicts, status, _ = v.run("1-0", "t1", good, (Message("user", "q"), Message("assistant", why)), result, 10)
         assert status == REJECTED and not verdicts["outcome"]["pass"] and why in verdicts["outcome"]["reason"]
-    assert v.run("1-1", "t1", good, (Message("user", "q"), Message("assistant", "grm ok")),
-                 RewardResult(0.3, "fine", "grm"), 10)[1] == PASSED
+    assert (
+        v.run(
+            "1-1",
+            "t1",
+            good,
+            (Message("user", "q"), Message("assistant", "grm ok")),
+            RewardResult(0.3, "fine", "grm"),
+            10,
+        )[1]
+        == PASSED
+    )
     # length limits
     for tokens, why in [(1, "< min 2"), (51, "> max 50")]:
-        verdicts, status, _ = v.run("2-0", "t2", good, (Message("user", "q"), Message("assistant", f"x{tokens}")), r_ok, tokens)
+        verdicts, status, _ = v.run(
+            "2-0", "t2", good, (Message("user", "q"), Message("assistant", f"x{tokens}")), r_ok, tokens
+        )
         assert status == REJECTED and why in verdicts["length"]["reason"]
     # dedup: the same assistant text (up to case and spaces) for the same task; another task is fine
     verdicts, status, _ = v.run("0-1", "t0", good, (Message("user", "q"), Message("assistant", "a B")), r_ok, 10)
@@ -150,35 +190,49 @@ def test_outcome_length_and_dedup_stages_reject_what_they_should():
     assert across.run("3-0", "t3", good, conv, r_ok, 10)[1] == REJECTED
     # a rejected candidate does not block a later identical one; a disabled stage passes
     off = Verifier(stage(verify={"outcome": {"enabled": False}}))
-    assert off.run("0-0", "t0", good, conv, RewardResult(0.0, "wrong", "agent"), 10)[0]["outcome"]["reason"] == "disabled"
+    assert (
+        off.run("0-0", "t0", good, conv, RewardResult(0.0, "wrong", "agent"), 10)[0]["outcome"]["reason"] == "disabled"
+    )
 
 
 def test_review_rule_near_threshold_and_random_share():
     good = {"pass": True, "reason": "ok"}
     v = Verifier(stage(verify={"outcome": {"grm_threshold": 0.5}}, review={"near_threshold": 0.2}))
     conv = lambda t: (Message("user", "q"), Message("assistant", t))  # noqa: E731
-    assert v.run("0-0", "t", good, conv("a"), RewardResult(0.4, "", "grm"), 5)[1] == REVIEW  # just below: a person decides
+    assert (
+        v.run("0-0", "t", good, conv("a"), RewardResult(0.4, "", "grm"), 5)[1] == REVIEW
+    )  # just below: a person decides
     assert v.run("0-1", "t", good, conv("b"), RewardResult(0.65, "", "grm"), 5)[1] == REVIEW
     assert v.run("0-2", "t", good, conv("c"), RewardResult(0.9, "", "grm"), 5)[1] == PASSED
     assert v.run("0-3", "t", good, conv("d"), RewardResult(0.1, "", "grm"), 5)[1] == REJECTED
     bad_format = {"pass": False, "reason": "x"}
     assert v.run("0-4", "t", bad_format, conv("e"), RewardResult(0.45, "", "grm"), 5)[1] == REJECTED
     share = Verifier(stage(review={"fraction": 0.5, "seed": 3}))
-    statuses = [share.run(f"{i}-0", f"t{i}", good, conv(str(i)), RewardResult(1.0, "", "agent"), 5)[1] for i in range(200)]
+    statuses = [
+        share.run(f"{i}-0", f"t{i}", good, conv(str(i)), RewardResult(1.0, "", "agent"), 5)[1] for i in range(200)
+    ]
     assert 70 < statuses.count(REVIEW) < 130 and statuses.count(REJECTED) == 0
     again = Verifier(stage(review={"fraction": 0.5, "seed": 3}))
-    assert [again.run(f"{i}-0", f"t{i}", good, conv(str(i)), RewardResult(1.0, "", "agent"), 5)[1]
-            for i in range(200)] == statuses  # the same choice after a resume
+    assert [
+        again.run(f"{i}-0", f"t{i}", good, conv(str(i)), RewardResult(1.0, "", "agent"), 5)[1] for i in range(200)
+    ] == statuses  # the same choice after a resume
 
 
 def test_check_messages_on_hand_written_conversations():
     call = format_call("kv_get", {"key": "a"})
-    assert check_messages((Message("user", "q"), Message("assistant", call), Message("tool", "1"),
-                           Message("assistant", "1")), tools=True)["pass"]
-    assert "no tool result" in check_messages((Message("user", "q"), Message("assistant", call),
-                                               Message("assistant", "1")), tools=True)["reason"]
-    assert "follows no tool call" in check_messages((Message("user", "q"), Message("tool", "1"),
-                                                     Message("assistant", "1")), tools=True)["reason"]
+    assert check_messages(
+        (Message("user", "q"), Message("assistant", call), Message("tool", "1"), Message("assistant", "1")), tools=True
+    )["pass"]
+    assert (
+        "no tool result"
+        in check_messages((Message("user", "q"), Message("assistant", call), Message("assistant", "1")), tools=True)[
+            "reason"
+        ]
+    )
+    assert (
+        "follows no tool call"
+        in check_messages((Message("user", "q"), Message("tool", "1"), Message("assistant", "1")), tools=True)["reason"]
+    )
     assert "does not end with an assistant" in check_messages((Message("user", "q"),), tools=False)["reason"]
 
 
@@ -189,9 +243,21 @@ def fake_rows(statuses):
     rows = []
     for i, status in enumerate(statuses):
         messages = [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]
-        rows.append({"id": f"{i}-0", "task_id": f"t{i}", "task_index": i, "k": 0, "family": "f", "verifier": "reasoning_gym",
-                     "template": TEMPLATE_VERSION, "messages": messages, "status": status, "review_reason": "",
-                     "verdicts": {"format": {"pass": status != REJECTED, "reason": ""}}})
+        rows.append(
+            {
+                "id": f"{i}-0",
+                "task_id": f"t{i}",
+                "task_index": i,
+                "k": 0,
+                "family": "f",
+                "verifier": "reasoning_gym",
+                "template": TEMPLATE_VERSION,
+                "messages": messages,
+                "status": status,
+                "review_reason": "",
+                "verdicts": {"format": {"pass": status != REJECTED, "reason": ""}},
+            }
+        )
     return rows
 
 
@@ -204,9 +270,15 @@ def test_review_decisions_change_the_sft_set(tmp_path, capsys):
     assert [d["id"] for d in store.sft_set()] == ["0-0"]
     assert [r["id"] for r in store.queue()] == ["1-0", "2-0", "3-0"]
     edited = tmp_path / "edit.json"
-    edited.write_text(json.dumps({"messages": [{"role": "user", "content": "q3"},
-                                               {"role": "assistant", "content": "a better answer"}]}))
-    assert main(["review", str(tmp_path), "--accept", "1-0", "--reject", "2-0", "--edit", "3-0", "--file", str(edited)]) == 0
+    edited.write_text(
+        json.dumps(
+            {"messages": [{"role": "user", "content": "q3"}, {"role": "assistant", "content": "a better answer"}]}
+        )
+    )
+    assert (
+        main(["review", str(tmp_path), "--accept", "1-0", "--reject", "2-0", "--edit", "3-0", "--file", str(edited)])
+        == 0
+    )
     sft = store.sft_set()
     assert [d["id"] for d in sft] == ["0-0", "1-0", "3-0"]
     assert sft[2]["messages"][-1]["content"] == "a better answer"
@@ -237,7 +309,9 @@ def test_interactive_review_reads_answers_from_stdin(tmp_path):
     edited.write_text(json.dumps([{"role": "user", "content": "q2"}, {"role": "assistant", "content": "edited"}]))
     out = io.StringIO()
     assert review(tmp_path, stdin=io.StringIO(f"r\nx\na\ne\n{edited}\n"), out=out) == 0
-    assert [d["id"] for d in store.sft_set()] == ["1-0", "2-0"] and store.sft_set()[1]["messages"][1]["content"] == "edited"
+    assert [d["id"] for d in store.sft_set()] == ["1-0", "2-0"] and store.sft_set()[1]["messages"][1][
+        "content"
+    ] == "edited"
     assert [r["id"] for r in store.queue()] == ["3-0"]  # input ended: the rest waits
     assert "4 trajectories wait for review" in out.getvalue() and "--- assistant\na0" in out.getvalue()
 
@@ -254,7 +328,9 @@ def test_resume_sets_aside_a_task_cut_short(tmp_path):
     assert store.prepare(2) == {"t1"}
     assert [r["id"] for r in store.rows()] == ["1-0", "1-1"]
     assert "torn" not in store.candidates.read_text()
-    assert [json.loads(x)["id"] for x in (store.folder / "candidates.replaced.jsonl").read_text().splitlines()] == ["0-0"]
+    assert [json.loads(x)["id"] for x in (store.folder / "candidates.replaced.jsonl").read_text().splitlines()] == [
+        "0-0"
+    ]
 
 
 def test_sft_refuses_a_set_written_with_another_template(tmp_path):
@@ -270,8 +346,12 @@ def test_sft_refuses_a_set_written_with_another_template(tmp_path):
 def test_config_checks_synthesis_references():
     from posttrain.config import PipelineConfig
 
-    syn = {"name": "syn", "type": "synthesis", "teacher": {"model": "smollm2-135m-instruct"},
-           "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4}}
+    syn = {
+        "name": "syn",
+        "type": "synthesis",
+        "teacher": {"model": "smollm2-135m-instruct"},
+        "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 4},
+    }
     sft = {"name": "sft", "type": "sft", "lr": 1e-4, "steps": 1, "data": {"type": "synthesis", "stage": "syn"}}
     PipelineConfig(model={"name": "tiny"}, stages=[syn, sft])
     with pytest.raises(ValueError, match="names no earlier synthesis stage"):

@@ -21,23 +21,51 @@ PIPELINE = {
     "rollout": {"max_model_len": 192},
     "trainer": {"workers": 1},
     "stages": [
-        {"name": "synth", "type": "synthesis", "teacher": {"model": "tiny", "max_model_len": 192},
-         "tasks": {"type": "mixture", "sources": [
-             {"type": "agent", "families": ["calculator", "kv_recall"], "size": TASKS // 2, "max_turns": 3,
-              "system_prompt": "Tools: calculator(expression), kv_get(key)."},
-             {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": TASKS // 2}]},
-         "candidates": K, "max_tokens": 32, "chunk": 1, "temperature": 1.0,
-         # the untrained teacher is never right: keep what is well formed, so the later stages have data
-         "verify": {"outcome": {"threshold": 0.0}}, "review": {"fraction": 0.3}},
-        {"name": "sft", "type": "sft", "data": {"type": "synthesis", "stage": "synth"}, "steps": 1, "batch_size": 4,
-         "lr": 1e-4},
+        {
+            "name": "synth",
+            "type": "synthesis",
+            "teacher": {"model": "tiny", "max_model_len": 192},
+            "tasks": {
+                "type": "mixture",
+                "sources": [
+                    {
+                        "type": "agent",
+                        "families": ["calculator", "kv_recall"],
+                        "size": TASKS // 2,
+                        "max_turns": 3,
+                        "system_prompt": "Tools: calculator(expression), kv_get(key).",
+                    },
+                    {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": TASKS // 2},
+                ],
+            },
+            "candidates": K,
+            "max_tokens": 32,
+            "chunk": 1,
+            "temperature": 1.0,
+            # the untrained teacher is never right: keep what is well formed, so the later stages have data
+            "verify": {"outcome": {"threshold": 0.0}},
+            "review": {"fraction": 0.3},
+        },
+        {
+            "name": "sft",
+            "type": "sft",
+            "data": {"type": "synthesis", "stage": "synth"},
+            "steps": 1,
+            "batch_size": 4,
+            "lr": 1e-4,
+        },
     ],
 }
 
 
 def cli(*args):
-    return subprocess.Popen([sys.executable, "-m", "posttrain.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "posttrain.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def done_tasks(path):
@@ -87,7 +115,10 @@ def test_killed_synthesis_resumes_without_duplicates_then_sft_and_review(tmp_pat
     assert any(not r["verdicts"]["format"]["pass"] for r in rows)  # an untrained teacher leaves turns open
 
     summary = json.loads((run / "run_state.json").read_text())["stages"]["synth"]["summary"]
-    assert summary["candidates"] == TASKS * K and summary["passed"] + summary["rejected"] + summary["sent_to_review"] == TASKS * K
+    assert (
+        summary["candidates"] == TASKS * K
+        and summary["passed"] + summary["rejected"] + summary["sent_to_review"] == TASKS * K
+    )
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     last = [m for m in metrics if m["stage"] == "synth"][-1]
     assert last["synthesis/candidates"] == TASKS * K and 0 <= last["synthesis/pass_rate/format"] < 1
@@ -101,8 +132,12 @@ def test_killed_synthesis_resumes_without_duplicates_then_sft_and_review(tmp_pat
     waiting = [r["id"] for r in rows if r["status"] == "review"]
     passed = [r["id"] for r in rows if r["status"] == "passed"]
     assert waiting, "nothing was sent to review"
-    done = subprocess.run([sys.executable, "-m", "posttrain.cli", "review", str(run), "--accept", waiting[0],
-                           "--reject", passed[0]], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", "review", str(run), "--accept", waiting[0], "--reject", passed[0]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     ids = [json.loads(line)["id"] for line in (run / "synthesis" / "synth" / "sft.jsonl").read_text().splitlines()]
     assert waiting[0] in ids and passed[0] not in ids and len(ids) == len(sft_set)

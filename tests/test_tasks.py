@@ -3,20 +3,22 @@
 import datasets
 import pytest
 
-from posttrain.config import AgentTasks, CodingTasks, MixtureTasks, ReasoningGymTasks, WritingTasks
+from posttrain.config import AgentTasks, CodingTasks, MixtureTasks, ReasoningGymTasks, RLStage, WritingTasks
 from posttrain.data.tasks import load_tasks, task_dataset, tasks_from_dataset
-from posttrain.rewards.router import RewardRouter
 from posttrain.rewards.base import score_sync
-from posttrain.rewards.router import reward_router
-from posttrain.config import RLStage
+from posttrain.rewards.router import RewardRouter, reward_router
 from posttrain.types import Completion, Sample
 
-THREE_DOMAINS = MixtureTasks(type="mixture", seed=1, sources=[
-    ReasoningGymTasks(families=[{"name": "basic_arithmetic"}, {"name": "simple_equations"}], size=6),
-    CodingTasks(type="coding", size=4),
-    AgentTasks(type="agent", size=5),
-    WritingTasks(type="writing", size=3),
-])
+THREE_DOMAINS = MixtureTasks(
+    type="mixture",
+    seed=1,
+    sources=[
+        ReasoningGymTasks(families=[{"name": "basic_arithmetic"}, {"name": "simple_equations"}], size=6),
+        CodingTasks(type="coding", size=4),
+        AgentTasks(type="agent", size=5),
+        WritingTasks(type="writing", size=3),
+    ],
+)
 
 
 def test_every_source_is_a_dataset_that_round_trips(tmp_path):

@@ -79,13 +79,16 @@ def test_answer_matching_without_a_function(tmp_path):
     assert [r.score for r in results] == [1.0, 1.0, 0.0]
 
 
-@pytest.mark.parametrize("function, ok, words", [
-    ("user_rewards:length_penalty", True, "shorter is better"),
-    ("user_rewards:exact", True, "exact match"),
-    ("user_rewards:raises", False, "raised RuntimeError: user bug"),
-    ("user_rewards:nan", False, "returned nan"),
-    ("user_rewards:not_a_number", False, "returned str, not a number"),
-])
+@pytest.mark.parametrize(
+    "function, ok, words",
+    [
+        ("user_rewards:length_penalty", True, "shorter is better"),
+        ("user_rewards:exact", True, "exact match"),
+        ("user_rewards:raises", False, "raised RuntimeError: user bug"),
+        ("user_rewards:nan", False, "returned nan"),
+        ("user_rewards:not_a_number", False, "returned str, not a number"),
+    ],
+)
 def test_user_function_results_and_failures(tmp_path, function, ok, words):
     reward = UserReward(function, timeout_s=20)
     try:
@@ -120,12 +123,25 @@ def test_cli_reports_a_bad_user_file_and_reward_in_one_line(tmp_path):
     bad.write_text('{"prompt": ""}\n')
     good = write_jsonl(tmp_path, ROWS[:1])
     for source, words in ((str(bad), "stages[0].tasks: "), (str(good), "stages[0].tasks.reward: cannot load")):
-        pipeline = {"model": {"name": "tiny"}, "stages": [{
-            "name": "rl", "type": "rl", "steps": 1, "lr": 1e-4,
-            "tasks": {"type": "user", "path": source, "reward": "user_rewards:missing"}}]}
+        pipeline = {
+            "model": {"name": "tiny"},
+            "stages": [
+                {
+                    "name": "rl",
+                    "type": "rl",
+                    "steps": 1,
+                    "lr": 1e-4,
+                    "tasks": {"type": "user", "path": source, "reward": "user_rewards:missing"},
+                }
+            ],
+        }
         (tmp_path / "p.yaml").write_text(yaml.safe_dump(pipeline))
-        proc = subprocess.run([sys.executable, "-m", "posttrain.cli", "validate", str(tmp_path / "p.yaml")],
-                              capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(FIXTURES),
-                                                                                 "PATH": "/usr/bin:/bin"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "posttrain.cli", "validate", str(tmp_path / "p.yaml")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PYTHONPATH": str(FIXTURES), "PATH": "/usr/bin:/bin"},
+        )
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr

@@ -6,11 +6,11 @@ import io
 import json
 
 import pytest
+from wandb_files import history, run_config, run_meta
 
 from posttrain.config import WandbConfig
 from posttrain.records.metrics import MetricsLog
 from posttrain.records.wandb import WandbSink, numeric, wandb_mode
-from wandb_files import history, run_config, run_meta
 
 ROWS = [
     {"stage": "sft", "step": 1, "time": 1.0, "loss": 2.5},
@@ -35,8 +35,10 @@ def test_mode_is_offline_unless_the_environment_says_otherwise():
 
 
 def test_numeric_keeps_plottable_metrics_only():
-    assert numeric({"stage": "a", "job": "b", "step": 3, "time": 1.0, "x": 1, "y": "nan", "z": True, "w": 0.5}) == \
-        {"x": 1, "w": 0.5}
+    assert numeric({"stage": "a", "job": "b", "step": 3, "time": 1.0, "x": 1, "y": "nan", "z": True, "w": 0.5}) == {
+        "x": 1,
+        "w": 0.5,
+    }
 
 
 def test_one_offline_run_per_job_holds_its_metrics_and_the_config(tmp_path, monkeypatch):
@@ -98,8 +100,18 @@ def test_config_turns_wandb_off(tmp_path):
     from posttrain.config.files import validate_pipeline
     from posttrain.pipeline import wandb_sink
 
-    base = {"model": {"name": "tiny"}, "stages": [{"name": "s", "type": "sft", "steps": 1, "lr": 1e-3,
-                                                   "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}]}}]}
+    base = {
+        "model": {"name": "tiny"},
+        "stages": [
+            {
+                "name": "s",
+                "type": "sft",
+                "steps": 1,
+                "lr": 1e-3,
+                "data": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}]},
+            }
+        ],
+    }
     assert wandb_sink(validate_pipeline({**base, "wandb": {"enabled": False}}, "p.yaml"), tmp_path, "g") is None
     on = wandb_sink(validate_pipeline(base, "p.yaml"), tmp_path, "g")
     on.close()

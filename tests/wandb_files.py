@@ -23,11 +23,11 @@ def records(path: Path):
         if left < 7:  # block trailer: padding
             pos += left
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if length == 0 and kind == 0:
             pos += left
             continue
-        pending += data[pos + 7:pos + 7 + length]
+        pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (FULL, LAST):
             record = pb.Record()
@@ -41,8 +41,9 @@ def history(path: Path) -> list[dict]:
     rows = []
     for record in records(path):
         if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                         for item in record.history.item})
+            rows.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
     return rows
 
 
@@ -56,6 +57,10 @@ def run_config(path: Path) -> dict:
 def run_meta(path: Path) -> dict:
     for record in records(path):
         if record.WhichOneof("record_type") == "run":
-            return {"group": record.run.run_group, "name": record.run.display_name, "job_type": record.run.job_type,
-                    "project": record.run.project}
+            return {
+                "group": record.run.run_group,
+                "name": record.run.display_name,
+                "job_type": record.run.job_type,
+                "project": record.run.project,
+            }
     return {}

@@ -9,12 +9,77 @@ checks that.
 """
 
 from posttrain.config.base import (  # noqa: F401
-    BUILTIN_MODELS, Base, model_name)
-from posttrain.config.tasks import (  # noqa: F401
-    AgentFamily, AgentTasks, ChatJsonl, CodingTasks, LeafSource, MixtureTasks, ReasoningGymFamily, ReasoningGymTasks, SFTSource, SynthesisData, TaskSource, UserTasks, WritingTasks)
-from posttrain.config.rewards import (  # noqa: F401
-    GRMConfig, HTTPJudge, Judge, RewardConfig, VLLMJudge)
-from posttrain.config.stages import (  # noqa: F401
-    AnnealConfig, BudgetConfig, CheckpointlessStage, Correction, DOMAIN_NAME, DedupCheck, Domain, Effort, EffortAnneal, EffortSpec, EvalStage, ExcludeCorrection, ExpertsStage, FormatCheck, GRPOConfig, LengthCheck, MOPDStage, MaskCorrection, OutcomeCheck, PartialRolloutConfig, RLStage, ReviewConfig, RolloutStage, SFTStage, Stage, StageBase, SynthesisStage, TISCorrection, TeacherModel, TeacherPoolConfig, TeacherSpec, ThinkConfig, VerifyConfig, stage_name)
+    BUILTIN_MODELS,
+    Base,
+    model_name,
+)
 from posttrain.config.pipeline import (  # noqa: F401
-    AdamWOptimizer, ModelConfig, MuonOptimizer, Optimizer, PipelineConfig, RayConfig, RolloutConfig, TinyModelConfig, TrainerConfig, WandbConfig)
+    AdamWOptimizer,
+    ModelConfig,
+    MuonOptimizer,
+    Optimizer,
+    PipelineConfig,
+    RayConfig,
+    RolloutConfig,
+    TinyModelConfig,
+    TrainerConfig,
+    WandbConfig,
+)
+from posttrain.config.rewards import (  # noqa: F401
+    GRMConfig,
+    HTTPJudge,
+    Judge,
+    RewardConfig,
+    VLLMJudge,
+)
+from posttrain.config.stages import (  # noqa: F401
+    DOMAIN_NAME,
+    AnnealConfig,
+    BudgetConfig,
+    CheckpointlessStage,
+    Correction,
+    DedupCheck,
+    Domain,
+    Effort,
+    EffortAnneal,
+    EffortSpec,
+    EvalStage,
+    ExcludeCorrection,
+    ExpertsStage,
+    FormatCheck,
+    GRPOConfig,
+    LengthCheck,
+    MaskCorrection,
+    MOPDStage,
+    OutcomeCheck,
+    PartialRolloutConfig,
+    ReviewConfig,
+    RLStage,
+    RolloutStage,
+    SFTStage,
+    Stage,
+    StageBase,
+    SynthesisStage,
+    TeacherModel,
+    TeacherPoolConfig,
+    TeacherSpec,
+    ThinkConfig,
+    TISCorrection,
+    VerifyConfig,
+    stage_name,
+)
+from posttrain.config.tasks import (  # noqa: F401
+    AgentFamily,
+    AgentTasks,
+    ChatJsonl,
+    CodingTasks,
+    LeafSource,
+    MixtureTasks,
+    ReasoningGymFamily,
+    ReasoningGymTasks,
+    SFTSource,
+    SynthesisData,
+    TaskSource,
+    UserTasks,
+    WritingTasks,
+)

@@ -23,4 +23,3 @@ def model_name(name: str) -> str:
 
 class Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-

@@ -36,8 +36,30 @@ _MESSAGES = {
 }
 
 
-TAGS = {"sft", "rl", "experts", "mopd", "eval", "reasoning_gym", "coding", "user", "mixture", "chat_jsonl", "grpo",
-        "tis", "mask", "exclude", "vllm", "http", "agent", "writing", "adamw", "muon", "muon_per_head", "synthesis"}
+TAGS = {
+    "sft",
+    "rl",
+    "experts",
+    "mopd",
+    "eval",
+    "reasoning_gym",
+    "coding",
+    "user",
+    "mixture",
+    "chat_jsonl",
+    "grpo",
+    "tis",
+    "mask",
+    "exclude",
+    "vllm",
+    "http",
+    "agent",
+    "writing",
+    "adamw",
+    "muon",
+    "muon_per_head",
+    "synthesis",
+}
 UNION_FIELDS = {"stages", "data", "tasks", "sources", "judge", "correction", "algo", "optimizer"}
 DICT_UNION_FIELDS = {"domains"}  # {name: task source}: the key, then the source's tag
 
@@ -174,15 +196,18 @@ def expand_env(value: Any, source: str, path: str = "", environ: dict | None = N
             return "${"
         ref = _ENV_NAME.fullmatch(match.group(1) or "")
         if match.group(1) is None or ref is None:
-            raise ConfigError(f"{where}: bad environment reference {match.group(0)!r}: "
-                              "expected ${NAME} or ${NAME:-default} (write $${ for a literal ${)")
+            raise ConfigError(
+                f"{where}: bad environment reference {match.group(0)!r}: "
+                "expected ${NAME} or ${NAME:-default} (write $${ for a literal ${)"
+            )
         name, default = ref.groups()
         found = environ.get(name)
         if default is not None and not found:
             return default
         if found is None:
-            raise ConfigError(f"{where}: environment variable {name} is not set "
-                              f"(set it, or give a default: ${{{name}:-DEFAULT}})")
+            raise ConfigError(
+                f"{where}: environment variable {name} is not set (set it, or give a default: ${{{name}:-DEFAULT}})"
+            )
         return found
 
     return _ENV_REF.sub(one, value)

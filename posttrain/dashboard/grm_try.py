@@ -15,8 +15,19 @@ from posttrain.dashboard.rewards import print_entry
 from posttrain.types import Completion, Message, Sample, Task
 
 DEFAULT_JUDGE = {"type": "vllm", "model": "smollm2-135m-instruct"}
-JSON_KEYS = ("ok", "status", "reason", "rubric", "verdicts", "judge_model", "procedure_version", "latency_s",
-             "response_tokens", "length_cap", "rubric_raw")
+JSON_KEYS = (
+    "ok",
+    "status",
+    "reason",
+    "rubric",
+    "verdicts",
+    "judge_model",
+    "procedure_version",
+    "latency_s",
+    "response_tokens",
+    "length_cap",
+    "rubric_raw",
+)
 
 
 def load_grm_config(path: str | None) -> GRMConfig:
@@ -47,20 +58,26 @@ def count_tokens(grm, response: str) -> tuple[int, str]:
         return len(response.split()), "words (no local tokenizer for an HTTP judge; give --tokens)"
     from transformers import AutoTokenizer
 
-    return len(AutoTokenizer.from_pretrained(model_dir)(response, add_special_tokens=False)["input_ids"]), \
-        f"tokens of {Path(model_dir).name}"
+    return len(
+        AutoTokenizer.from_pretrained(model_dir)(response, add_special_tokens=False)["input_ids"]
+    ), f"tokens of {Path(model_dir).name}"
 
 
-def try_pair(task: str, response: str, reward: str | None = None, as_json: bool = False,
-             tokens: int | None = None) -> dict:
+def try_pair(
+    task: str, response: str, reward: str | None = None, as_json: bool = False, tokens: int | None = None
+) -> dict:
     from posttrain.rewards.grm import GRM
 
     config = load_grm_config(reward)
     grm = GRM(config)
     counted = (tokens, "tokens (given)") if tokens is not None else count_tokens(grm, response)
     n = counted[0]
-    sample = Sample(Task("try/0", "try", (Message("user", task),), verifier="grm"), 0, (0,),
-                    Completion((0,) * n, (0.0,) * n, response, "stop"))
+    sample = Sample(
+        Task("try/0", "try", (Message("user", task),), verifier="grm"),
+        0,
+        (0,),
+        Completion((0,) * n, (0.0,) * n, response, "stop"),
+    )
     try:
         result = asyncio.run(grm.score([sample]))[0]
     finally:
@@ -78,8 +95,10 @@ def try_pair(task: str, response: str, reward: str | None = None, as_json: bool 
     print(f"2. rubric  {len(out['rubric'] or [])} criteria ({tries.get('rubric', 0)} judge tries)")
     for raw in out["rubric_raw"] or []:
         print(f"          judge reply: {raw[:300]}")
-    print(f"3. score   one judge call per criterion ({tries.get('verdicts', 0)} tries); c_j = "
-          f"{'P(yes) from the judge logprobs' if config.verdict == 'probability' else 'yes 1 / no 0'}")
+    print(
+        f"3. score   one judge call per criterion ({tries.get('verdicts', 0)} tries); c_j = "
+        f"{'P(yes) from the judge logprobs' if config.verdict == 'probability' else 'yes 1 / no 0'}"
+    )
     print("4. record")
     print_entry(result.details)
     print(f"score {result.score:.3f}" if result.ok else f"unscored: {result.reason}")

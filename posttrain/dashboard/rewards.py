@@ -33,8 +33,9 @@ def rl_stages(run_dir: Path) -> list[str]:
     import yaml
 
     root = run_dir / "rollouts"
-    saved = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.jsonl")
-                   if not p.stem.endswith(".replaced"))
+    saved = sorted(
+        str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.jsonl") if not p.stem.endswith(".replaced")
+    )
     config = run_dir / "config.resolved.yaml"
     if not config.is_file():
         return saved
@@ -57,19 +58,32 @@ def scoreboard(run_dir: Path, stage: str) -> dict[str, dict]:
 
 
 def row_sample(row: dict) -> Sample:
-    task = Task(row["task_id"], row["family"], tuple(Message(m["role"], m["content"]) for m in row["messages"]),
-                row["answer"], row["entry"] or {}, row["verifier"])
+    task = Task(
+        row["task_id"],
+        row["family"],
+        tuple(Message(m["role"], m["content"]) for m in row["messages"]),
+        row["answer"],
+        row["entry"] or {},
+        row["verifier"],
+    )
     n = row["response_tokens"]
     # token ids are not saved: verifiers read the text, budgets and the length cap the count
     completion = Completion((0,) * n, (0.0,) * n, row["response"], row["finish_reason"])
-    return Sample(task, row["group"], (0,) * row["prompt_tokens"], completion, row["policy_version"], env=row.get("env"))
+    return Sample(
+        task, row["group"], (0,) * row["prompt_tokens"], completion, row["policy_version"], env=row.get("env")
+    )
 
 
 # ---------------------------------------------------------------- show
 
 
-def show(run_dir: Path, stage: str | None = None, step: int | None = None, sample: str | None = None,
-         worst: int | None = None) -> None:
+def show(
+    run_dir: Path,
+    stage: str | None = None,
+    step: int | None = None,
+    sample: str | None = None,
+    worst: int | None = None,
+) -> None:
     stage, rows = load_rows(Path(run_dir), stage)
     if sample is not None:
         rows = [r for r in rows if r["sample"] == sample]
@@ -100,12 +114,17 @@ def _table(stage: str, step: int, rows: list[dict]) -> None:
 
 def print_sample(row: dict, entry: dict | None) -> None:
     reward = f"{row['reward']:.3f}" if row["ok"] else "unscored (left out of training)"
-    print(f"=== {row['stage']} step {row['step']} sample {row['sample']}  task {row['task_id']} "
-          f"({row['family']}, verifier {row['verifier']})")
+    print(
+        f"=== {row['stage']} step {row['step']} sample {row['sample']}  task {row['task_id']} "
+        f"({row['family']}, verifier {row['verifier']})"
+    )
     for m in row["messages"]:
         print(f"[{m['role']}]\n{_indent(m['content'])}")
-    print(f"[response] {row['response_tokens']} tokens, finish {row['finish_reason']}"
-          + (f", budget {row['budget']}" if row.get("budget") else "") + f"\n{_indent(row['response'])}")
+    print(
+        f"[response] {row['response_tokens']} tokens, finish {row['finish_reason']}"
+        + (f", budget {row['budget']}" if row.get("budget") else "")
+        + f"\n{_indent(row['response'])}"
+    )
     print(f"reward {reward}  source {row['source']}\nreason: {row['reason']}")
     if entry is not None:
         print_entry(entry)
@@ -114,8 +133,10 @@ def print_sample(row: dict, entry: dict | None) -> None:
 
 def print_entry(entry: dict) -> None:
     """The GRM procedure of one sample: rubric, verdicts with reasons, final score."""
-    print(f"GRM {entry['status']}  judge {entry['judge_model']}  procedure {entry['procedure_version']}  "
-          f"latency {entry.get('latency_s', 0):.2f}s{'  (cache hit)' if entry.get('cache_hit') else ''}")
+    print(
+        f"GRM {entry['status']}  judge {entry['judge_model']}  procedure {entry['procedure_version']}  "
+        f"latency {entry.get('latency_s', 0):.2f}s{'  (cache hit)' if entry.get('cache_hit') else ''}"
+    )
     if not entry["rubric"]:
         print(f"  {entry['reason']}")
         for raw in entry.get("rubric_raw", []):
@@ -136,7 +157,7 @@ def print_entry(entry: dict) -> None:
 
 def _one_line(text: str, width: int) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _indent(text: str) -> str:
@@ -146,8 +167,15 @@ def _indent(text: str) -> str:
 # ---------------------------------------------------------------- replay
 
 
-def replay(run_dir: Path, stage: str | None, overrides: list[str], steps: list[int] | None = None,
-           last: int | None = None, top: int = 10, use_cache: bool = True) -> list[RewardResult]:
+def replay(
+    run_dir: Path,
+    stage: str | None,
+    overrides: list[str],
+    steps: list[int] | None = None,
+    last: int | None = None,
+    top: int = 10,
+    use_cache: bool = True,
+) -> list[RewardResult]:
     """Rescore saved rollouts with the stage's reward config, changed by `overrides`
     (`reward.grm.length_cap=64`: keys relative to the stage)."""
     from posttrain.config.files import load_pipeline, read_yaml
@@ -170,7 +198,9 @@ def replay(run_dir: Path, stage: str | None, overrides: list[str], steps: list[i
     router = reward_router(config.stages[index])
     grm = router.sources.get("grm")
     if grm is not None and use_cache:
-        print(f"GRM cache: {grm.preload(list(scoreboard(run_dir, stage).values()))} judgements loaded from {SCOREBOARD}")
+        print(
+            f"GRM cache: {grm.preload(list(scoreboard(run_dir, stage).values()))} judgements loaded from {SCOREBOARD}"
+        )
     samples = [row_sample(r) for r in rows]
     try:
         results = score_sync(router, samples)
@@ -186,14 +216,18 @@ def print_shift(rows: list[dict], results: list[RewardResult], top: int) -> None
     new = [r.score if r.ok else None for r in results]
     sources = sorted({r["source"] for r in rows})
     print(f"replayed {len(rows)} samples of steps {rows[0]['step']}..{rows[-1]['step']}")
-    print(f"{'source':<14} {'n':>5}  {'mean old -> new':>22}  {'std old -> new':>17}  "
-          f"{'p10/p50/p90 old -> new':>36}  {'unscored':>9}  changed")
+    print(
+        f"{'source':<14} {'n':>5}  {'mean old -> new':>22}  {'std old -> new':>17}  "
+        f"{'p10/p50/p90 old -> new':>36}  {'unscored':>9}  changed"
+    )
     for name in sources + ["all"]:
         idx = [i for i, r in enumerate(rows) if name == "all" or r["source"] == name]
         a, b = [old[i] for i in idx], [new[i] for i in idx]
-        print(f"{name:<14} {len(idx):>5}  {_stat(a, np.mean):>9} -> {_stat(b, np.mean):<9} ({_delta(a, b)})  "
-              f"{_stat(a, np.std):>7} -> {_stat(b, np.std):<7}  {_quantiles(a):>16} -> {_quantiles(b):<16}  "
-              f"{a.count(None):>3} -> {b.count(None):<3}  {sum(_moved(x, y) > 1e-9 for x, y in zip(a, b))}")
+        print(
+            f"{name:<14} {len(idx):>5}  {_stat(a, np.mean):>9} -> {_stat(b, np.mean):<9} ({_delta(a, b)})  "
+            f"{_stat(a, np.std):>7} -> {_stat(b, np.std):<7}  {_quantiles(a):>16} -> {_quantiles(b):<16}  "
+            f"{a.count(None):>3} -> {b.count(None):<3}  {sum(_moved(x, y) > 1e-9 for x, y in zip(a, b))}"
+        )
     moved = sorted(range(len(rows)), key=lambda i: -_moved(old[i], new[i]))
     moved = [i for i in moved if _moved(old[i], new[i]) > 1e-9][:top]
     print(f"\n{len(moved)} samples whose reward changed most:" if moved else "\nno reward changed")

@@ -43,7 +43,7 @@ MAX_CALLS_PER_TURN = 4
 MAX_RESULT_CHARS = 400
 
 SYSTEM_PROMPT = (
-    "You can use tools. Call one with <tool_call>{\"name\": NAME, \"arguments\": {...}}</tool_call> "
+    'You can use tools. Call one with <tool_call>{"name": NAME, "arguments": {...}}</tool_call> '
     "and wait for its result. Tools: calculator(expression), kv_set(key, value), kv_get(key), "
     "kv_delete(key), search(query). When you are done, reply with the answer and no tool call."
 )
@@ -70,9 +70,13 @@ class EnvState:
     final: str | None = None
 
     @classmethod
-    def from_dict(cls, data: dict) -> "EnvState":
-        return cls(kv=dict(data.get("kv", {})), calls=list(data.get("calls", [])), turns=int(data.get("turns", 0)),
-                   final=data.get("final"))
+    def from_dict(cls, data: dict) -> EnvState:
+        return cls(
+            kv=dict(data.get("kv", {})),
+            calls=list(data.get("calls", [])),
+            turns=int(data.get("turns", 0)),
+            final=data.get("final"),
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -85,8 +89,15 @@ def initial_state(entry: dict) -> EnvState:
 # ---------------------------------------------------------------- tools
 
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
@@ -148,9 +159,11 @@ def run_tool(state: EnvState, name: str, arguments: dict[str, Any], corpus_seed:
     missing = [a for a in TOOLS[name] if a not in arguments]
     extra = [a for a in arguments if a not in TOOLS[name]]
     if missing or extra:
-        raise ValueError(f"{name} takes arguments {', '.join(TOOLS[name])}"
-                         + (f"; missing {', '.join(missing)}" if missing else "")
-                         + (f"; unexpected {', '.join(map(str, extra))}" if extra else ""))
+        raise ValueError(
+            f"{name} takes arguments {', '.join(TOOLS[name])}"
+            + (f"; missing {', '.join(missing)}" if missing else "")
+            + (f"; unexpected {', '.join(map(str, extra))}" if extra else "")
+        )
     args = {k: _text(v) for k, v in arguments.items()}
     if name == "calculator":
         return calculate(args["expression"])
@@ -207,8 +220,12 @@ def step(state: EnvState, turn_text: str, corpus_seed: int) -> str | None:
 _SYLLABLES = ["zor", "bia", "quel", "tan", "mir", "os", "ka", "lun", "dor", "vex", "ari", "pel", "sun", "tho", "ren"]
 _KINDS = ["island", "city", "valley", "kingdom", "river town", "mountain village"]
 _COLORS = ["red", "blue", "green", "amber", "violet", "white", "black", "silver"]
-ATTRIBUTES = {"population": "the population of {}", "founded": "the year {} was founded",
-              "flag color": "the flag color of {}", "mayor": "the mayor of {}"}
+ATTRIBUTES = {
+    "population": "the population of {}",
+    "founded": "the year {} was founded",
+    "flag color": "the flag color of {}",
+    "mayor": "the mayor of {}",
+}
 
 
 @dataclass(frozen=True)
@@ -221,9 +238,11 @@ class Document:
     def text(self) -> str:
         facts = dict(self.facts)
         article = "an" if facts["kind"][0] in "aeiou" else "a"
-        return (f"{self.name} is {article} {facts['kind']}. Its population is {facts['population']}. "
-                f"It was founded in {facts['founded']}. Its flag color is {facts['flag color']}. "
-                f"Its mayor is {facts['mayor']}.")
+        return (
+            f"{self.name} is {article} {facts['kind']}. Its population is {facts['population']}. "
+            f"It was founded in {facts['founded']}. Its flag color is {facts['flag color']}. "
+            f"Its mayor is {facts['mayor']}."
+        )
 
 
 def _name(rng: random.Random) -> str:
@@ -238,18 +257,30 @@ def corpus(seed: int, size: int = 40) -> tuple[Document, ...]:
         name = _name(rng)
         if name not in names:
             names.append(name)
-    return tuple(Document(f"d{i}", name, (("kind", rng.choice(_KINDS)), ("population", str(rng.randint(100, 99999))),
-                                          ("founded", str(rng.randint(1000, 1999))),
-                                          ("flag color", rng.choice(_COLORS)), ("mayor", _name(rng))))
-                 for i, name in enumerate(names))
+    return tuple(
+        Document(
+            f"d{i}",
+            name,
+            (
+                ("kind", rng.choice(_KINDS)),
+                ("population", str(rng.randint(100, 99999))),
+                ("founded", str(rng.randint(1000, 1999))),
+                ("flag color", rng.choice(_COLORS)),
+                ("mayor", _name(rng)),
+            ),
+        )
+        for i, name in enumerate(names)
+    )
 
 
 def search(docs: tuple[Document, ...], query: str, top: int = 2) -> str:
     words = set(re.findall(r"[a-z0-9]+", query.lower()))
     if not words:
         raise ValueError("empty query")
-    scored = sorted(((len(words & set(re.findall(r"[a-z0-9]+", d.text.lower()))), i) for i, d in enumerate(docs)),
-                    key=lambda x: (-x[0], x[1]))
+    scored = sorted(
+        ((len(words & set(re.findall(r"[a-z0-9]+", d.text.lower()))), i) for i, d in enumerate(docs)),
+        key=lambda x: (-x[0], x[1]),
+    )
     hits = [docs[i] for score, i in scored[:top] if score > 0]
     if not hits:
         return "no results"
@@ -286,33 +317,54 @@ def _fact(rng: random.Random, docs: tuple[Document, ...]) -> tuple[Document, str
     return doc, attribute, dict(doc.facts)[attribute]
 
 
-def generate_task(family: str, rng: random.Random, corpus_seed: int, max_operand: int = 99,
-                  max_terms: int = 3) -> AgentTaskSpec:
+def generate_task(
+    family: str, rng: random.Random, corpus_seed: int, max_operand: int = 99, max_terms: int = 3
+) -> AgentTaskSpec:
     if family == "calculator":
         expr = _expression(rng, max_operand, max_terms)
-        return AgentTaskSpec(family, f"Use the calculator to compute {expr}. Reply with the number only.",
-                             {"answer": calculate(expr)}, (("calculator", {"expression": expr}),))
+        return AgentTaskSpec(
+            family,
+            f"Use the calculator to compute {expr}. Reply with the number only.",
+            {"answer": calculate(expr)},
+            (("calculator", {"expression": expr}),),
+        )
     if family == "kv_store":
         pairs = {_key(rng): rng.choice(_COLORS + [str(rng.randint(1, 999))]) for _ in range(rng.randint(1, 2))}
         asks = " and ".join(f"{v!r} under the key {k!r}" for k, v in pairs.items())
-        return AgentTaskSpec(family, f"Save {asks}. Reply done when finished.", {"kv": pairs},
-                             tuple(("kv_set", {"key": k, "value": v}) for k, v in pairs.items()))
+        return AgentTaskSpec(
+            family,
+            f"Save {asks}. Reply done when finished.",
+            {"kv": pairs},
+            tuple(("kv_set", {"key": k, "value": v}) for k, v in pairs.items()),
+        )
     if family == "kv_recall":
         store = {_key(rng): str(rng.randint(1, 999)) for _ in range(4)}
         key = rng.choice(sorted(store))
-        return AgentTaskSpec(family, f"What value is stored under the key {key!r}? Reply with the value only.",
-                             {"answer": store[key]}, (("kv_get", {"key": key}),), initial_kv=store)
+        return AgentTaskSpec(
+            family,
+            f"What value is stored under the key {key!r}? Reply with the value only.",
+            {"answer": store[key]},
+            (("kv_get", {"key": key}),),
+            initial_kv=store,
+        )
     docs = corpus(corpus_seed)
     doc, attribute, value = _fact(rng, docs)
     if family == "lookup":
-        return AgentTaskSpec(family, f"Search the documents for {ATTRIBUTES[attribute].format(doc.name)}. "
-                             "Reply with the answer only.", {"answer": value},
-                             (("search", {"query": f"{doc.name} {attribute}"}),))
+        return AgentTaskSpec(
+            family,
+            f"Search the documents for {ATTRIBUTES[attribute].format(doc.name)}. Reply with the answer only.",
+            {"answer": value},
+            (("search", {"query": f"{doc.name} {attribute}"}),),
+        )
     if family == "lookup_store":
         key = _key(rng)
-        return AgentTaskSpec(family, f"Find {ATTRIBUTES[attribute].format(doc.name)} in the documents and save it "
-                             f"under the key {key!r}. Reply done when finished.", {"kv": {key: value}},
-                             (("search", {"query": f"{doc.name} {attribute}"}), ("kv_set", {"key": key, "value": value})))
+        return AgentTaskSpec(
+            family,
+            f"Find {ATTRIBUTES[attribute].format(doc.name)} in the documents and save it "
+            f"under the key {key!r}. Reply done when finished.",
+            {"kv": {key: value}},
+            (("search", {"query": f"{doc.name} {attribute}"}), ("kv_set", {"key": key, "value": value})),
+        )
     raise ValueError(f"unknown agent task family {family!r} (families: {', '.join(FAMILIES)})")
 
 
@@ -371,9 +423,21 @@ def agent_tasks(source) -> list:
         family = source.families[i % len(source.families)]
         spec = generate_task(family, rng, source.corpus_seed, source.max_operand, source.max_terms)
         gold = gold_turns(spec, source.corpus_seed)
-        entry = {"check": spec.check, "initial_kv": spec.initial_kv, "corpus_seed": source.corpus_seed,
-                 "max_turns": source.max_turns, "gold": [list(t) for t in gold]}
-        tasks.append(Task(task_id=f"agent/{family}/{source.seed}/{i}", family=f"agent_{family}",
-                          messages=system + (Message("user", spec.prompt),), answer=gold[-1][1], entry=entry,
-                          verifier="agent"))
+        entry = {
+            "check": spec.check,
+            "initial_kv": spec.initial_kv,
+            "corpus_seed": source.corpus_seed,
+            "max_turns": source.max_turns,
+            "gold": [list(t) for t in gold],
+        }
+        tasks.append(
+            Task(
+                task_id=f"agent/{family}/{source.seed}/{i}",
+                family=f"agent_{family}",
+                messages=system + (Message("user", spec.prompt),),
+                answer=gold[-1][1],
+                entry=entry,
+                verifier="agent",
+            )
+        )
     return tasks

@@ -48,7 +48,7 @@ def parse_calls(text: str) -> tuple[list[tuple[str, dict]], list[str]]:
             errors.append(f"error: tool call is not valid JSON ({exc.msg} at character {exc.pos})")
             continue
         if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            errors.append("error: a tool call must be a JSON object with a \"name\" string and \"arguments\"")
+            errors.append('error: a tool call must be a JSON object with a "name" string and "arguments"')
             continue
         arguments = call.get("arguments", {})
         if isinstance(arguments, str):  # OpenAI style: arguments as a JSON string
@@ -88,17 +88,26 @@ def tool_turn_ids(tokenizer, content: str, role: str = "tool") -> list[int]:
     message, then the next assistant header. Taken from the model's own chat template, so
     a multi-turn episode built turn by turn has the tokens the template gives it."""
     text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "x"}, {"role": "assistant", "content": _PLACEHOLDER},
-         {"role": role, "content": content}], add_generation_prompt=True, tokenize=False)
+        [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": _PLACEHOLDER},
+            {"role": role, "content": content},
+        ],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     marker = _PLACEHOLDER + tokenizer.eos_token
     if marker not in text:
-        raise ValueError("the chat template does not close an assistant turn with the eos token; "
-                         "multi-turn tool use needs a template that does (e.g. ChatML)")
+        raise ValueError(
+            "the chat template does not close an assistant turn with the eos token; "
+            "multi-turn tool use needs a template that does (e.g. ChatML)"
+        )
     return tokenizer(text.split(marker, 1)[1], add_special_tokens=False)["input_ids"]
 
 
-def sft_example(tokenizer, messages: tuple[Message, ...] | list[Message],
-                max_len: int) -> tuple[list[int], int, list[float]]:
+def sft_example(
+    tokenizer, messages: tuple[Message, ...] | list[Message], max_len: int
+) -> tuple[list[int], int, list[float]]:
     """(token ids, prompt length, loss mask over the response) for a conversation that ends
     with the assistant. The prompt runs to the first assistant turn; after it, assistant
     turns are trained on (mask 1); tool results and user follow-ups are not (mask 0)."""
@@ -111,7 +120,11 @@ def sft_example(tokenizer, messages: tuple[Message, ...] | list[Message],
     response: list[int] = []
     mask: list[float] = []
     for m in messages[first:]:
-        ids = render_response(tokenizer, m.content) if m.role == "assistant" else tool_turn_ids(tokenizer, m.content, m.role)
+        ids = (
+            render_response(tokenizer, m.content)
+            if m.role == "assistant"
+            else tool_turn_ids(tokenizer, m.content, m.role)
+        )
         response += ids
         mask += [1.0 if m.role == "assistant" else 0.0] * len(ids)
     prompt_len = min(len(prompt), max_len)
@@ -163,10 +176,12 @@ def parse_response(tokenizer, response_ids, mask) -> tuple[Message, ...]:
         for role in ("tool", "user"):
             before, after = _between_turns(tokenizer, role)
             if text.startswith(before) and text.endswith(after) and len(text) >= len(before) + len(after):
-                out.append(Message(role, text[len(before):len(text) - len(after)]))
+                out.append(Message(role, text[len(before) : len(text) - len(after)]))
                 break
         else:
-            raise TemplateError(f"message {len(out)} between assistant turns does not match the template: {text[:80]!r}")
+            raise TemplateError(
+                f"message {len(out)} between assistant turns does not match the template: {text[:80]!r}"
+            )
     return tuple(out)
 
 

@@ -15,8 +15,15 @@ import json
 import random
 from pathlib import Path
 
-from posttrain.config import (AgentTasks, ChatJsonl, CodingTasks, MixtureTasks, ReasoningGymTasks, UserTasks,
-                              WritingTasks)
+from posttrain.config import (
+    AgentTasks,
+    ChatJsonl,
+    CodingTasks,
+    MixtureTasks,
+    ReasoningGymTasks,
+    UserTasks,
+    WritingTasks,
+)
 from posttrain.types import Message, Task
 
 TASK_COLUMNS = ("task_id", "family", "verifier", "messages", "answer", "entry")
@@ -35,22 +42,32 @@ def load_tasks(source) -> list[Task]:
 def tasks_to_dataset(tasks: list[Task]):
     import datasets
 
-    return datasets.Dataset.from_dict({
-        "task_id": [t.task_id for t in tasks],
-        "family": [t.family for t in tasks],
-        "verifier": [t.verifier for t in tasks],
-        "messages": [[{"role": m.role, "content": m.content} for m in t.messages] for t in tasks],
-        "answer": [t.answer for t in tasks],
-        "entry": [json.dumps(t.entry) for t in tasks],
-    }, features=_features())
+    return datasets.Dataset.from_dict(
+        {
+            "task_id": [t.task_id for t in tasks],
+            "family": [t.family for t in tasks],
+            "verifier": [t.verifier for t in tasks],
+            "messages": [[{"role": m.role, "content": m.content} for m in t.messages] for t in tasks],
+            "answer": [t.answer for t in tasks],
+            "entry": [json.dumps(t.entry) for t in tasks],
+        },
+        features=_features(),
+    )
 
 
 def _features():
     from datasets import Features, List, Value
 
-    return Features({"task_id": Value("string"), "family": Value("string"), "verifier": Value("string"),
-                     "messages": List({"role": Value("string"), "content": Value("string")}),
-                     "answer": Value("string"), "entry": Value("string")})
+    return Features(
+        {
+            "task_id": Value("string"),
+            "family": Value("string"),
+            "verifier": Value("string"),
+            "messages": List({"role": Value("string"), "content": Value("string")}),
+            "answer": Value("string"),
+            "entry": Value("string"),
+        }
+    )
 
 
 def tasks_from_dataset(dataset) -> list[Task]:
@@ -58,10 +75,17 @@ def tasks_from_dataset(dataset) -> list[Task]:
     missing = [c for c in TASK_COLUMNS if c not in dataset.column_names]
     if missing:
         raise ValueError(f"task dataset lacks columns {', '.join(missing)} (needs {', '.join(TASK_COLUMNS)})")
-    return [Task(task_id=row["task_id"], family=row["family"], verifier=row["verifier"], answer=row["answer"],
-                 messages=tuple(Message(m["role"], m["content"]) for m in row["messages"]),
-                 entry=json.loads(row["entry"]) if row["entry"] else {})
-            for row in dataset]
+    return [
+        Task(
+            task_id=row["task_id"],
+            family=row["family"],
+            verifier=row["verifier"],
+            answer=row["answer"],
+            messages=tuple(Message(m["role"], m["content"]) for m in row["messages"]),
+            entry=json.loads(row["entry"]) if row["entry"] else {},
+        )
+        for row in dataset
+    ]
 
 
 def _generate(source) -> list[Task]:
@@ -105,16 +129,23 @@ def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
         if size <= 0:
             continue
         try:
-            dataset = reasoning_gym.create_dataset(family.name, size=size, seed=source.seed + 1000 * index,
-                                                   **family.params)
+            dataset = reasoning_gym.create_dataset(
+                family.name, size=size, seed=source.seed + 1000 * index, **family.params
+            )
         except (TypeError, ValueError, KeyError, AssertionError) as exc:
             raise ValueError(f"reasoning-gym family {family.name!r}: {exc}") from None
         for i, entry in enumerate(dataset):
             system = (Message("system", source.system_prompt),) if source.system_prompt else ()
             user = Message("user", entry["question"] + source.prompt_suffix)
-            tasks.append(Task(task_id=f"{family.name}/{source.seed}/{i}", family=family.name,
-                              messages=system + (user,), answer=str(entry["answer"]),
-                              entry=_jsonable(entry)))
+            tasks.append(
+                Task(
+                    task_id=f"{family.name}/{source.seed}/{i}",
+                    family=family.name,
+                    messages=system + (user,),
+                    answer=str(entry["answer"]),
+                    entry=_jsonable(entry),
+                )
+            )
     random.Random(source.seed).shuffle(tasks)
     return tasks
 
@@ -135,7 +166,7 @@ def load_chat_jsonl(source: ChatJsonl) -> list[tuple[Message, ...]]:
             row = json.loads(line)
             messages = tuple(Message(m["role"], m["content"]) for m in row["messages"])
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{number}: not a {{\"messages\": [{{\"role\", \"content\"}}]}} row ({exc})") from None
+            raise ValueError(f'{path}:{number}: not a {{"messages": [{{"role", "content"}}]}} row ({exc})') from None
         if not messages or messages[-1].role != "assistant":
             raise ValueError(f"{path}:{number}: the last message must be the assistant's")
         out.append(messages)

@@ -52,8 +52,13 @@ def _task(row, number: int, source: UserTasks) -> Task:
         raise ValueError(f"unknown field(s) {sorted(unknown)}")
     if "messages" in row:
         msgs = row["messages"]
-        if not isinstance(msgs, list) or not msgs or not all(
-                isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in msgs):
+        if (
+            not isinstance(msgs, list)
+            or not msgs
+            or not all(
+                isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in msgs
+            )
+        ):
             raise ValueError("messages must be a non-empty list of {role, content} with a known role")
         messages = tuple(Message(m["role"], m["content"]) for m in msgs)
     elif isinstance(row.get("prompt"), str) and row["prompt"].strip():
@@ -69,8 +74,7 @@ def _task(row, number: int, source: UserTasks) -> Task:
         raise ValueError("metadata must be an object")
     task_id = str(row.get("id", f"{Path(source.path).name}:{number}"))
     entry = {"answer": None if answer is None else str(answer), "metadata": metadata, "row": number}
-    return Task(task_id=task_id, family="user", messages=messages, answer=entry["answer"], entry=entry,
-                verifier="user")
+    return Task(task_id=task_id, family="user", messages=messages, answer=entry["answer"], entry=entry, verifier="user")
 
 
 def user_tasks(source: UserTasks) -> list[Task]:

@@ -18,9 +18,24 @@ _FORMS = [
     "Write a product description for a gadget related to {topic}.",
 ]
 _TOPICS = [
-    "rainy mornings", "learning to cook", "city gardens", "the night sky", "public libraries", "bicycles",
-    "saving energy at home", "old maps", "team meetings", "sleep", "volcanoes", "board games", "recycling",
-    "the first day at a new job", "mountain hiking", "honeybees", "writing clear emails", "street food",
+    "rainy mornings",
+    "learning to cook",
+    "city gardens",
+    "the night sky",
+    "public libraries",
+    "bicycles",
+    "saving energy at home",
+    "old maps",
+    "team meetings",
+    "sleep",
+    "volcanoes",
+    "board games",
+    "recycling",
+    "the first day at a new job",
+    "mountain hiking",
+    "honeybees",
+    "writing clear emails",
+    "street food",
 ]
 
 
@@ -30,7 +45,13 @@ def writing_tasks(source: WritingTasks) -> list[Task]:
     tasks = []
     for i in range(source.size):
         form, topic = rng.choice(_FORMS), rng.choice(_TOPICS)
-        tasks.append(Task(task_id=f"writing/{source.seed}/{i}", family="writing",
-                          messages=system + (Message("user", form.format(topic=topic)),),
-                          entry={"form": form, "topic": topic}, verifier="grm"))
+        tasks.append(
+            Task(
+                task_id=f"writing/{source.seed}/{i}",
+                family="writing",
+                messages=system + (Message("user", form.format(topic=topic)),),
+                entry={"form": form, "topic": topic},
+                verifier="grm",
+            )
+        )
     return tasks

@@ -12,13 +12,20 @@ the loss (tool messages) get 0.
 from __future__ import annotations
 
 
-def mopd_advantages(logp_teacher: list[float], logp_student: list[float], action_mask: list[int],
-                    outcome_advantage: float = 0.0, alpha: float = 0.0) -> list[float]:
+def mopd_advantages(
+    logp_teacher: list[float],
+    logp_student: list[float],
+    action_mask: list[int],
+    outcome_advantage: float = 0.0,
+    alpha: float = 0.0,
+) -> list[float]:
     if not len(logp_teacher) == len(logp_student) == len(action_mask):
-        raise ValueError(f"lengths differ: teacher {len(logp_teacher)}, student {len(logp_student)}, "
-                         f"mask {len(action_mask)}")
-    return [(t - s + alpha * outcome_advantage) if m else 0.0
-            for t, s, m in zip(logp_teacher, logp_student, action_mask)]
+        raise ValueError(
+            f"lengths differ: teacher {len(logp_teacher)}, student {len(logp_student)}, mask {len(action_mask)}"
+        )
+    return [
+        (t - s + alpha * outcome_advantage) if m else 0.0 for t, s, m in zip(logp_teacher, logp_student, action_mask)
+    ]
 
 
 def reverse_kl(logp_teacher: list[float], logp_student: list[float], action_mask: list[int]) -> tuple[float, int]:

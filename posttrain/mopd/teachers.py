@@ -51,8 +51,11 @@ class TeacherHost:
 
     @classmethod
     def remote_actor(cls, dtype: str, config: TeacherPoolConfig):
-        options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus,
-                       runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}})
+        options = dict(
+            num_cpus=config.num_cpus,
+            num_gpus=config.num_gpus,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
+        )
         return ray.remote(cls).options(**options).remote(dtype, config.micro_batch_tokens)
 
     def load(self, teacher_id: str, model_dir: str) -> int:
@@ -94,17 +97,17 @@ class TeacherHost:
         while start < len(order):
             width = len(token_ids[order[start]])
             rows = max(1, self.micro_batch_tokens // max(width, 1))
-            chunk = order[start:start + rows]
+            chunk = order[start : start + rows]
             ids = torch.zeros(len(chunk), width, dtype=torch.long)
             attn = torch.zeros(len(chunk), width, dtype=torch.long)
             for r, i in enumerate(chunk):
-                ids[r, :len(token_ids[i])] = torch.tensor(token_ids[i])
-                attn[r, :len(token_ids[i])] = 1
+                ids[r, : len(token_ids[i])] = torch.tensor(token_ids[i])
+                attn[r, : len(token_ids[i])] = 1
             with torch.no_grad():
                 logits = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float()
                 logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None].to(self.device))[..., 0]
             for r, i in enumerate(chunk):
-                out[i] = logp[r, :len(token_ids[i]) - 1].cpu().tolist()
+                out[i] = logp[r, : len(token_ids[i]) - 1].cpu().tolist()
             start += rows
         return out  # type: ignore[return-value]
 
@@ -144,8 +147,9 @@ class TeacherPool:
     when that is more; with `vllm`, each engine's weights plus `overhead`, or its measured
     memory when more."""
 
-    def __init__(self, checkpoints: dict[str, str], config: TeacherPoolConfig, dtype: str,
-                 rollout: RolloutConfig | None = None):
+    def __init__(
+        self, checkpoints: dict[str, str], config: TeacherPoolConfig, dtype: str, rollout: RolloutConfig | None = None
+    ):
         self.checkpoints, self.config, self.dtype, self.rollout = checkpoints, config, dtype, rollout
         self.shared = config.backend == "hf"
         self.budget = int(config.memory_gib * GIB)
@@ -157,8 +161,10 @@ class TeacherPool:
         self.stats = {"loads": 0, "unloads": 0, "load_s": 0.0, "peak_bytes": 0}
         for tid in checkpoints:
             if self.predicted(tid) > self.budget:
-                raise ValueError(f"teacher {tid} needs about {self.predicted(tid) / GIB:.2f} GiB, more than "
-                                 f"teacher_pool.memory_gib={config.memory_gib}")
+                raise ValueError(
+                    f"teacher {tid} needs about {self.predicted(tid) / GIB:.2f} GiB, more than "
+                    f"teacher_pool.memory_gib={config.memory_gib}"
+                )
 
     def predicted(self, teacher_id: str) -> int:
         """What one teacher takes with nothing else resident."""
@@ -186,8 +192,11 @@ class TeacherPool:
         out = {}
         for tid in order:
             actor = self._acquire(tid)
-            call = (actor.prompt_logprobs.remote(tid, requests[tid]) if self.shared
-                    else actor.prompt_logprobs.remote(requests[tid]))
+            call = (
+                actor.prompt_logprobs.remote(tid, requests[tid])
+                if self.shared
+                else actor.prompt_logprobs.remote(requests[tid])
+            )
             out[tid] = ray.get(call, timeout=SCORE_TIMEOUT_S)
         return out
 
@@ -241,14 +250,20 @@ class TeacherPool:
         return sum(ray.get([a.memory_bytes.remote() for a in actors], timeout=LOAD_TIMEOUT_S)) if actors else 0
 
     def metrics(self) -> dict[str, float]:
-        return {"teacher_pool/loads": float(self.stats["loads"]), "teacher_pool/unloads": float(self.stats["unloads"]),
-                "teacher_pool/load_s": self.stats["load_s"], "teacher_pool/resident": float(len(self.resident)),
-                "teacher_pool/resident_gib": self.resident_bytes / GIB,
-                "teacher_pool/peak_gib": self.stats["peak_bytes"] / GIB}
+        return {
+            "teacher_pool/loads": float(self.stats["loads"]),
+            "teacher_pool/unloads": float(self.stats["unloads"]),
+            "teacher_pool/load_s": self.stats["load_s"],
+            "teacher_pool/resident": float(len(self.resident)),
+            "teacher_pool/resident_gib": self.resident_bytes / GIB,
+            "teacher_pool/peak_gib": self.stats["peak_bytes"] / GIB,
+        }
 
     def manifest(self) -> list[dict]:
-        return [{"teacher_id": tid, "checkpoint": str(Path(path).resolve()), "sha256": weights_sha256(path)}
-                for tid, path in self.checkpoints.items()]
+        return [
+            {"teacher_id": tid, "checkpoint": str(Path(path).resolve()), "sha256": weights_sha256(path)}
+            for tid, path in self.checkpoints.items()
+        ]
 
     def close(self) -> None:
         for tid in list(self.resident):
@@ -262,6 +277,7 @@ class TeacherPool:
 
 def same_tokenizer(student_dir: str | Path, teacher_dir: str | Path) -> bool:
     """Token ids must mean the same in both: compare vocab size and the tokenizer file."""
+
     def facts(folder):
         folder = Path(folder)
         config = json.loads((folder / "config.json").read_text())

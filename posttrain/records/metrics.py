@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-
 # Expert jobs write the run folder's shared files (metrics, scoreboard) from their own
 # threads, and a job that restarts rewrites them (rows past its checkpoint set aside):
 # every write and rewrite holds this lock, and files are opened per write, never held.

@@ -54,17 +54,34 @@ def _messages(messages: tuple[Message, ...]) -> list[dict]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
-def sample_row(stage: str, step: int, index: int, sample: Sample, result: RewardResult,
-               budget: int | None, effort: str | None) -> dict:
+def sample_row(
+    stage: str, step: int, index: int, sample: Sample, result: RewardResult, budget: int | None, effort: str | None
+) -> dict:
     task = sample.task
-    row = {"stage": stage, "step": step, "sample": f"{step}-{index}", "group": sample.group_id,
-           "task_id": task.task_id, "family": task.family, "verifier": task.verifier,
-           "messages": _messages(task.messages), "answer": task.answer, "entry": task.entry, "effort": effort,
-           "response": sample.completion.text, "prompt_tokens": len(sample.prompt_ids),
-           "response_tokens": sample.model_tokens, "finish_reason": sample.completion.finish_reason,
-           "policy_version": sample.policy_version, "budget": budget,
-           "reward": result.score, "ok": result.ok, "reason": result.reason, "source": result.source,
-           "details": result.details}
+    row = {
+        "stage": stage,
+        "step": step,
+        "sample": f"{step}-{index}",
+        "group": sample.group_id,
+        "task_id": task.task_id,
+        "family": task.family,
+        "verifier": task.verifier,
+        "messages": _messages(task.messages),
+        "answer": task.answer,
+        "entry": task.entry,
+        "effort": effort,
+        "response": sample.completion.text,
+        "prompt_tokens": len(sample.prompt_ids),
+        "response_tokens": sample.model_tokens,
+        "finish_reason": sample.completion.finish_reason,
+        "policy_version": sample.policy_version,
+        "budget": budget,
+        "reward": result.score,
+        "ok": result.ok,
+        "reason": result.reason,
+        "source": result.source,
+        "details": result.details,
+    }
     if sample.env is not None:
         row["env"] = sample.env
     return row
@@ -78,8 +95,14 @@ class RolloutLog:
         self.path = rollouts_path(run_dir, stage)
         self.scoreboard = Path(run_dir) / SCOREBOARD
 
-    def write(self, step: int, samples: list[Sample], rewards: list[RewardResult], budgets: list[int | None],
-              effort: str | None = None) -> None:
+    def write(
+        self,
+        step: int,
+        samples: list[Sample],
+        rewards: list[RewardResult],
+        budgets: list[int | None],
+        effort: str | None = None,
+    ) -> None:
         rows, entries = [], []
         for index, (sample, result, budget) in enumerate(zip(samples, rewards, budgets)):
             row = sample_row(self.stage, step, index, sample, result, budget, effort)

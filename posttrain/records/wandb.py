@@ -21,8 +21,17 @@ from pathlib import Path
 from posttrain.config import WandbConfig
 
 _CLOSE = object()
-_QUIET = dict(silent=True, console="off", save_code=False, disable_git=True, disable_job_creation=True,
-              x_disable_stats=True, x_disable_meta=True, x_disable_machine_info=True, x_save_requirements=False)
+_QUIET = dict(
+    silent=True,
+    console="off",
+    save_code=False,
+    disable_git=True,
+    disable_job_creation=True,
+    x_disable_stats=True,
+    x_disable_meta=True,
+    x_disable_machine_info=True,
+    x_save_requirements=False,
+)
 
 
 def wandb_mode(setting: str, environ: dict[str, str]) -> str:
@@ -48,8 +57,11 @@ def top_stage(row: dict) -> str:
 def numeric(row: dict) -> dict[str, float]:
     """The row's metrics wandb can plot (finite numbers; `stage`, `job`, `time` are the run's)."""
     skip = ("stage", "job", "step", "time")
-    return {k: v for k, v in row.items() if k not in skip and isinstance(v, (int, float))
-            and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: v
+        for k, v in row.items()
+        if k not in skip and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 class WandbSink:
@@ -125,11 +137,24 @@ class WandbSink:
 
         self.started = True
         settings = wandb.Settings(**_QUIET, init_timeout=30)
-        return wandb.init(project=self.config.project, entity=self.config.entity, group=self.group, name=job,
-                          id=f"{self.group}-{job.replace('/', '-')}-{uuid.uuid4().hex[:6]}", job_type=top_stage(row),
-                          dir=str(self.run_dir), mode=self.mode, reinit="create_new", settings=settings,
-                          config={"pipeline": self.resolved, "stage": row["stage"], "job": job,
-                                  "run_dir": str(self.run_dir.resolve())})
+        return wandb.init(
+            project=self.config.project,
+            entity=self.config.entity,
+            group=self.group,
+            name=job,
+            id=f"{self.group}-{job.replace('/', '-')}-{uuid.uuid4().hex[:6]}",
+            job_type=top_stage(row),
+            dir=str(self.run_dir),
+            mode=self.mode,
+            reinit="create_new",
+            settings=settings,
+            config={
+                "pipeline": self.resolved,
+                "stage": row["stage"],
+                "job": job,
+                "run_dir": str(self.run_dir.resolve()),
+            },
+        )
 
     def _finish(self, job: str) -> None:
         run = self.runs.pop(job)

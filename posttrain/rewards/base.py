@@ -24,11 +24,20 @@ async def score_safely(source: RewardSource, samples: list[Sample]) -> list[Rewa
     try:
         results = await source.score(samples)
     except Exception as exc:  # a verifier bug flags the batch's samples; the run goes on
-        return [RewardResult(0.0, f"reward source {source.name} raised {type(exc).__name__}: {exc}",
-                             source.name, ok=False) for _ in samples]
+        return [
+            RewardResult(0.0, f"reward source {source.name} raised {type(exc).__name__}: {exc}", source.name, ok=False)
+            for _ in samples
+        ]
     if len(results) != len(samples):
-        return [RewardResult(0.0, f"reward source {source.name} returned {len(results)} results for "
-                             f"{len(samples)} samples", source.name, ok=False) for _ in samples]
+        return [
+            RewardResult(
+                0.0,
+                f"reward source {source.name} returned {len(results)} results for {len(samples)} samples",
+                source.name,
+                ok=False,
+            )
+            for _ in samples
+        ]
     return results
 
 

@@ -30,14 +30,16 @@ def extract_code(text: str) -> str:
 
 
 def test_harness(tests: list[str]) -> str:
-    return (f"_posttrain_tests = {tests!r}\n_posttrain_passed = 0\n"
-            "for _posttrain_t in _posttrain_tests:\n"
-            "    try:\n"
-            "        exec(_posttrain_t, globals())\n"
-            "        _posttrain_passed += 1\n"
-            "    except Exception:\n"
-            "        pass\n"
-            "print(f'POSTTRAIN_TESTS_PASSED {_posttrain_passed} OF {len(_posttrain_tests)}')\n")
+    return (
+        f"_posttrain_tests = {tests!r}\n_posttrain_passed = 0\n"
+        "for _posttrain_t in _posttrain_tests:\n"
+        "    try:\n"
+        "        exec(_posttrain_t, globals())\n"
+        "        _posttrain_passed += 1\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "print(f'POSTTRAIN_TESTS_PASSED {_posttrain_passed} OF {len(_posttrain_tests)}')\n"
+    )
 
 
 class CodeVerifier:
@@ -53,8 +55,11 @@ class CodeVerifier:
 
     def _score(self, sample: Sample, verdict) -> RewardResult:
         entry = sample.task.entry
-        details = {"status": verdict.status, "stderr_tail": verdict.stderr_tail[-500:],
-                   "wall_seconds": verdict.wall_seconds}
+        details = {
+            "status": verdict.status,
+            "stderr_tail": verdict.stderr_tail[-500:],
+            "wall_seconds": verdict.wall_seconds,
+        }
         found = _COUNT.search(verdict.stdout_tail)
         if "tests" in entry and found and verdict.status == "passed":
             passed, total = int(found.group(1)), int(found.group(2))

@@ -21,8 +21,8 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Callable
 
 from posttrain.config import GRMConfig
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply, make_backend
@@ -39,38 +39,80 @@ JUDGE_SYSTEM = "You are a careful, strict grader of written answers."
 # better than it follows a description of it. They open every prompt, so the engine's
 # prefix cache computes them once.
 _RUBRIC_EXAMPLES = [
-    ("What is 7 times 8?", [("Says that 7 times 8 is 56", "essential", 5), ("Shows the multiplication", "optional", 1),
-                            ("Gives a number other than 56", "pitfall", 5)]),
-    ("Write a limerick about a cat.", [("Is a limerick of five lines", "essential", 5), ("Is about a cat", "essential", 4),
-                                       ("Is funny", "important", 2),
-                                       ("Talks about something other than a cat", "pitfall", 3)]),
+    (
+        "What is 7 times 8?",
+        [
+            ("Says that 7 times 8 is 56", "essential", 5),
+            ("Shows the multiplication", "optional", 1),
+            ("Gives a number other than 56", "pitfall", 5),
+        ],
+    ),
+    (
+        "Write a limerick about a cat.",
+        [
+            ("Is a limerick of five lines", "essential", 5),
+            ("Is about a cat", "essential", 4),
+            ("Is funny", "important", 2),
+            ("Talks about something other than a cat", "pitfall", 3),
+        ],
+    ),
 ]
 _VERDICT_EXAMPLES = [
-    ("What is 7 times 8?", "7 times 8 is 54.", "Says that 7 times 8 is 56", "essential",
-     {"verdict": "no", "reason": "It says 54."}),
-    ("Write a limerick about a cat.", "There once was a cat named Lou,\nwho slept in a size-seven shoe...",
-     "Is about a cat", "essential", {"verdict": "yes", "reason": "The limerick is about a cat named Lou."}),
-    ("Write a limerick about a cat.", "Dogs bark at the mailman every morning.",
-     "Talks about something other than a cat", "pitfall", {"verdict": "yes", "reason": "It talks about dogs."}),
+    (
+        "What is 7 times 8?",
+        "7 times 8 is 54.",
+        "Says that 7 times 8 is 56",
+        "essential",
+        {"verdict": "no", "reason": "It says 54."},
+    ),
+    (
+        "Write a limerick about a cat.",
+        "There once was a cat named Lou,\nwho slept in a size-seven shoe...",
+        "Is about a cat",
+        "essential",
+        {"verdict": "yes", "reason": "The limerick is about a cat named Lou."},
+    ),
+    (
+        "Write a limerick about a cat.",
+        "Dogs bark at the mailman every morning.",
+        "Talks about something other than a cat",
+        "pitfall",
+        {"verdict": "yes", "reason": "It talks about dogs."},
+    ),
 ]
 
 
 def rubric_schema(min_criteria: int, max_criteria: int) -> dict:
-    item = {"type": "object", "properties": {
-        "text": {"type": "string", "minLength": 3, "maxLength": 120},
-        "kind": {"type": "string", "enum": list(KINDS)},
-        "weight": {"type": "integer", "minimum": 1, "maximum": 5}},
-        "required": ["text", "kind", "weight"], "additionalProperties": False}
-    return {"type": "object", "properties": {"criteria": {"type": "array", "items": item, "minItems": min_criteria,
-                                                          "maxItems": max_criteria}},
-            "required": ["criteria"], "additionalProperties": False}
+    item = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "minLength": 3, "maxLength": 120},
+            "kind": {"type": "string", "enum": list(KINDS)},
+            "weight": {"type": "integer", "minimum": 1, "maximum": 5},
+        },
+        "required": ["text", "kind", "weight"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "criteria": {"type": "array", "items": item, "minItems": min_criteria, "maxItems": max_criteria}
+        },
+        "required": ["criteria"],
+        "additionalProperties": False,
+    }
 
 
 def verdict_schema(reason_chars: int) -> dict:
-    return {"type": "object", "properties": {
-        "verdict": {"type": "string", "enum": ["yes", "no"]},
-        "reason": {"type": "string", "minLength": 1, "maxLength": reason_chars}},
-        "required": ["verdict", "reason"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["yes", "no"]},
+            "reason": {"type": "string", "minLength": 1, "maxLength": reason_chars},
+        },
+        "required": ["verdict", "reason"],
+        "additionalProperties": False,
+    }
 
 
 def task_text(task: Task) -> str:
@@ -82,10 +124,12 @@ def task_text(task: Task) -> str:
 
 
 def rubric_messages(task: str, min_criteria: int, max_criteria: int) -> tuple[dict, ...]:
-    system = (f"Write a grading rubric for answers to a task: {min_criteria} to {max_criteria} criteria, each one "
-              'short check that an answer passes or fails. kind: "essential" (the answer must do it), "important" '
-              '(it should), "optional" (nice to have), or "pitfall" (a mistake to avoid). weight: 1 (minor) to 5 '
-              "(crucial). Reply in JSON.")
+    system = (
+        f"Write a grading rubric for answers to a task: {min_criteria} to {max_criteria} criteria, each one "
+        'short check that an answer passes or fails. kind: "essential" (the answer must do it), "important" '
+        '(it should), "optional" (nice to have), or "pitfall" (a mistake to avoid). weight: 1 (minor) to 5 '
+        "(crucial). Reply in JSON."
+    )
     turns = [{"role": "system", "content": system}]
     for example, criteria in _RUBRIC_EXAMPLES:
         rubric = {"criteria": [{"text": t, "kind": k, "weight": w} for t, k, w in criteria]}
@@ -102,13 +146,19 @@ def _verdict_prompt(task: str, candidate: str, text: str, kind: str) -> str:
 
 
 def verdict_messages(task: str, candidate: str, criterion: Criterion) -> tuple[dict, ...]:
-    system = (JUDGE_SYSTEM + ' Judge one check at a time. Reply in JSON: {"verdict": "yes" or "no", '
-              '"reason": "<one short line>"}.')
+    system = (
+        JUDGE_SYSTEM + ' Judge one check at a time. Reply in JSON: {"verdict": "yes" or "no", '
+        '"reason": "<one short line>"}.'
+    )
     turns = [{"role": "system", "content": system}]
     for example, answer, text, kind, verdict in _VERDICT_EXAMPLES:
-        turns += [{"role": "user", "content": _verdict_prompt(example, answer, text, kind)},
-                  {"role": "assistant", "content": json.dumps(verdict)}]
-    return tuple(turns + [{"role": "user", "content": _verdict_prompt(task, candidate, criterion.text, criterion.kind)}])
+        turns += [
+            {"role": "user", "content": _verdict_prompt(example, answer, text, kind)},
+            {"role": "assistant", "content": json.dumps(verdict)},
+        ]
+    return tuple(
+        turns + [{"role": "user", "content": _verdict_prompt(task, candidate, criterion.text, criterion.kind)}]
+    )
 
 
 def final_score(criteria: list[Criterion], scores: list[float]) -> float:
@@ -164,8 +214,11 @@ class GRM:
         """Fill the cache from scoreboard entries judged with this judge and procedure."""
         before = len(self.cache)
         for e in entries:
-            if e.get("status") == "scored" and e.get("judge_model") == self.backend.model_id \
-                    and e.get("procedure_version") == self.procedure:
+            if (
+                e.get("status") == "scored"
+                and e.get("judge_model") == self.backend.model_id
+                and e.get("procedure_version") == self.procedure
+            ):
                 self.cache[e["cache_key"]] = e
         return len(self.cache) - before
 
@@ -198,8 +251,11 @@ class GRM:
     async def _judge(self, firsts: dict[str, Sample]) -> dict[str, dict]:
         tasks = {self.rubric_key(s.task): s.task for s in firsts.values()}
         rubrics = await self._rubrics(tasks)
-        pairs = [(key, j, criterion) for key, s in firsts.items()
-                 for j, criterion in enumerate(rubrics[self.rubric_key(s.task)].value or [])]
+        pairs = [
+            (key, j, criterion)
+            for key, s in firsts.items()
+            for j, criterion in enumerate(rubrics[self.rubric_key(s.task)].value or [])
+        ]
         calls = [self._verdict_call(firsts[key], criterion) for key, _, criterion in pairs]
         asked = await self._ask(calls, self._parse_verdict)
         verdicts: dict[str, list[Asked]] = {key: [] for key in firsts}
@@ -210,9 +266,15 @@ class GRM:
     async def _rubrics(self, tasks: dict[str, Task]) -> dict[str, Asked]:
         missing = [key for key in tasks if key not in self.rubrics]
         c = self.config
-        calls = [JudgeCall(rubric_messages(task_text(tasks[key]), c.min_criteria, c.max_criteria),
-                           rubric_schema(c.min_criteria, c.max_criteria), c.rubric_tokens, c.temperature)
-                 for key in missing]
+        calls = [
+            JudgeCall(
+                rubric_messages(task_text(tasks[key]), c.min_criteria, c.max_criteria),
+                rubric_schema(c.min_criteria, c.max_criteria),
+                c.rubric_tokens,
+                c.temperature,
+            )
+            for key in missing
+        ]
         parse = lambda reply: parse_rubric(reply.text, c.min_criteria, c.max_criteria)  # noqa: E731
         fresh = dict(zip(missing, await self._ask(calls, parse)))
         for key, outcome in fresh.items():
@@ -222,13 +284,18 @@ class GRM:
 
     def _verdict_call(self, sample: Sample, criterion: Criterion) -> JudgeCall:
         c = self.config
-        return JudgeCall(verdict_messages(task_text(sample.task), sample.completion.text, criterion),
-                         verdict_schema(c.reason_chars), c.verdict_tokens, c.temperature,
-                         TOP_LOGPROBS if c.verdict == "probability" else 0)
+        return JudgeCall(
+            verdict_messages(task_text(sample.task), sample.completion.text, criterion),
+            verdict_schema(c.reason_chars),
+            c.verdict_tokens,
+            c.temperature,
+            TOP_LOGPROBS if c.verdict == "probability" else 0,
+        )
 
     def _parse_verdict(self, reply: JudgeReply) -> Verdict:
-        return parse_verdict(reply.text, reply.tokens, reply.top, self.config.verdict == "probability",
-                             self.config.reason_chars)
+        return parse_verdict(
+            reply.text, reply.tokens, reply.top, self.config.verdict == "probability", self.config.reason_chars
+        )
 
     async def _ask(self, calls: list[JudgeCall], parse: Callable[[JudgeReply], object]) -> list[Asked]:
         """Each call until its reply parses, at most 1 + retries times; all pending calls of
@@ -251,37 +318,66 @@ class GRM:
                     out[i].error = str(exc)
                     still.append(i)
             if still:
-                log.warning("grm: %d of %d judge replies unusable (try %d): %s", len(still), len(pending),
-                            attempt + 1, out[still[0]].error)
+                log.warning(
+                    "grm: %d of %d judge replies unusable (try %d): %s",
+                    len(still),
+                    len(pending),
+                    attempt + 1,
+                    out[still[0]].error,
+                )
             pending = still
         return out
 
     # ------------------------------------------------------------ the record
 
     def _base(self, key: str | None, sample: Sample) -> dict:
-        return {"task_id": sample.task.task_id, "family": sample.task.family, "task": task_text(sample.task),
-                "candidate": sample.completion.text, "response_tokens": sample.model_tokens,
-                "length_cap": self.config.length_cap, "judge_model": self.backend.model_id,
-                "procedure_version": self.procedure, "cache_key": key}
+        return {
+            "task_id": sample.task.task_id,
+            "family": sample.task.family,
+            "task": task_text(sample.task),
+            "candidate": sample.completion.text,
+            "response_tokens": sample.model_tokens,
+            "length_cap": self.config.length_cap,
+            "judge_model": self.backend.model_id,
+            "procedure_version": self.procedure,
+            "cache_key": key,
+        }
 
     def _entry(self, key: str, sample: Sample, rubric: Asked, verdicts: list[Asked]) -> dict:
         entry = self._base(key, sample)
         criteria: list[Criterion] = rubric.value or []
-        entry.update(rubric=[asdict(c) for c in criteria], rubric_raw=rubric.raw, verdicts=[
-            {"criterion": j, "verdict": None if v.value is None else ("yes" if v.value.yes else "no"),
-             "score": None if v.value is None else round(v.value.score, 4),
-             "probability": None if v.value is None or v.value.probability is None else round(v.value.probability, 4),
-             "reason": v.value.reason if v.value is not None else f"unusable: {v.error}", "raw": v.raw}
-            for j, v in enumerate(verdicts)])
+        entry.update(
+            rubric=[asdict(c) for c in criteria],
+            rubric_raw=rubric.raw,
+            verdicts=[
+                {
+                    "criterion": j,
+                    "verdict": None if v.value is None else ("yes" if v.value.yes else "no"),
+                    "score": None if v.value is None else round(v.value.score, 4),
+                    "probability": None
+                    if v.value is None or v.value.probability is None
+                    else round(v.value.probability, 4),
+                    "reason": v.value.reason if v.value is not None else f"unusable: {v.error}",
+                    "raw": v.raw,
+                }
+                for j, v in enumerate(verdicts)
+            ],
+        )
         entry["judge_tries"] = {"rubric": rubric.tries, "verdicts": sum(v.tries for v in verdicts)}
         failed = [j for j, v in enumerate(verdicts) if v.value is None]
         if rubric.value is None:
-            entry.update(status="unscored", score=None,
-                         reason=f"unscored: rubric reply unusable after {rubric.tries} tries: {rubric.error}")
+            entry.update(
+                status="unscored",
+                score=None,
+                reason=f"unscored: rubric reply unusable after {rubric.tries} tries: {rubric.error}",
+            )
         elif failed:
-            entry.update(status="unscored", score=None,
-                         reason=f"unscored: verdict on criterion {failed[0]} unusable after "
-                                f"{verdicts[failed[0]].tries} tries: {verdicts[failed[0]].error}")
+            entry.update(
+                status="unscored",
+                score=None,
+                reason=f"unscored: verdict on criterion {failed[0]} unusable after "
+                f"{verdicts[failed[0]].tries} tries: {verdicts[failed[0]].error}",
+            )
         else:
             score = final_score(criteria, [v.value.score for v in verdicts])
             entry.update(status="scored", score=round(score, 4), reason=_summary(score, criteria, verdicts))
@@ -289,8 +385,16 @@ class GRM:
 
     def _capped(self, sample: Sample) -> RewardResult:
         entry = self._base(None, sample)
-        entry.update(status="length_capped", score=-1.0, rubric=[], rubric_raw=[], verdicts=[], judge_tries={"rubric": 0, "verdicts": 0},
-                     latency_s=0.0, reason=f"over length cap: {sample.model_tokens} > {self.config.length_cap} tokens")
+        entry.update(
+            status="length_capped",
+            score=-1.0,
+            rubric=[],
+            rubric_raw=[],
+            verdicts=[],
+            judge_tries={"rubric": 0, "verdicts": 0},
+            latency_s=0.0,
+            reason=f"over length cap: {sample.model_tokens} > {self.config.length_cap} tokens",
+        )
         return self._result(entry, cache_hit=False)
 
     def _result(self, entry: dict, cache_hit: bool) -> RewardResult:
@@ -302,6 +406,8 @@ class GRM:
 
 def _summary(score: float, criteria: list[Criterion], verdicts: list[Asked]) -> str:
     """`rubric 0.42: essential yes (0.91) Names..., pitfall no (0.12) ...` in at most 300 characters."""
-    parts = [f"{c.kind} {'yes' if v.value.yes else 'no'} ({v.value.score:.2f}) {c.text[:40]}"
-             for c, v in zip(criteria, verdicts)]
+    parts = [
+        f"{c.kind} {'yes' if v.value.yes else 'no'} ({v.value.score:.2f}) {c.text[:40]}"
+        for c, v in zip(criteria, verdicts)
+    ]
     return f"rubric {score:.2f}: " + "; ".join(parts)[:290]

@@ -73,8 +73,12 @@ class VLLMBackend:
             from posttrain.rollout.judge import JudgeEngine
 
             if not ray.is_initialized():
-                ray.init(num_cpus=max(2, int(self.config.num_cpus + 0.999)), include_dashboard=False,
-                         log_to_driver=False, configure_logging=False)
+                ray.init(
+                    num_cpus=max(2, int(self.config.num_cpus + 0.999)),
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
                 self._own_ray = True
             if self.shared is not None:
                 self.actor = self.shared.get(self.model_dir, self.config)
@@ -84,7 +88,7 @@ class VLLMBackend:
     async def complete(self, calls: list[JudgeCall]) -> list[JudgeReply]:
         self.start()
         size = self.config.max_batch
-        chunks = [calls[i:i + size] for i in range(0, len(calls), size)]
+        chunks = [calls[i : i + size] for i in range(0, len(calls), size)]
         out: list[JudgeReply] = []
         for chunk in chunks:  # one engine call at a time: the engine batches within a call
             out += await self._chunk(chunk)
@@ -93,8 +97,16 @@ class VLLMBackend:
     async def _chunk(self, calls: list[JudgeCall]) -> list[JudgeReply]:
         from ray.exceptions import RayActorError, RayError
 
-        requests = [{"messages": list(c.messages), "schema": c.schema, "max_tokens": c.max_tokens,
-                     "temperature": c.temperature, "logprobs": c.logprobs} for c in calls]
+        requests = [
+            {
+                "messages": list(c.messages),
+                "schema": c.schema,
+                "max_tokens": c.max_tokens,
+                "temperature": c.temperature,
+                "logprobs": c.logprobs,
+            }
+            for c in calls
+        ]
         ref = self.actor.chat.remote(requests)
         try:
             replies = await asyncio.wait_for(_await(ref), self.config.timeout_s)
@@ -132,8 +144,10 @@ class HTTPBackend:
         if config.api_key_env:
             self.api_key = os.environ.get(config.api_key_env)
             if not self.api_key:
-                raise ValueError(f"judge.api_key_env: environment variable {config.api_key_env} is not set "
-                                 "(set it, or api_key_env: null for an endpoint without a key)")
+                raise ValueError(
+                    f"judge.api_key_env: environment variable {config.api_key_env} is not set "
+                    "(set it, or api_key_env: null for an endpoint without a key)"
+                )
 
     def start(self) -> None:
         pass
@@ -148,11 +162,17 @@ class HTTPBackend:
             return list(await asyncio.gather(*(self._one(client, gate, c) for c in calls)))
 
     def _body(self, call: JudgeCall) -> dict:
-        body = {"model": self.config.model, "messages": list(call.messages), "max_tokens": call.max_tokens,
-                "temperature": call.temperature}
+        body = {
+            "model": self.config.model,
+            "messages": list(call.messages),
+            "max_tokens": call.max_tokens,
+            "temperature": call.temperature,
+        }
         if self.config.structured and call.schema:
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "reply", "schema": call.schema, "strict": True}}
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "reply", "schema": call.schema, "strict": True},
+            }
         if self.config.logprobs and call.logprobs:
             body.update(logprobs=True, top_logprobs=call.logprobs)
         return body
@@ -164,7 +184,8 @@ class HTTPBackend:
             try:
                 response = await asyncio.wait_for(
                     client.post(f"{self.config.base_url}/chat/completions", json=self._body(call)),
-                    self.config.timeout_s)
+                    self.config.timeout_s,
+                )
                 response.raise_for_status()
                 choice = response.json()["choices"][0]
                 text = choice["message"]["content"]
@@ -176,8 +197,10 @@ class HTTPBackend:
         if not content:
             return JudgeReply(text)
         tokens = [t["token"] for t in content]
-        top = [{a["token"]: a["logprob"] for a in t.get("top_logprobs") or []} | {t["token"]: t["logprob"]}
-               for t in content]
+        top = [
+            {a["token"]: a["logprob"] for a in t.get("top_logprobs") or []} | {t["token"]: t["logprob"]}
+            for t in content
+        ]
         return JudgeReply(text, tokens=tokens, top=top)
 
     def close(self) -> None:
@@ -187,4 +210,3 @@ class HTTPBackend:
 def make_backend(config: VLLMJudge | HTTPJudge, shared=None):
     """`shared`: the job slot's `JudgeSlot` (a vLLM judge engine kept across stages)."""
     return VLLMBackend(config, shared) if config.type == "vllm" else HTTPBackend(config)
-

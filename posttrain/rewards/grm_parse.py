@@ -91,7 +91,7 @@ def _balanced_spans(text: str, limit: int = 20) -> list[str]:
             elif ch in "}]":
                 depth -= 1
                 if depth == 0:
-                    spans.append(text[start:end + 1])
+                    spans.append(text[start : end + 1])
                     break
         if len(spans) >= limit:
             break
@@ -146,14 +146,13 @@ def _rubric_lines(text: str) -> list[dict]:
     items = []
     for line in text.splitlines():
         kind = _KIND_RE.search(line)
-        weight = re.search(r"(?<![\w.])(10|[1-9])(?![\w.])", line[kind.end():] if kind else "")
+        weight = re.search(r"(?<![\w.])(10|[1-9])(?![\w.])", line[kind.end() :] if kind else "")
         if not kind or not weight:
             continue
-        rest = line[kind.end():]
-        body = rest[:weight.start()] + rest[weight.end():]
+        rest = line[kind.end() :]
+        body = rest[: weight.start()] + rest[weight.end() :]
         body = re.sub(r"^[\s\]\)\},:;\-\u2013]*(weight)?[\s:=\]\),;\-\u2013]*", "", body, flags=re.IGNORECASE)
-        items.append({"text": body.strip(" -:;,.[](){}\"'"), "kind": kind.group(1).lower(),
-                      "weight": weight.group(1)})
+        items.append({"text": body.strip(" -:;,.[](){}\"'"), "kind": kind.group(1).lower(), "weight": weight.group(1)})
     return items
 
 
@@ -164,8 +163,13 @@ _NO = {"no", "n", "false", "fail", "failed", "not met", "0"}
 _VERDICT_WORD = re.compile(r"\b(not met|yes|no|pass(?:ed)?|fail(?:ed)?|true|false|met)\b", re.IGNORECASE)
 
 
-def parse_verdict(text: str, tokens: list[str] | None = None, top: list[dict[str, float]] | None = None,
-                  use_probability: bool = True, reason_chars: int = 200) -> Verdict:
+def parse_verdict(
+    text: str,
+    tokens: list[str] | None = None,
+    top: list[dict[str, float]] | None = None,
+    use_probability: bool = True,
+    reason_chars: int = 200,
+) -> Verdict:
     """The verdict and its one-line reason; JSON first, else the first yes/no word."""
     try:
         value = extract_json(text)
@@ -173,10 +177,12 @@ def parse_verdict(text: str, tokens: list[str] | None = None, top: list[dict[str
             raise ParseError("no `verdict` key")
         word, reason = str(value["verdict"]).strip().lower(), str(value.get("reason", ""))
     except ParseError:
-        match = re.search(r'verdict\W{0,4}(\w+(?: met)?)', text or "", re.IGNORECASE) or _VERDICT_WORD.search(text or "")
+        match = re.search(r"verdict\W{0,4}(\w+(?: met)?)", text or "", re.IGNORECASE) or _VERDICT_WORD.search(
+            text or ""
+        )
         if not match:
             raise ParseError(f"no verdict in reply: {(text or '')[:120]!r}") from None
-        word, reason = match.group(1).lower(), (text or "")[match.end():]
+        word, reason = match.group(1).lower(), (text or "")[match.end() :]
     if word not in _YES | _NO:
         raise ParseError(f"verdict {word!r} is not yes or no")
     yes = word in _YES
@@ -187,12 +193,13 @@ def parse_verdict(text: str, tokens: list[str] | None = None, top: list[dict[str
 
 
 def yes_no_class(continuation: str) -> str | None:
-    head = continuation.lstrip(' "\'').lower()
+    head = continuation.lstrip(" \"'").lower()
     return "yes" if head.startswith("y") else "no" if head.startswith("n") else None
 
 
-def value_probability(tokens: list[str] | None, top: list[dict[str, float]] | None, key: str,
-                      classify, positive: str = "yes") -> float | None:
+def value_probability(
+    tokens: list[str] | None, top: list[dict[str, float]] | None, key: str, classify, positive: str = "yes"
+) -> float | None:
     """P(positive) / P(any class) at the token where the value of `key` starts, from the
     top alternatives the judge considered there; None when they cannot be read."""
     mass = value_mass(tokens, top, key, classify)

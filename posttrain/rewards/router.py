@@ -34,8 +34,10 @@ class RewardRouter:
         source = self.sources.get(name)
         if source is None:
             hint = "; open-ended tasks are scored by the generative reward model" if name == "grm" else ""
-            return [RewardResult(0.0, f"unscored: no reward source {name!r} configured{hint}", name, ok=False)
-                    for _ in samples]
+            return [
+                RewardResult(0.0, f"unscored: no reward source {name!r} configured{hint}", name, ok=False)
+                for _ in samples
+            ]
         return await score_safely(source, samples)
 
     def start(self) -> None:

@@ -118,8 +118,10 @@ class UidLease:
             self.fds[uid] = fd
         if len(self.fds) < count:
             self.release()
-            raise RuntimeError(f"no {count} free sandbox uids in {UID_BASE}..{UID_BASE + UID_COUNT - 1}: "
-                               f"other sandbox pools on this machine hold them (locks in {LEASE_DIR})")
+            raise RuntimeError(
+                f"no {count} free sandbox uids in {UID_BASE}..{UID_BASE + UID_COUNT - 1}: "
+                f"other sandbox pools on this machine hold them (locks in {LEASE_DIR})"
+            )
 
     @property
     def uids(self) -> list[int]:
@@ -130,7 +132,7 @@ class UidLease:
             os.close(fd)
         self.fds = {}
 
-    def __enter__(self) -> "UidLease":
+    def __enter__(self) -> UidLease:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -145,16 +147,28 @@ def run_program(program: str, tests: str | None = None, limits: Limits = Limits(
             return run_program(program, tests, limits, lease.uids[0])
     root = tempfile.mkdtemp(prefix="posttrain-sandbox-")
     source = program if tests is None else f"{program}\n\n{tests}\n"
-    spec = {"root": root, "uid": uid, "python": os.path.realpath(sys._base_executable),
-            "python_prefix": sys.base_prefix, "files": {"main.py": source},
-            **{k: int(v) for k, v in asdict(limits).items() if k not in ("wall_seconds", "output_bytes")}}
+    spec = {
+        "root": root,
+        "uid": uid,
+        "python": os.path.realpath(sys._base_executable),
+        "python_prefix": sys.base_prefix,
+        "files": {"main.py": source},
+        **{k: int(v) for k, v in asdict(limits).items() if k not in ("wall_seconds", "output_bytes")},
+    }
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-I", "-B", os.path.join(os.path.dirname(__file__), "sandbox_exec.py"),
-                             json.dumps(spec)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-B", os.path.join(os.path.dirname(__file__), "sandbox_exec.py"), json.dumps(spec)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+    )
     out, err, over = bytearray(), bytearray(), threading.Event()
-    readers = [threading.Thread(target=_read_capped, args=(s, b, limits.output_bytes, over), daemon=True)
-               for s, b in ((proc.stdout, out), (proc.stderr, err))]
+    readers = [
+        threading.Thread(target=_read_capped, args=(s, b, limits.output_bytes, over), daemon=True)
+        for s, b in ((proc.stdout, out), (proc.stderr, err))
+    ]
     for r in readers:
         r.start()
     status, rusage, cause = None, None, None
@@ -189,8 +203,9 @@ def _kill(pid: int, uid: int) -> None:
     kill_uid(uid)
 
 
-def _judge(code: int, cause: str | None, out: bytes, err: bytes, wall: float, peak: int, limits: Limits,
-           tests: str | None) -> Verdict:
+def _judge(
+    code: int, cause: str | None, out: bytes, err: bytes, wall: float, peak: int, limits: Limits, tests: str | None
+) -> Verdict:
     def verdict(status: str, reason: str) -> Verdict:
         return Verdict(status, reason, _tail(out), _tail(err), round(wall, 4), peak, code)
 

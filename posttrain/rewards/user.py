@@ -43,8 +43,12 @@ def _call(response: str, task: dict):
 
 def _task_dict(sample: Sample) -> dict:
     t = sample.task
-    return {"id": t.task_id, "answer": t.answer, "metadata": t.entry.get("metadata", {}),
-            "messages": [{"role": m.role, "content": m.content} for m in t.messages]}
+    return {
+        "id": t.task_id,
+        "answer": t.answer,
+        "metadata": t.entry.get("metadata", {}),
+        "messages": [{"role": m.role, "content": m.content} for m in t.messages],
+    }
 
 
 def as_result(value, source: str) -> RewardResult:

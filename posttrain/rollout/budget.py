@@ -37,5 +37,10 @@ def apply_budget(result: RewardResult, response_tokens: int, budget: int | None)
     if budget is None or response_tokens <= budget or not result.ok:
         return result
     details = dict(result.details, budget=budget, response_tokens=response_tokens, score_before_budget=result.score)
-    return RewardResult(-1.0, f"over budget: {response_tokens} > {budget} tokens (was: {result.reason})",
-                        result.source, details, ok=True)
+    return RewardResult(
+        -1.0,
+        f"over budget: {response_tokens} > {budget} tokens (was: {result.reason})",
+        result.source,
+        details,
+        ok=True,
+    )

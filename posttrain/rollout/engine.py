@@ -21,7 +21,8 @@ from posttrain.types import Completion, GenerationRequest, SamplingSettings
 
 def engine_env(config: RolloutConfig) -> dict[str, str]:
     threads = {"OMP_NUM_THREADS": str(config.threads)} if config.threads else {}
-    return {**threads,
+    return {
+        **threads,
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_HOST_IP": "127.0.0.1",
         "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
@@ -63,10 +64,16 @@ class RolloutEngine:
         self._requests = 0
 
     @classmethod
-    def remote_actor(cls, model_dir: str, config: RolloutConfig, dtype: str, seed: int, name: str | None = None,
-                     placement=None):
-        options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus, max_concurrency=1,
-                       runtime_env={"env_vars": engine_env(config)}, **(placement.options() if placement else {}))
+    def remote_actor(
+        cls, model_dir: str, config: RolloutConfig, dtype: str, seed: int, name: str | None = None, placement=None
+    ):
+        options = dict(
+            num_cpus=config.num_cpus,
+            num_gpus=config.num_gpus,
+            max_concurrency=1,
+            runtime_env={"env_vars": engine_env(config)},
+            **(placement.options() if placement else {}),
+        )
         if name:
             options["name"] = name
         return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed)
@@ -83,16 +90,27 @@ class RolloutEngine:
         for req in requests:
             room = self.max_model_len - len(req.prompt_ids)
             if room < 1:
-                raise ValueError(f"prompt of {len(req.prompt_ids)} tokens leaves no room under max_model_len={self.max_model_len}")
+                raise ValueError(
+                    f"prompt of {len(req.prompt_ids)} tokens leaves no room under max_model_len={self.max_model_len}"
+                )
             prompts.append(TokensPrompt(prompt_token_ids=list(req.prompt_ids)))
-            params.append(SamplingParams(n=req.n, max_tokens=min(req.max_tokens, room), temperature=sampling.temperature,
-                                         top_p=sampling.top_p, logprobs=0, detokenize=True))
+            params.append(
+                SamplingParams(
+                    n=req.n,
+                    max_tokens=min(req.max_tokens, room),
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    logprobs=0,
+                    detokenize=True,
+                )
+            )
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         self.busy_seconds += time.perf_counter() - started
         return [[_completion(c) for c in out.outputs] for out in outputs]
 
-    def generate_partial(self, requests: list[GenerationRequest], sampling: SamplingSettings,
-                         finish_target: int) -> list[Completion]:
+    def generate_partial(
+        self, requests: list[GenerationRequest], sampling: SamplingSettings, finish_target: int
+    ) -> list[Completion]:
         """One sample per request; stops once `finish_target` of them have finished and
         returns the rest cut where they stand (finish_reason "cut"), with the tokens and
         logprobs generated so far. Text is left to the caller (it decodes whole responses)."""
@@ -106,11 +124,20 @@ class RolloutEngine:
         for req in requests:
             room = min(req.max_tokens, self.max_model_len - len(req.prompt_ids))
             if room < 1:
-                raise ValueError(f"prompt of {len(req.prompt_ids)} tokens leaves no room under max_model_len={self.max_model_len}")
+                raise ValueError(
+                    f"prompt of {len(req.prompt_ids)} tokens leaves no room under max_model_len={self.max_model_len}"
+                )
             self._requests += 1
             ids.append(f"p{self._requests}")
-            params = SamplingParams(n=1, max_tokens=room, temperature=sampling.temperature, top_p=sampling.top_p,
-                                    logprobs=0, detokenize=False, output_kind=RequestOutputKind.DELTA)
+            params = SamplingParams(
+                n=1,
+                max_tokens=room,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                logprobs=0,
+                detokenize=False,
+                output_kind=RequestOutputKind.DELTA,
+            )
             engine.add_request(ids[-1], TokensPrompt(prompt_token_ids=list(req.prompt_ids)), params)
         tokens = {i: [] for i in ids}
         logprobs = {i: [] for i in ids}

@@ -73,8 +73,13 @@ class JudgeEngine:
 
     @classmethod
     def remote_actor(cls, model_dir: str, config: VLLMJudge, placement=None):
-        options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus, max_concurrency=1,
-                       runtime_env={"env_vars": judge_env()}, **(placement.options() if placement else {}))
+        options = dict(
+            num_cpus=config.num_cpus,
+            num_gpus=config.num_gpus,
+            max_concurrency=1,
+            runtime_env={"env_vars": judge_env()},
+            **(placement.options() if placement else {}),
+        )
         return ray.remote(cls).options(**options).remote(model_dir, config)
 
     def info(self) -> dict:
@@ -98,13 +103,21 @@ class JudgeEngine:
                 continue
             structured = StructuredOutputsParams(json=req["schema"]) if req.get("schema") else None
             prompts.append({"prompt_token_ids": list(ids)})
-            params.append(SamplingParams(max_tokens=min(req["max_tokens"], room), temperature=req["temperature"],
-                                         logprobs=req.get("logprobs") or None, structured_outputs=structured))
+            params.append(
+                SamplingParams(
+                    max_tokens=min(req["max_tokens"], room),
+                    temperature=req["temperature"],
+                    logprobs=req.get("logprobs") or None,
+                    structured_outputs=structured,
+                )
+            )
         outputs = iter(self.llm.generate(prompts, params, use_tqdm=False) if prompts else [])
         self.requests += len(requests)
         self.busy_seconds += time.perf_counter() - started
-        return [_reply(next(outputs).outputs[0]) if ok else {"error": "prompt too long for the judge's max_model_len"}
-                for ok in fits]
+        return [
+            _reply(next(outputs).outputs[0]) if ok else {"error": "prompt too long for the judge's max_model_len"}
+            for ok in fits
+        ]
 
 
 def _reply(out) -> dict:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -31,8 +32,9 @@ class EnginePool:
     def busy_seconds(self) -> list[float]:
         return [info["busy_seconds"] for info in ray.get([e.info.remote() for e in self.engines])]
 
-    def run_iteration(self, trajs: list[Trajectory], sampling: SamplingSettings, lam: float,
-                      version: int) -> dict[str, float]:
+    def run_iteration(
+        self, trajs: list[Trajectory], sampling: SamplingSettings, lam: float, version: int
+    ) -> dict[str, float]:
         """Generate for `trajs` in place: finished ones get their finish reason, the rest
         keep their prefix and wait. Returns timing facts."""
         started = time.perf_counter()
@@ -43,8 +45,10 @@ class EnginePool:
         refs = {}
         for index, (engine, share) in enumerate(zip(self.engines, shares)):
             if share:
-                requests = [GenerationRequest(t.prompt_ids + tuple(t.response_ids), 1,
-                                              t.max_tokens - t.model_tokens) for t in share]
+                requests = [
+                    GenerationRequest(t.prompt_ids + tuple(t.response_ids), 1, t.max_tokens - t.model_tokens)
+                    for t in share
+                ]
                 refs[index] = engine.generate_partial.remote(requests, sampling, math.ceil(lam * len(share)))
         lost = 0
         for index, ref in refs.items():
@@ -58,7 +62,12 @@ class EnginePool:
                 traj.extend(c.token_ids, c.logprobs, version, None if c.finish_reason == "cut" else c.finish_reason)
         wall = time.perf_counter() - started
         busy = sum(max(0.0, after - before) for after, before in zip(self.busy_seconds(), busy_before))
-        return {"wall": wall, "busy": busy, "engines": float(len(self.engines)), "requeued_by_engine_death": float(lost)}
+        return {
+            "wall": wall,
+            "busy": busy,
+            "engines": float(len(self.engines)),
+            "requeued_by_engine_death": float(lost),
+        }
 
     def _replace(self, index: int) -> None:
         try:
@@ -81,8 +90,11 @@ class EnginePool:
             except (RayActorError, GetTimeoutError):
                 if attempt + 1 == attempts or not self.revive():
                     raise
-                print(f"[engines] an engine died during a weight push: replaced, pushing again "
-                      f"(try {attempt + 2} of {attempts})", flush=True)
+                print(
+                    f"[engines] an engine died during a weight push: replaced, pushing again "
+                    f"(try {attempt + 2} of {attempts})",
+                    flush=True,
+                )
         raise AssertionError("unreachable")
 
     def revive(self, timeout: float = 120.0) -> int:

@@ -92,8 +92,9 @@ class PartialRolloutQueue:
 
     # ------------------------------------------------------------ filling an iteration
 
-    def add_group(self, task: Task, prompt_ids: tuple[int, ...], size: int, max_tokens: int,
-                  budget: int | None, version: int) -> list[Trajectory]:
+    def add_group(
+        self, task: Task, prompt_ids: tuple[int, ...], size: int, max_tokens: int, budget: int | None, version: int
+    ) -> list[Trajectory]:
         gid = f"g{self._next_group}"
         self._next_group += 1
         trajs = [Trajectory(f"{gid}.{i}", gid, tuple(prompt_ids), max_tokens) for i in range(size)]
@@ -118,8 +119,11 @@ class PartialRolloutQueue:
         return out
 
     def drop_stale(self, version: int) -> int:
-        stale = [g for g in self.groups.values()
-                 if any(version - t.oldest_version(version) > self.max_staleness for t in g.trajectories)]
+        stale = [
+            g
+            for g in self.groups.values()
+            if any(version - t.oldest_version(version) > self.max_staleness for t in g.trajectories)
+        ]
         for group in stale:
             self.drop(group.group_id, "stale")
         return len(stale)
@@ -152,42 +156,67 @@ class PartialRolloutQueue:
         or dropped (between pop_complete and mark_trained)."""
         dropped = sum(self.dropped.values())
         if self.drawn != self.trained + self.queued + dropped + in_flight:
-            raise AccountingError(f"drawn {self.drawn} != trained {self.trained} + queued {self.queued} + "
-                                  f"dropped {dropped} + in flight {in_flight}")
-        return {"samples/drawn": float(self.drawn), "samples/trained": float(self.trained),
-                "samples/queued": float(self.queued), "samples/dropped": float(dropped),
-                **{f"samples/dropped/{k}": float(v) for k, v in self.dropped.items()}}
+            raise AccountingError(
+                f"drawn {self.drawn} != trained {self.trained} + queued {self.queued} + "
+                f"dropped {dropped} + in flight {in_flight}"
+            )
+        return {
+            "samples/drawn": float(self.drawn),
+            "samples/trained": float(self.trained),
+            "samples/queued": float(self.queued),
+            "samples/dropped": float(dropped),
+            **{f"samples/dropped/{k}": float(v) for k, v in self.dropped.items()},
+        }
 
     def task_of(self, traj: Trajectory) -> Task:
         return self.groups[traj.group_id].task
 
     def to_json(self) -> str:
-        return json.dumps({
-            "max_staleness": self.max_staleness, "drawn": self.drawn, "trained": self.trained,
-            "dropped": dict(self.dropped), "next_group": self._next_group,
-            "groups": [{**asdict(g), "task": _task_dict(g.task)} for g in self.groups.values()],
-        })
+        return json.dumps(
+            {
+                "max_staleness": self.max_staleness,
+                "drawn": self.drawn,
+                "trained": self.trained,
+                "dropped": dict(self.dropped),
+                "next_group": self._next_group,
+                "groups": [{**asdict(g), "task": _task_dict(g.task)} for g in self.groups.values()],
+            }
+        )
 
     @classmethod
-    def from_json(cls, text: str) -> "PartialRolloutQueue":
+    def from_json(cls, text: str) -> PartialRolloutQueue:
         data = json.loads(text)
         queue = cls(data["max_staleness"])
         queue.drawn, queue.trained, queue._next_group = data["drawn"], data["trained"], data["next_group"]
         queue.dropped = Counter(data["dropped"])
         for g in data["groups"]:
-            trajs = [Trajectory(**{"action_mask": [1] * len(t["response_ids"]), **t,
-                                   "prompt_ids": tuple(t["prompt_ids"])}) for t in g["trajectories"]]
-            queue.groups[g["group_id"]] = Group(g["group_id"], _task_from(g["task"]), g["budget"],
-                                                g["drawn_version"], trajs)
+            trajs = [
+                Trajectory(**{"action_mask": [1] * len(t["response_ids"]), **t, "prompt_ids": tuple(t["prompt_ids"])})
+                for t in g["trajectories"]
+            ]
+            queue.groups[g["group_id"]] = Group(
+                g["group_id"], _task_from(g["task"]), g["budget"], g["drawn_version"], trajs
+            )
         return queue
 
 
 def _task_dict(task: Task) -> dict:
-    return {"task_id": task.task_id, "family": task.family, "answer": task.answer, "entry": task.entry,
-            "verifier": task.verifier, "messages": [{"role": m.role, "content": m.content} for m in task.messages]}
+    return {
+        "task_id": task.task_id,
+        "family": task.family,
+        "answer": task.answer,
+        "entry": task.entry,
+        "verifier": task.verifier,
+        "messages": [{"role": m.role, "content": m.content} for m in task.messages],
+    }
 
 
 def _task_from(data: dict) -> Task:
-    return Task(task_id=data["task_id"], family=data["family"], answer=data["answer"], entry=data["entry"],
-                verifier=data.get("verifier", "reasoning_gym"),
-                messages=tuple(Message(m["role"], m["content"]) for m in data["messages"]))
+    return Task(
+        task_id=data["task_id"],
+        family=data["family"],
+        answer=data["answer"],
+        entry=data["entry"],
+        verifier=data.get("verifier", "reasoning_gym"),
+        messages=tuple(Message(m["role"], m["content"]) for m in data["messages"]),
+    )

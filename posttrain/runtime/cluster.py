@@ -75,11 +75,14 @@ def connect(address: str, token_file: str | None = None):
     headers = {"Authorization": f"Bearer {token.value}"} if token else {}
     status = _version_status(address, {})
     if status == 200:
-        print(f"warning: {address} has Ray token auth off; start the cluster with a token (see README)",
-              file=sys.stderr)
+        print(
+            f"warning: {address} has Ray token auth off; start the cluster with a token (see README)", file=sys.stderr
+        )
     elif status == 401 and token is None:
-        raise ClusterError(f"{address}: the cluster requires a token and none was found; pass --token-file FILE "
-                           "or set RAY_AUTH_TOKEN (`ray get-auth-token` on the head node prints it)")
+        raise ClusterError(
+            f"{address}: the cluster requires a token and none was found; pass --token-file FILE "
+            "or set RAY_AUTH_TOKEN (`ray get-auth-token` on the head node prints it)"
+        )
     elif status == 401:
         status = _version_status(address, headers)
         if status in (401, 403):
@@ -95,8 +98,10 @@ def _version_status(address: str, headers: dict) -> int:
     try:
         return requests.get(f"{address}/api/version", headers=headers, timeout=15).status_code
     except requests.RequestException as exc:
-        raise ClusterError(f"{address}: cannot reach the Ray dashboard ({type(exc).__name__}); "
-                           "is the cluster up and the address http://HEAD:8265?") from None
+        raise ClusterError(
+            f"{address}: cannot reach the Ray dashboard ({type(exc).__name__}); "
+            "is the cluster up and the address http://HEAD:8265?"
+        ) from None
 
 
 def entrypoint(pipeline_name: str, run_dir: str, overrides: list[str], join_cluster: bool) -> str:
@@ -107,8 +112,14 @@ def entrypoint(pipeline_name: str, run_dir: str, overrides: list[str], join_clus
     return shlex.join(cmd)
 
 
-def submit(pipeline: str, address: str, run_dir: str | None = None, overrides: list[str] = (),
-           token_file: str | None = None, env: list[str] = ()) -> tuple[str, str]:
+def submit(
+    pipeline: str,
+    address: str,
+    run_dir: str | None = None,
+    overrides: list[str] = (),
+    token_file: str | None = None,
+    env: list[str] = (),
+) -> tuple[str, str]:
     """Validate the pipeline here, then submit it; returns (submission id, run folder).
 
     A relative run folder is made absolute against this directory: the job runs in a
@@ -147,9 +158,15 @@ def _parse_env(items: list[str]) -> dict[str, str]:
 def describe(job) -> dict:
     """A submission as a plain record: id, status, times (UTC), run folder, message."""
     meta = job.metadata or {}
-    return {"submission_id": job.submission_id, "status": str(getattr(job.status, "value", job.status)),
-            "start": _utc(job.start_time), "end": _utc(job.end_time), "run_dir": meta.get("run_dir"),
-            "pipeline": meta.get("pipeline"), "message": job.message or ""}
+    return {
+        "submission_id": job.submission_id,
+        "status": str(getattr(job.status, "value", job.status)),
+        "start": _utc(job.start_time),
+        "end": _utc(job.end_time),
+        "run_dir": meta.get("run_dir"),
+        "pipeline": meta.get("pipeline"),
+        "message": job.message or "",
+    }
 
 
 def _utc(ms: int | None) -> str | None:
@@ -174,8 +191,10 @@ def format_status(rows: list[dict]) -> str:
         return "no posttrain submissions on this cluster"
     lines = [f"{'SUBMISSION':<34} {'STATUS':<10} {'START':<21} {'END':<21} RUN FOLDER"]
     for r in rows:
-        lines.append(f"{r['submission_id']:<34} {r['status']:<10} {r['start'] or '-':<21} {r['end'] or '-':<21} "
-                     f"{r['run_dir'] or '-'}")
+        lines.append(
+            f"{r['submission_id']:<34} {r['status']:<10} {r['start'] or '-':<21} {r['end'] or '-':<21} "
+            f"{r['run_dir'] or '-'}"
+        )
         if r["status"] in ("FAILED", "STOPPED") and r["message"]:
             last = r["message"].strip().splitlines()[-1]
             lines.append(f"  {last[:200]}{'...' if len(last) > 200 else ''}")

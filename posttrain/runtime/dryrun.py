@@ -24,9 +24,14 @@ def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict]]:
             from ray._private.state import available_resources_per_node
 
             free = available_resources_per_node()  # node id -> resources not yet reserved
-            nodes = [{"node": f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}",
-                      "resources": _free(free.get(n["NodeID"], n.get("Resources", {})))}
-                     for n in ray.nodes() if n.get("Alive")]
+            nodes = [
+                {
+                    "node": f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}",
+                    "resources": _free(free.get(n["NodeID"], n.get("Resources", {}))),
+                }
+                for n in ray.nodes()
+                if n.get("Alive")
+            ]
         finally:
             ray.shutdown()
         return f"Ray cluster at {address}", nodes
@@ -37,8 +42,11 @@ def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict]]:
 
 
 def _free(resources: dict) -> dict:
-    return {k: float(v) for k, v in resources.items()
-            if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+    return {
+        k: float(v)
+        for k, v in resources.items()
+        if not k.startswith("node:") and k not in ("memory", "object_store_memory")
+    }
 
 
 def schedule(jobs: dict, slots: int) -> list[list[str]]:
@@ -84,22 +92,35 @@ def dry_run(config: PipelineConfig) -> str:
     granted = [p for p in placed if p["node"] is not None]
     for p in placed:
         role = "the pipeline's own (every stage)" if p["slot"] == 0 else "expert jobs"
-        lines.append(f"slot {p['slot']}: " + (f"node {p['node']} - {role}" if p["node"] else
-                                                "waits: no node has the resources free (its jobs queue for the others)"))
+        lines.append(
+            f"slot {p['slot']}: "
+            + (
+                f"node {p['node']} - {role}"
+                if p["node"]
+                else "waits: no node has the resources free (its jobs queue for the others)"
+            )
+        )
     if not granted:
         lines.append("WARNING: no node can hold slot 0; the run would wait until one can")
     for stage in config.stages:
         if stage.type == "experts":
             rounds = schedule(expert_jobs(stage), max(1, len(granted)))
-            lines.append(f"stage {stage.name} (experts): {sum(map(len, rounds))} jobs on {max(1, len(granted))} slot(s):")
+            lines.append(
+                f"stage {stage.name} (experts): {sum(map(len, rounds))} jobs on {max(1, len(granted))} slot(s):"
+            )
             for i, batch in enumerate(rounds, 1):
                 lines.append(f"  round {i}: " + ", ".join(f"{job} -> slot {k}" for k, job in enumerate(batch)))
         elif stage.type == "mopd":
             pool = stage.teacher_pool
-            where = ("teachers in one shared worker actor (hf" if pool.backend == "hf"
-                     else "teachers as one engine actor each (vllm")
-            lines.append(f"stage {stage.name} (mopd): slot 0; {where}, CPU {pool.num_cpus}, GPU {pool.num_gpus} "
-                         f"per actor, at most {pool.memory_gib} GiB resident)")
+            where = (
+                "teachers in one shared worker actor (hf"
+                if pool.backend == "hf"
+                else "teachers as one engine actor each (vllm"
+            )
+            lines.append(
+                f"stage {stage.name} (mopd): slot 0; {where}, CPU {pool.num_cpus}, GPU {pool.num_gpus} "
+                f"per actor, at most {pool.memory_gib} GiB resident)"
+            )
         else:
             lines.append(f"stage {stage.name} ({stage.type}): slot 0")
     return "\n".join(lines)

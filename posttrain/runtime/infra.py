@@ -46,9 +46,13 @@ def start_ray(config: PipelineConfig, verbose: bool) -> None:
     from posttrain.runtime.placement import slot_cpus
 
     needed = slot_cpus(config)  # one slot: engines, trainer ranks and judge (more slots need `ray.num_cpus`)
-    context = ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, int(needed + 0.999)),
-                       include_dashboard=config.ray.dashboard, object_store_memory=config.ray.object_store_gib * 2**30,
-                       log_to_driver=verbose, runtime_env={"env_vars": env})
+    context = ray.init(
+        num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, int(needed + 0.999)),
+        include_dashboard=config.ray.dashboard,
+        object_store_memory=config.ray.object_store_gib * 2**30,
+        log_to_driver=verbose,
+        runtime_env={"env_vars": env},
+    )
     print_ray_dashboard(context.dashboard_url if config.ray.dashboard else None, "local")
 
 
@@ -66,7 +70,9 @@ def engine_pool(config: PipelineConfig, model_dir: Path):
     from posttrain.rollout.pool import EnginePool
 
     def start(index: int):
-        return RolloutEngine.remote_actor(str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + index)
+        return RolloutEngine.remote_actor(
+            str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + index
+        )
 
     needed = any(stage.type in ("rl", "mopd") for stage in config.stages)
     return EnginePool([start(i) for i in range(config.rollout.engines)] if needed else [], start)

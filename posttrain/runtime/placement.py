@@ -28,14 +28,22 @@ class Placement:
     def options(self) -> dict:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(
-            placement_group=self.pg, placement_group_bundle_index=self.bundle)}
+        return {
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=self.pg, placement_group_bundle_index=self.bundle
+            )
+        }
 
 
 def judge_config(config: PipelineConfig):
     """The vLLM judge a stage of this pipeline needs (the largest), or None."""
-    judges = [s.reward.grm.judge for s in config.stages
-              if s.type in ("rl", "experts", "mopd", "synthesis") and s.reward.grm is not None and s.reward.grm.judge.type == "vllm"]
+    judges = [
+        s.reward.grm.judge
+        for s in config.stages
+        if s.type in ("rl", "experts", "mopd", "synthesis")
+        and s.reward.grm is not None
+        and s.reward.grm.judge.type == "vllm"
+    ]
     return max(judges, key=lambda j: (j.num_cpus, j.num_gpus), default=None)
 
 
@@ -109,12 +117,14 @@ def open_slot(config: PipelineConfig, model_dir: Path, index: int, pg) -> Slot:
     engines = engine_count(config)
 
     def start(i: int):
-        return RolloutEngine.remote_actor(str(model_dir), config.rollout, config.model.dtype,
-                                          config.rollout.seed + i, placement=Placement(pg, i))
+        return RolloutEngine.remote_actor(
+            str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + i, placement=Placement(pg, i)
+        )
 
     pool = EnginePool([start(i) for i in range(engines)], start)
-    trainers = TrainerGroup(config.trainer, config.seed, placement=[Placement(pg, engines + r)
-                                                                    for r in range(config.trainer.workers)])
+    trainers = TrainerGroup(
+        config.trainer, config.seed, placement=[Placement(pg, engines + r) for r in range(config.trainer.workers)]
+    )
     pool.on_restart = lambda engine: trainers.sync_weights([engine])
     judge = None
     if judge_config(config) is not None:
@@ -131,8 +141,11 @@ def wait_ready(pg, config: PipelineConfig, every_s: float = 30.0) -> None:
     ready, waited = pg.ready(), 0.0
     while not ray.wait([ready], timeout=every_s)[0]:
         waited += every_s
-        print(f"waiting {waited:.0f}s for Ray to grant a slot of {slot_bundles(config)} (the cluster has "
-              f"{ray.available_resources()} free): add nodes or lower rollout/trainer num_cpus/num_gpus", flush=True)
+        print(
+            f"waiting {waited:.0f}s for Ray to grant a slot of {slot_bundles(config)} (the cluster has "
+            f"{ray.available_resources()} free): add nodes or lower rollout/trainer num_cpus/num_gpus",
+            flush=True,
+        )
 
 
 def pg_node(pg) -> str:
@@ -142,8 +155,10 @@ def pg_node(pg) -> str:
 
     try:
         node_id = next(iter(placement_group_table(pg)["bundles_to_node_id"].values()))
-        return next((n["NodeManagerAddress"] + ":" + str(n["NodeManagerPort"]) for n in ray.nodes()
-                     if n["NodeID"] == node_id), node_id)
+        return next(
+            (n["NodeManagerAddress"] + ":" + str(n["NodeManagerPort"]) for n in ray.nodes() if n["NodeID"] == node_id),
+            node_id,
+        )
     except Exception:  # noqa: BLE001 - informative only
         return "?"
 

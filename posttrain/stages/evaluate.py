@@ -36,8 +36,9 @@ ROLES = {"sft": "sft", "experts": "expert", "mopd": "student", "rl": "rl"}
 def held_out(source, offset: int):
     """The same task source with every generator seed moved by `offset`."""
     if source.type == "mixture":
-        return source.model_copy(update={"seed": source.seed + offset,
-                                         "sources": [held_out(s, offset) for s in source.sources]})
+        return source.model_copy(
+            update={"seed": source.seed + offset, "sources": [held_out(s, offset) for s in source.sources]}
+        )
     return source.model_copy(update={"seed": source.seed + offset}) if "seed" in type(source).model_fields else source
 
 
@@ -47,8 +48,9 @@ def experts_of(stage: EvalStage, config: PipelineConfig) -> ExpertsStage:
     return next(s for s in config.stages if s.type == "experts")
 
 
-def targets(stage: EvalStage, config: PipelineConfig, checkpoints: dict[str, Path],
-            experts: ExpertsStage) -> list[tuple[str, str, Path, list[tuple[str, str]]]]:
+def targets(
+    stage: EvalStage, config: PipelineConfig, checkpoints: dict[str, Path], experts: ExpertsStage
+) -> list[tuple[str, str, Path, list[tuple[str, str]]]]:
     """(checkpoint label, role, folder, cells to score) for every checkpoint named."""
     out = []
     for ref in stage.checkpoints:
@@ -100,8 +102,15 @@ class Evaluator:
         b = job.budget
         final = b.anneal.end if b.anneal else b.tokens
         fixed = job.budget.model_copy(update={"anneal": None, "tokens": final})
-        job = job.model_copy(update={"name": f"{self.stage.name}/{label}/{domain}-{effort}", "group_size": 1,
-                                     "prompts_per_step": n, "temperature": self.stage.temperature, "budget": fixed})
+        job = job.model_copy(
+            update={
+                "name": f"{self.stage.name}/{label}/{domain}-{effort}",
+                "group_size": 1,
+                "prompts_per_step": n,
+                "temperature": self.stage.temperature,
+                "budget": fixed,
+            }
+        )
         if self.router is None:  # one for every cell: sandbox workers and judge start once
             from posttrain.rewards.router import reward_router
 
@@ -119,10 +128,14 @@ class Evaluator:
         rewards = run.score(groups, samples)
         run.rollouts.write(0, samples, rewards, [g.budget for g in groups], effort)
         scored = [(s, r) for s, r in zip(samples, rewards) if r.ok]
-        return {"domain": domain, "effort": effort,
-                "score": float(np.mean([cell_score(s, r) for s, r in scored])) if scored else 0.0,
-                "mean_tokens": float(np.mean([s.model_tokens for s in samples])) if samples else 0.0,
-                "n": len(scored), "unscored": len(samples) - len(scored)}
+        return {
+            "domain": domain,
+            "effort": effort,
+            "score": float(np.mean([cell_score(s, r) for s, r in scored])) if scored else 0.0,
+            "mean_tokens": float(np.mean([s.model_tokens for s in samples])) if samples else 0.0,
+            "n": len(scored),
+            "unscored": len(samples) - len(scored),
+        }
 
     def run(self, checkpoints: dict[str, Path]) -> list[dict]:
         import ray
@@ -141,8 +154,13 @@ class Evaluator:
                 pool.on_restart = lambda engine, folder=folder: load(folder, [engine])
                 pool.on_every_engine(lambda engines, folder=folder: load(folder, engines))
                 for domain, effort in cells:
-                    rows.append({"checkpoint": label, "role": role, "path": str(folder), **self._run(label, domain, effort)})
-                print(f"[{self.stage.name}] {label}: {len(cells)} cells in {time.perf_counter() - started:.0f}s", flush=True)
+                    rows.append(
+                        {"checkpoint": label, "role": role, "path": str(folder), **self._run(label, domain, effort)}
+                    )
+                print(
+                    f"[{self.stage.name}] {label}: {len(cells)} cells in {time.perf_counter() - started:.0f}s",
+                    flush=True,
+                )
         finally:
             pool.on_restart = trainer_push
             if self.router is not None:
@@ -164,8 +182,10 @@ class _Fixed:
 
 def format_table(rows: list[dict]) -> str:
     """One row per checkpoint, one column per cell: `score / mean tokens`."""
-    cells = sorted({(r["domain"], r["effort"]) for r in rows},
-                   key=lambda c: (c[0], ["max", "high", "low"].index(c[1]) if c[1] in ("max", "high", "low") else 9))
+    cells = sorted(
+        {(r["domain"], r["effort"]) for r in rows},
+        key=lambda c: (c[0], ["max", "high", "low"].index(c[1]) if c[1] in ("max", "high", "low") else 9),
+    )
     names = list(dict.fromkeys(r["checkpoint"] for r in rows))
     width = max([len(n) for n in names] + [10])
     head = " " * width + " |" + "|".join(f"{d[:4]}-{e}".center(10) for d, e in cells)

@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from posttrain.config import ExpertsStage
 from posttrain.config.jobs import Job, expert_jobs
@@ -37,15 +37,31 @@ ACTOR_ERRORS: tuple = ()  # filled on first use (ray import)
 class ExpertsRunner:
     """Runs the jobs of one experts stage to the end; `run()` returns {job: final checkpoint}."""
 
-    def __init__(self, stage: ExpertsStage, init_dir: Path, infra: Infra, model_dir: Path, entry: dict,
-                 save_state: Callable[[], None]):
+    def __init__(
+        self,
+        stage: ExpertsStage,
+        init_dir: Path,
+        infra: Infra,
+        model_dir: Path,
+        entry: dict,
+        save_state: Callable[[], None],
+    ):
         self.stage, self.init_dir, self.infra, self.model_dir = stage, init_dir, infra, model_dir
         self.entry, self.save_state = entry, save_state
         self.jobs = expert_jobs(stage)
         states = entry.setdefault("jobs", {})
         for name, job in self.jobs.items():
-            states.setdefault(name, {"domain": job.domain, "effort": job.effort, "status": "pending", "attempts": 0,
-                                     "resumed_from": [], "deaths": []})
+            states.setdefault(
+                name,
+                {
+                    "domain": job.domain,
+                    "effort": job.effort,
+                    "status": "pending",
+                    "attempts": 0,
+                    "resumed_from": [],
+                    "deaths": [],
+                },
+            )
             if states[name]["status"] != "done":
                 states[name]["status"] = "pending"  # running or failed when the driver stopped: go again
         self.slots: list = []
@@ -56,8 +72,14 @@ class ExpertsRunner:
     def _ask_for_slots(self) -> None:
         from posttrain.runtime.placement import Slot, reserve
 
-        main = Slot(index=0, pg=self.infra.pg, pool=self.infra.pool, trainers=self.infra.trainers,
-                    judge=self.infra.judge, node=self.infra.node)
+        main = Slot(
+            index=0,
+            pg=self.infra.pg,
+            pool=self.infra.pool,
+            trainers=self.infra.trainers,
+            judge=self.infra.judge,
+            node=self.infra.node,
+        )
         self.slots = [main]
         wanted = min(self.stage.parallel or len(self.stage.domains), len(self.stage.domains))
         for index in range(1, wanted):
@@ -104,8 +126,17 @@ class ExpertsRunner:
         if not ACTOR_ERRORS:  # an actor or its worker process died: killed, crashed, OOM-killed, node lost
             from ray import exceptions as rex
 
-            ACTOR_ERRORS = tuple(getattr(rex, n) for n in ("RayActorError", "OutOfMemoryError", "WorkerCrashedError",
-                                                          "NodeDiedError", "ActorUnavailableError") if hasattr(rex, n))
+            ACTOR_ERRORS = tuple(
+                getattr(rex, n)
+                for n in (
+                    "RayActorError",
+                    "OutOfMemoryError",
+                    "WorkerCrashedError",
+                    "NodeDiedError",
+                    "ActorUnavailableError",
+                )
+                if hasattr(rex, n)
+            )
         state = self.entry["jobs"][job.name]
         init = Path(self.entry["jobs"][job.after]["checkpoint"]) if job.after else self.init_dir
         infra = replace(self.infra, pool=slot.pool, trainers=slot.trainers, judge=slot.judge, live_progress=False)
@@ -123,11 +154,16 @@ class ExpertsRunner:
                 state["attempts"] = state.get("attempts", 0) + 1
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
                 if state["attempts"] >= self.stage.max_attempts:
-                    raise RuntimeError(f"job {job.name}: an actor died on each of {state['attempts']} tries; "
-                                       f"last: {type(exc).__name__}: {first}") from exc
+                    raise RuntimeError(
+                        f"job {job.name}: an actor died on each of {state['attempts']} tries; "
+                        f"last: {type(exc).__name__}: {first}"
+                    ) from exc
                 state.setdefault("deaths", []).append(f"{type(exc).__name__}: {first}")
-                print(f"[{job.stage.name}] an actor died ({type(exc).__name__}: {first}): try {state['attempts'] + 1} "
-                      f"of {self.stage.max_attempts} from the newest checkpoint", flush=True)
+                print(
+                    f"[{job.stage.name}] an actor died ({type(exc).__name__}: {first}): try {state['attempts'] + 1} "
+                    f"of {self.stage.max_attempts} from the newest checkpoint",
+                    flush=True,
+                )
                 slot.pool.revive()  # dead engines are replaced
                 slot.trainers.restart()
 
@@ -148,10 +184,16 @@ class ExpertsRunner:
                         if job is None:
                             break
                         busy[slot.index] = job.name
-                        states[job.name].update(status="running", node=slot.node, slot=slot.index,
-                                                started=states[job.name].get("started", time.time()))
+                        states[job.name].update(
+                            status="running",
+                            node=slot.node,
+                            slot=slot.index,
+                            started=states[job.name].get("started", time.time()),
+                        )
                         self.save_state()
-                        print(f"[{self.stage.name}] {job.name}: start on slot {slot.index} (node {slot.node})", flush=True)
+                        print(
+                            f"[{self.stage.name}] {job.name}: start on slot {slot.index} (node {slot.node})", flush=True
+                        )
                         futures[pool.submit(self._run_job, job, slot)] = (job, slot)
                     if not futures:
                         break
@@ -185,6 +227,7 @@ class ExpertsRunner:
         self.save_state()
 
 
-def run_experts(stage: ExpertsStage, init_dir: Path, infra: Infra, model_dir: Path, entry: dict,
-                save_state: Callable[[], None]) -> dict[str, Path]:
+def run_experts(
+    stage: ExpertsStage, init_dir: Path, infra: Infra, model_dir: Path, entry: dict, save_state: Callable[[], None]
+) -> dict[str, Path]:
     return ExpertsRunner(stage, init_dir, infra, model_dir, entry, save_state).run()

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 from posttrain.config import MOPDStage
+from posttrain.data.chat import with_effort
 from posttrain.data.tasks import TaskSampler, load_tasks
-from posttrain.runtime.infra import Infra
 from posttrain.mopd.advantage import mopd_advantages, reverse_kl
 from posttrain.mopd.teachers import TeacherPool, same_tokenizer
-from posttrain.data.chat import with_effort
-from posttrain.stages.rl import RLRun, run_stage
 from posttrain.rollout.queue import Group
+from posttrain.runtime.infra import Infra
+from posttrain.stages.rl import RLRun, run_stage
 from posttrain.types import Task
 
 MANIFEST_FILE = "mopd_manifest.json"
@@ -46,8 +46,10 @@ def with_experts(stage: MOPDStage, config) -> tuple[MOPDStage, dict[str, dict]]:
         b = job_stage(experts, d, e).budget
         final = b.anneal.end if b.anneal else b.tokens
         if final is not None:
-            limits[f"{d}-{e}"] = {"budget": final, "max_tokens": stage.effort_max_tokens.get(
-                e, math.ceil(final * (1 + b.margin)))}
+            limits[f"{d}-{e}"] = {
+                "budget": final,
+                "max_tokens": stage.effort_max_tokens.get(e, math.ceil(final * (1 + b.margin))),
+            }
     return stage.model_copy(update={"domains": dict(experts.domains), "teachers": teachers}), limits
 
 
@@ -59,12 +61,29 @@ def cell_tasks(stage: MOPDStage, limits: dict[str, dict] | None = None) -> list[
         cell = (limits or {}).get(teacher.teacher_id, {})
         limit = cell.get("max_tokens") or stage.effort_max_tokens.get(teacher.effort, stage.max_tokens)
         budget = {"budget": cell["budget"]} if "budget" in cell else {}
-        cells.append((teacher.teacher_id, [
-            Task(task_id=f"{teacher.teacher_id}/{t.task_id}", family=t.family, answer=t.answer,
-                 messages=with_effort(t.messages, teacher.effort), verifier=t.verifier,
-                 entry={**t.entry, "cell": teacher.teacher_id, "domain": teacher.domain, "effort": teacher.effort,
-                        "max_tokens": min(limit, stage.max_tokens), **budget})
-            for t in by_domain[teacher.domain]]))
+        cells.append(
+            (
+                teacher.teacher_id,
+                [
+                    Task(
+                        task_id=f"{teacher.teacher_id}/{t.task_id}",
+                        family=t.family,
+                        answer=t.answer,
+                        messages=with_effort(t.messages, teacher.effort),
+                        verifier=t.verifier,
+                        entry={
+                            **t.entry,
+                            "cell": teacher.teacher_id,
+                            "domain": teacher.domain,
+                            "effort": teacher.effort,
+                            "max_tokens": min(limit, stage.max_tokens),
+                            **budget,
+                        },
+                    )
+                    for t in by_domain[teacher.domain]
+                ],
+            )
+        )
     return cells
 
 
@@ -100,9 +119,14 @@ class MOPDRun(RLRun):
         self.teachers = teachers
         self.uses_outcome = stage.alpha > 0  # alpha = 0: the verifiers' rewards are logged, not trained on
         self.logp_teacher: dict[str, list[float]] = {}
-        self.manifest = {"stage": stage.name, "alpha": stage.alpha,
-                         "teachers": [{**entry, "domain": t.domain, "effort": t.effort}
-                                      for t, entry in zip(stage.teachers, teachers.manifest())]}
+        self.manifest = {
+            "stage": stage.name,
+            "alpha": stage.alpha,
+            "teachers": [
+                {**entry, "domain": t.domain, "effort": t.effort}
+                for t, entry in zip(stage.teachers, teachers.manifest())
+            ],
+        }
 
     def prepare(self, groups: list[Group]) -> dict:
         """Every trajectory's tokens scored by its own cell's teacher."""
@@ -110,14 +134,15 @@ class MOPDRun(RLRun):
         by_teacher: dict[str, list] = {}
         for group in groups:
             by_teacher.setdefault(group.task.entry["cell"], []).extend(group.trajectories)
-        scored = self.teachers.logprobs({tid: [list(t.prompt_ids) + t.response_ids for t in trajs]
-                                         for tid, trajs in by_teacher.items()})
+        scored = self.teachers.logprobs(
+            {tid: [list(t.prompt_ids) + t.response_ids for t in trajs] for tid, trajs in by_teacher.items()}
+        )
         self.logp_teacher = {}
         metrics = {}
         for tid, trajs in by_teacher.items():
             total = count = 0
             for traj, logp in zip(trajs, scored[tid]):
-                self.logp_teacher[traj.traj_id] = logp[len(logp) - len(traj.response_ids):]
+                self.logp_teacher[traj.traj_id] = logp[len(logp) - len(traj.response_ids) :]
                 kl, n = reverse_kl(self.logp_teacher[traj.traj_id], traj.logp_behaviour, traj.action_mask)
                 total, count = total + kl, count + n
             metrics[f"mopd/reverse_kl/{tid}"] = total / max(count, 1)
@@ -127,8 +152,10 @@ class MOPDRun(RLRun):
         return {**metrics, **self.teachers.metrics()}
 
     def token_advantages(self, group: Group, trajs: list, advs: list[float]) -> list[list[float]]:
-        return [mopd_advantages(self.logp_teacher[t.traj_id], t.logp_behaviour, t.action_mask, a, self.stage.alpha)
-                for t, a in zip(trajs, advs)]
+        return [
+            mopd_advantages(self.logp_teacher[t.traj_id], t.logp_behaviour, t.action_mask, a, self.stage.alpha)
+            for t, a in zip(trajs, advs)
+        ]
 
     def extra_files(self) -> dict[str, str]:
         return {MANIFEST_FILE: json.dumps(self.manifest, indent=1)}
@@ -140,25 +167,37 @@ def teacher_checkpoints(stage: MOPDStage, student_dir: Path, stages: dict[str, P
     out = {}
     for i, teacher in enumerate(stage.teachers):
         ref = teacher.checkpoint.removeprefix("stage:")
-        folder = (stages or {}).get(ref) if teacher.checkpoint.startswith("stage:") else Path(teacher.checkpoint).expanduser()
+        folder = (
+            (stages or {}).get(ref)
+            if teacher.checkpoint.startswith("stage:")
+            else Path(teacher.checkpoint).expanduser()
+        )
         if folder is None:
             raise ValueError(f"stage {stage.name}: teachers[{i}].checkpoint: stage {ref!r} has no checkpoint yet")
         if not (folder / "config.json").is_file():
             raise ValueError(f"stage {stage.name}: teachers[{i}].checkpoint: no model folder at {folder}")
         if not same_tokenizer(student_dir, folder):
-            raise ValueError(f"stage {stage.name}: teachers[{i}] ({teacher.teacher_id}) has a different tokenizer "
-                             f"or vocabulary than the student ({student_dir}): its logprobs would not be comparable")
+            raise ValueError(
+                f"stage {stage.name}: teachers[{i}] ({teacher.teacher_id}) has a different tokenizer "
+                f"or vocabulary than the student ({student_dir}): its logprobs would not be comparable"
+            )
         out[teacher.teacher_id] = str(folder)
     return out
 
 
-def run_mopd(stage: MOPDStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None,
-             stages: dict[str, Path] | None = None) -> Path:
+def run_mopd(
+    stage: MOPDStage,
+    init_dir: Path,
+    infra: Infra,
+    resume_dir: Path | None = None,
+    stages: dict[str, Path] | None = None,
+) -> Path:
     """`stages`: the final checkpoints of the pipeline's earlier stages, by name (an experts
     stage's jobs as `EXPERTS/DOMAIN-EFFORT`)."""
     stage, limits = with_experts(stage, infra.config)
-    pool = TeacherPool(teacher_checkpoints(stage, init_dir, stages), stage.teacher_pool, infra.config.model.dtype,
-                       infra.config.rollout)
+    pool = TeacherPool(
+        teacher_checkpoints(stage, init_dir, stages), stage.teacher_pool, infra.config.model.dtype, infra.config.rollout
+    )
     try:
         return run_stage(MOPDRun(stage, infra, pool, limits), init_dir, resume_dir)
     finally:

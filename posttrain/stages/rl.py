@@ -21,25 +21,32 @@ from posttrain.algo.advantages import grpo_advantages
 from posttrain.config import RLStage, RolloutStage
 from posttrain.data.chat import render_prompt, with_effort
 from posttrain.data.tasks import TaskSampler, load_tasks
-from posttrain.runtime.infra import Infra
 from posttrain.records.metrics import Progress
+from posttrain.records.rollouts import RolloutLog
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
 from posttrain.rollout.agent import AgentLoop
 from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.queue import Group, PartialRolloutQueue
-from posttrain.records.rollouts import RolloutLog
+from posttrain.runtime.infra import Infra
 from posttrain.types import Completion, LossSpec, RewardResult, Sample, SamplingSettings, TrainSequence
-
 
 STATE_FILE = "rollout_state.json"
 
 
 def loss_spec(stage: RolloutStage) -> LossSpec:
     corr = stage.partial.correction
-    return LossSpec(kind="pg", clip_eps_lo=stage.algo.clip_eps_lo, clip_eps_hi=stage.algo.clip_eps_hi,
-                    kl_beta=stage.algo.kl_beta, temperature=stage.temperature, correction=corr.type,
-                    tis_cap=getattr(corr, "cap", 2.0), mask_lo=getattr(corr, "lo", 0.5), mask_hi=getattr(corr, "hi", 2.0))
+    return LossSpec(
+        kind="pg",
+        clip_eps_lo=stage.algo.clip_eps_lo,
+        clip_eps_hi=stage.algo.clip_eps_hi,
+        kl_beta=stage.algo.kl_beta,
+        temperature=stage.temperature,
+        correction=corr.type,
+        tis_cap=getattr(corr, "cap", 2.0),
+        mask_lo=getattr(corr, "lo", 0.5),
+        mask_hi=getattr(corr, "hi", 2.0),
+    )
 
 
 def current_budget(stage: RolloutStage, step: int) -> int | None:
@@ -85,7 +92,9 @@ class RLRun:
             tokens = task.entry.get("budget", tokens)  # a (domain, effort) cell's own budget
             limit = task.entry.get("max_tokens", stage.max_tokens)  # MOPD: the cell's effort sets it
             cap = limit if tokens is None else min(limit, math.ceil(tokens * (1 + stage.budget.margin)))
-            trajs += self.queue.add_group(task, prompt, stage.group_size, min(cap, max_len - len(prompt)), tokens, version)
+            trajs += self.queue.add_group(
+                task, prompt, stage.group_size, min(cap, max_len - len(prompt)), tokens, version
+            )
         return trajs
 
     def iterate(self, version: int, budget: int | None) -> tuple[list[Group], dict]:
@@ -101,8 +110,12 @@ class RLRun:
             requeued += timing["requeued_by_engine_death"]
             groups = self.queue.pop_complete(version)
             if groups:
-                return groups, {"engine/busy_s": busy, "engine/count": engines,
-                                "engine/requeued_by_death": requeued, "time/generate_s": wall}
+                return groups, {
+                    "engine/busy_s": busy,
+                    "engine/count": engines,
+                    "engine/requeued_by_death": requeued,
+                    "time/generate_s": wall,
+                }
 
     # ------------------------------------------------------------ scoring and batch
 
@@ -112,8 +125,17 @@ class RLRun:
             for t in group.trajectories:
                 text = self.infra.tokenizer.decode(t.response_ids, skip_special_tokens=True)
                 completion = Completion(tuple(t.response_ids), tuple(t.logp_behaviour), text, t.finish_reason)
-                out.append(Sample(group.task, index, t.prompt_ids, completion, t.oldest_version(0), env=t.env,
-                                  action_mask=tuple(t.action_mask)))
+                out.append(
+                    Sample(
+                        group.task,
+                        index,
+                        t.prompt_ids,
+                        completion,
+                        t.oldest_version(0),
+                        env=t.env,
+                        action_mask=tuple(t.action_mask),
+                    )
+                )
         return out
 
     def score(self, groups: list[Group], samples: list[Sample]) -> list[RewardResult]:
@@ -132,15 +154,22 @@ class RLRun:
             self.queue.dropped["reward_flagged"] += len(pairs) - len(usable)
             self.queue.dropped["empty_response"] += sum(not t.response_ids for t, _ in usable)
             rows.append([(t, r) for t, r in usable if t.response_ids])
-        adv_P_G = grpo_advantages([[r.score for _, r in row] for row in rows], self.stage.algo.std_normalize,
-                                  self.stage.algo.eps)
+        adv_P_G = grpo_advantages(
+            [[r.score for _, r in row] for row in rows], self.stage.algo.std_normalize, self.stage.algo.eps
+        )
         seqs = []
         for group, row, advs in zip(groups, rows, adv_P_G):
             for (t, _), per_token in zip(row, self.token_advantages(group, [t for t, _ in row], advs)):
-                seqs.append(TrainSequence(
-                    token_ids=t.prompt_ids + tuple(t.response_ids), prompt_len=len(t.prompt_ids),
-                    advantages=tuple(per_token), loss_mask=tuple(map(float, t.action_mask)),
-                    logp_engine=tuple(t.logp_behaviour), stale=tuple(float(v < version) for v in t.token_versions)))
+                seqs.append(
+                    TrainSequence(
+                        token_ids=t.prompt_ids + tuple(t.response_ids),
+                        prompt_len=len(t.prompt_ids),
+                        advantages=tuple(per_token),
+                        loss_mask=tuple(map(float, t.action_mask)),
+                        logp_engine=tuple(t.logp_behaviour),
+                        stale=tuple(float(v < version) for v in t.token_versions),
+                    )
+                )
         staleness = [version - t.oldest_version(version) for row in rows for t, _ in row]
         stats = {
             "groups/zero_advantage_frac": float(np.mean([np.allclose(a, 0) for a in adv_P_G])) if adv_P_G else 1.0,
@@ -185,22 +214,37 @@ class RLRun:
             row = step_metrics(samples, rewards, seqs, trained, started, train_done - train_start)
             # idle over the whole step: engines wait while the trainer steps and syncs
             rollout["engine/idle_frac"] = 1.0 - rollout["engine/busy_s"] / max(
-                row["time/step_s"] * rollout["engine/count"], 1e-9)
-            row.update(rollout, **batch_stats, **accounting, **sync, **{
-                "queue/depth": float(sum(not t.finished for g in self.queue.groups.values() for t in g.trajectories)),
-                "budget/tokens": float(budget) if budget is not None else float(stage.max_tokens),
-                "policy/version": float(version)})
+                row["time/step_s"] * rollout["engine/count"], 1e-9
+            )
+            row.update(
+                rollout,
+                **batch_stats,
+                **accounting,
+                **sync,
+                **{
+                    "queue/depth": float(
+                        sum(not t.finished for g in self.queue.groups.values() for t in g.trajectories)
+                    ),
+                    "budget/tokens": float(budget) if budget is not None else float(stage.max_tokens),
+                    "policy/version": float(version),
+                },
+            )
             infra.metrics.log(stage.name, self.step, row)
-            self.rollouts.write(self.step, samples, rewards, [g.budget for g in groups for _ in g.trajectories],
-                                stage.budget.effort)
+            self.rollouts.write(
+                self.step, samples, rewards, [g.budget for g in groups for _ in g.trajectories], stage.budget.effort
+            )
             progress.update(self.step, reward=row["reward/mean"], mismatch=row["logp/mismatch"])
             if stage.save_every and self.step % stage.save_every == 0 and self.step < stage.steps:
                 self.save(ckpt_root / f"step_{self.step:06d}")
 
     def save(self, folder: Path) -> str:
         """Checkpoint with the queue, the data position and the step, in one atomic folder."""
-        state = {"step": self.step, "sampler_position": self.sampler.position,
-                 "version": self.infra.trainers.version, "queue": self.queue.to_json()}
+        state = {
+            "step": self.step,
+            "sampler_position": self.sampler.position,
+            "version": self.infra.trainers.version,
+            "queue": self.queue.to_json(),
+        }
         return self.infra.trainers.save(str(folder), extra={STATE_FILE: json.dumps(state), **self.extra_files()})
 
     def extra_files(self) -> dict[str, str]:
@@ -259,8 +303,10 @@ def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
             if r.ok:
                 by_cell.setdefault(s.task.entry["cell"], []).append(r.score)
             by_effort.setdefault(s.task.entry["effort"], []).append(s.model_tokens)
-    return {**{f"reward/{cell}": float(np.mean(v)) for cell, v in by_cell.items()},
-            **{f"response_tokens/{effort}": float(np.mean(v)) for effort, v in by_effort.items()}}
+    return {
+        **{f"reward/{cell}": float(np.mean(v)) for cell, v in by_cell.items()},
+        **{f"response_tokens/{effort}": float(np.mean(v)) for effort, v in by_effort.items()},
+    }
 
 
 def agent_metrics(samples: list[Sample]) -> dict:
@@ -268,10 +314,12 @@ def agent_metrics(samples: list[Sample]) -> dict:
     if not episodes:
         return {}
     calls = [c for e in episodes for c in e["calls"]]
-    return {"agent/turns_mean": float(np.mean([e["turns"] for e in episodes])),
-            "agent/tool_calls_mean": len(calls) / len(episodes),
-            "agent/tool_error_frac": float(np.mean([not c["ok"] for c in calls])) if calls else 0.0,
-            "agent/answered_frac": float(np.mean([e["final"] is not None for e in episodes]))}
+    return {
+        "agent/turns_mean": float(np.mean([e["turns"] for e in episodes])),
+        "agent/tool_calls_mean": len(calls) / len(episodes),
+        "agent/tool_error_frac": float(np.mean([not c["ok"] for c in calls])) if calls else 0.0,
+        "agent/answered_frac": float(np.mean([e["final"] is not None for e in episodes])),
+    }
 
 
 def grm_metrics(rewards: list[RewardResult]) -> dict:
@@ -281,20 +329,27 @@ def grm_metrics(rewards: list[RewardResult]) -> dict:
     if not judged:
         return {}
     scored = [r.score for r in judged if r.ok and r.details["status"] == "scored"]
-    return {"grm/score_mean": float(np.mean(scored)) if scored else 0.0,
-            "grm/unscored": float(sum(not r.ok for r in judged)),
-            "grm/length_capped": float(sum(r.details["status"] == "length_capped" for r in judged)),
-            "grm/cache_hit": float(np.mean([bool(r.details.get("cache_hit")) for r in judged])),
-            "grm/latency_s": float(max((r.details.get("latency_s", 0.0) for r in judged
-                                        if not r.details.get("cache_hit")), default=0.0))}
+    return {
+        "grm/score_mean": float(np.mean(scored)) if scored else 0.0,
+        "grm/unscored": float(sum(not r.ok for r in judged)),
+        "grm/length_capped": float(sum(r.details["status"] == "length_capped" for r in judged)),
+        "grm/cache_hit": float(np.mean([bool(r.details.get("cache_hit")) for r in judged])),
+        "grm/latency_s": float(
+            max((r.details.get("latency_s", 0.0) for r in judged if not r.details.get("cache_hit")), default=0.0)
+        ),
+    }
 
 
 def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) -> float:
     """Mean |logp_trainer - logp_engine| over the fresh sampled tokens (generated by the
     weights the trainer held before this step): the two must agree. Tokens out of the
     loss (tool messages) were never sampled and are left out."""
-    diffs = [abs(a - b) for s, lt in zip(seqs, logp_trainer)
-             for a, b, st, m in zip(lt, s.logp_engine, s.stale or [0.0] * len(lt), s.loss_mask) if m and not st]
+    diffs = [
+        abs(a - b)
+        for s, lt in zip(seqs, logp_trainer)
+        for a, b, st, m in zip(lt, s.logp_engine, s.stale or [0.0] * len(lt), s.loss_mask)
+        if m and not st
+    ]
     return float(np.mean(diffs)) if diffs else 0.0
 
 
@@ -306,8 +361,14 @@ def run_rl(stage: RLStage, init_dir: Path, infra: Infra, resume_dir: Path | None
 def run_stage(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -> Path:
     """Load the trainer (from `init_dir`, or a checkpoint of this stage), run, save `final`."""
     stage, infra = run.stage, run.infra
-    infra.trainers.load(str(resume_dir or init_dir), infra.config.model.dtype, stage.lr, stage.warmup_steps,
-                        stage.algo.kl_beta, resume=resume_dir is not None)
+    infra.trainers.load(
+        str(resume_dir or init_dir),
+        infra.config.model.dtype,
+        stage.lr,
+        stage.warmup_steps,
+        stage.algo.kl_beta,
+        resume=resume_dir is not None,
+    )
     run.verifier.start()  # a judge engine loads while the first rollouts run
     if resume_dir is not None:
         state = json.loads((resume_dir / STATE_FILE).read_text())

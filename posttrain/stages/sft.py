@@ -25,8 +25,10 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
         store = SynthesisStore(run_dir, stage.data.stage)
         conversations = store.conversations()
         if not conversations:
-            raise ValueError(f"stage {stage.name}: the synthesis stage {stage.data.stage} kept no trajectory "
-                             f"(see {store.candidates}: every candidate's verdicts)")
+            raise ValueError(
+                f"stage {stage.name}: the synthesis stage {stage.data.stage} kept no trajectory "
+                f"(see {store.candidates}: every candidate's verdicts)"
+            )
         print(f"[{stage.name}] {len(conversations)} synthesized conversations from {store.sft}", flush=True)
         return conversations
     from posttrain.data.chat import with_effort
@@ -43,20 +45,21 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
     return out
 
 
-def with_scratchpad(messages: tuple[Message, ...], think, code: bool, rng: random.Random,
-                    effort: str | None = None) -> tuple[Message, ...]:
+def with_scratchpad(
+    messages: tuple[Message, ...], think, code: bool, rng: random.Random, effort: str | None = None
+) -> tuple[Message, ...]:
     """The conversation with a scratchpad line opening its first assistant turn (ThinkConfig);
     its length drawn from `think.by_effort[effort]` when that is set."""
     if think is None or rng.random() >= think.prob:
         return messages
     low, high = (think.by_effort or {}).get(effort, (1, think.max_words))
     first = next((i for i, m in enumerate(messages) if m.role == "assistant"), None)
-    question = next((m.content for m in reversed(messages[:first or 0]) if m.role == "user"), "")
-    words = question.split()[:rng.randint(low, high)]
+    question = next((m.content for m in reversed(messages[: first or 0]) if m.role == "user"), "")
+    words = question.split()[: rng.randint(low, high)]
     if first is None or not words:
         return messages
     line = f"{think.code_prefix if code else think.prefix} {' '.join(words)}"
-    return messages[:first] + (Message("assistant", f"{line}\n{messages[first].content}"),) + messages[first + 1:]
+    return messages[:first] + (Message("assistant", f"{line}\n{messages[first].content}"),) + messages[first + 1 :]
 
 
 def gold_turns(task) -> tuple[Message, ...]:
@@ -73,8 +76,9 @@ def sft_sequences(tokenizer, conversations, max_len: int) -> list[TrainSequence]
         ids, prompt_len, mask = sft_example(tokenizer, messages, max_len)
         n = len(ids) - prompt_len
         if n > 0 and any(mask):
-            seqs.append(TrainSequence(token_ids=tuple(ids), prompt_len=prompt_len, advantages=(0.0,) * n,
-                                      loss_mask=tuple(mask)))
+            seqs.append(
+                TrainSequence(token_ids=tuple(ids), prompt_len=prompt_len, advantages=(0.0,) * n, loss_mask=tuple(mask))
+            )
     if not seqs:
         raise ValueError("SFT data has no assistant tokens within max_len")
     return seqs
@@ -92,8 +96,13 @@ def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | No
     """SFT from `init_dir`, or continued from one of its own checkpoints (same batches after)."""
     seqs = sft_sequences(infra.tokenizer, sft_conversations(stage, infra.run_dir), stage.max_len)
     rng = random.Random(infra.config.seed)
-    infra.trainers.load(str(resume_dir or init_dir), infra.config.model.dtype, stage.lr, stage.warmup_steps,
-                        resume=resume_dir is not None)
+    infra.trainers.load(
+        str(resume_dir or init_dir),
+        infra.config.model.dtype,
+        stage.lr,
+        stage.warmup_steps,
+        resume=resume_dir is not None,
+    )
     first = 1
     if resume_dir is not None:
         state = json.loads((resume_dir / STATE_FILE).read_text())
@@ -105,8 +114,13 @@ def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | No
     for step in range(first, stage.steps + 1):
         batch = [seqs[rng.randrange(len(seqs))] for _ in range(stage.batch_size)]
         out = infra.trainers.train_step(batch, spec)
-        row = {"loss/nll": out["sums"]["loss"], "grad/norm": out["grad_norm"], "tokens": out["sums"]["tokens"],
-               "time/step_s": out["seconds"], "train/skipped_nonfinite": float(out["skipped"])}
+        row = {
+            "loss/nll": out["sums"]["loss"],
+            "grad/norm": out["grad_norm"],
+            "tokens": out["sums"]["tokens"],
+            "time/step_s": out["seconds"],
+            "train/skipped_nonfinite": float(out["skipped"]),
+        }
         infra.metrics.log(stage.name, step, row)
         progress.update(step, loss=row["loss/nll"])
         if stage.save_every and step % stage.save_every == 0 and step < stage.steps:

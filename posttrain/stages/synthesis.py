@@ -17,9 +17,9 @@ from pathlib import Path
 
 from posttrain.config import ModelConfig, RolloutConfig, SynthesisStage
 from posttrain.data.chat import TEMPLATE_VERSION, render_prompt
-from posttrain.runtime.infra import Infra
 from posttrain.records.metrics import Progress
 from posttrain.rewards.base import score_safely
+from posttrain.runtime.infra import Infra
 from posttrain.synthesis.store import SynthesisStore, from_messages
 from posttrain.synthesis.verify import Verifier, assistant_tokens, check_format
 from posttrain.types import Completion, RewardResult, Sample, SamplingSettings
@@ -34,8 +34,14 @@ def teacher_engines(stage: SynthesisStage, teacher_dir: Path):
     from posttrain.rollout.pool import EnginePool
 
     t = stage.teacher
-    rollout = RolloutConfig(engines=t.engines, max_model_len=t.max_model_len, kv_cache_gib=t.kv_cache_gib,
-                            num_cpus=t.num_cpus, num_gpus=t.num_gpus, seed=t.seed)
+    rollout = RolloutConfig(
+        engines=t.engines,
+        max_model_len=t.max_model_len,
+        kv_cache_gib=t.kv_cache_gib,
+        num_cpus=t.num_cpus,
+        num_gpus=t.num_gpus,
+        seed=t.seed,
+    )
 
     def start(i: int):
         return RolloutEngine.remote_actor(str(teacher_dir), rollout, t.dtype, t.seed + i)
@@ -51,8 +57,9 @@ def teacher_dir_of(stage: SynthesisStage, infra: Infra) -> Path:
 
 
 class Synthesizer:
-    def __init__(self, stage: SynthesisStage, infra: Infra, teacher_tokenizer, pool, router, verifier: Verifier,
-                 teacher_id: str):
+    def __init__(
+        self, stage: SynthesisStage, infra: Infra, teacher_tokenizer, pool, router, verifier: Verifier, teacher_id: str
+    ):
         from posttrain.rollout.agent import AgentLoop
 
         self.stage, self.infra, self.tok, self.pool = stage, infra, teacher_tokenizer, pool
@@ -87,11 +94,19 @@ class Synthesizer:
         produced = self.generate(tasks)
         samples: list[Sample] = []
         for _, task, group in produced:
-            for t in (group.trajectories if group else []):
+            for t in group.trajectories if group else []:
                 text = self.tok.decode(t.response_ids, skip_special_tokens=True)
-                samples.append(Sample(task, 0, t.prompt_ids, Completion(tuple(t.response_ids), tuple(t.logp_behaviour),
-                                                                          text, t.finish_reason), 0, env=t.env,
-                                      action_mask=tuple(t.action_mask)))
+                samples.append(
+                    Sample(
+                        task,
+                        0,
+                        t.prompt_ids,
+                        Completion(tuple(t.response_ids), tuple(t.logp_behaviour), text, t.finish_reason),
+                        0,
+                        env=t.env,
+                        action_mask=tuple(t.action_mask),
+                    )
+                )
         rewards = iter(asyncio.run(score_safely(self.router, samples)) if samples else [])
         rows = []
         for index, task, group in produced:
@@ -105,19 +120,48 @@ class Synthesizer:
         student = self.infra.tokenizer
         tools = task.verifier == "agent"
         if traj is None:
-            fmt, messages = {"pass": False, "reason": f"prompt does not fit teacher.max_model_len={self.stage.teacher.max_model_len}"}, None
+            fmt, messages = (
+                {
+                    "pass": False,
+                    "reason": f"prompt does not fit teacher.max_model_len={self.stage.teacher.max_model_len}",
+                },
+                None,
+            )
         else:
-            fmt, messages = check_format(task.messages, traj.response_ids, traj.action_mask, traj.finish_reason, traj.env,
-                                         self.tok, student, tools)
-        tokens = assistant_tokens(messages, student) if messages is not None and messages[-1].role == "assistant" else None
+            fmt, messages = check_format(
+                task.messages,
+                traj.response_ids,
+                traj.action_mask,
+                traj.finish_reason,
+                traj.env,
+                self.tok,
+                student,
+                tools,
+            )
+        tokens = (
+            assistant_tokens(messages, student) if messages is not None and messages[-1].role == "assistant" else None
+        )
         verdicts, status, why = self.verifier.run(cid, task.task_id, fmt, messages, result, tokens)
-        row = {"id": cid, "task_id": task.task_id, "task_index": index, "k": k, "family": task.family,
-               "verifier": task.verifier, "template": TEMPLATE_VERSION, "teacher": self.teacher_id,
-               "prompt_messages": len(task.messages), "messages": from_messages(messages) if messages else [],
-               "response": self.tok.decode(traj.response_ids, skip_special_tokens=False) if traj is not None else "",
-               "finish_reason": traj.finish_reason if traj is not None else "not_generated",
-               "teacher_tokens": traj.model_tokens if traj is not None else 0, "assistant_tokens": tokens,
-               "answer": task.answer, "verdicts": verdicts, "status": status, "review_reason": why}
+        row = {
+            "id": cid,
+            "task_id": task.task_id,
+            "task_index": index,
+            "k": k,
+            "family": task.family,
+            "verifier": task.verifier,
+            "template": TEMPLATE_VERSION,
+            "teacher": self.teacher_id,
+            "prompt_messages": len(task.messages),
+            "messages": from_messages(messages) if messages else [],
+            "response": self.tok.decode(traj.response_ids, skip_special_tokens=False) if traj is not None else "",
+            "finish_reason": traj.finish_reason if traj is not None else "not_generated",
+            "teacher_tokens": traj.model_tokens if traj is not None else 0,
+            "assistant_tokens": tokens,
+            "answer": task.answer,
+            "verdicts": verdicts,
+            "status": status,
+            "review_reason": why,
+        }
         if result is not None:
             row.update(score=result.score, ok=result.ok, reason=result.reason, source=result.source)
         if traj is not None and traj.env is not None:
@@ -130,8 +174,8 @@ def run_synthesis(stage: SynthesisStage, infra: Infra) -> dict:
     from transformers import AutoTokenizer
 
     from posttrain.data.tasks import load_tasks
-    from posttrain.rewards.router import reward_router
     from posttrain.rewards.grm_judge import folder_version
+    from posttrain.rewards.router import reward_router
 
     store = SynthesisStore(infra.run_dir, stage.name)
     tasks = load_tasks(stage.tasks)
@@ -144,18 +188,25 @@ def run_synthesis(stage: SynthesisStage, infra: Infra) -> dict:
         pool = teacher_engines(stage, teacher_dir)
         router = reward_router(stage, infra.judge)
         router.start()
-        synth = Synthesizer(stage, infra, AutoTokenizer.from_pretrained(teacher_dir), pool, router,
-                            Verifier(stage, store.kept_keys(stage.verify.dedup.across_tasks)),
-                            f"{stage.teacher.model}@{folder_version(teacher_dir)}")
-        chunks = [todo[i:i + stage.chunk] for i in range(0, len(todo), stage.chunk)]
+        synth = Synthesizer(
+            stage,
+            infra,
+            AutoTokenizer.from_pretrained(teacher_dir),
+            pool,
+            router,
+            Verifier(stage, store.kept_keys(stage.verify.dedup.across_tasks)),
+            f"{stage.teacher.model}@{folder_version(teacher_dir)}",
+        )
+        chunks = [todo[i : i + stage.chunk] for i in range(0, len(todo), stage.chunk)]
         progress = Progress(stage.name, len(tasks), live=infra.live_progress)
         try:
             for chunk in chunks:
                 started = time.perf_counter()
                 store.append(synth.chunk(chunk))
                 summary = store.summary()
-                infra.metrics.log(stage.name, summary["tasks"], {**metric_row(summary),
-                                                                  "time/chunk_s": time.perf_counter() - started})
+                infra.metrics.log(
+                    stage.name, summary["tasks"], {**metric_row(summary), "time/chunk_s": time.perf_counter() - started}
+                )
                 progress.update(summary["tasks"], kept=summary["passed"], review=summary["queue"])
         finally:
             router.close()
@@ -165,12 +216,17 @@ def run_synthesis(stage: SynthesisStage, infra: Infra) -> dict:
     store.write_sft()
     summary = store.summary()
     infra.metrics.log(stage.name, summary["tasks"], metric_row(summary))
-    print(f"[{stage.name}] {summary['candidates']} candidates for {summary['tasks']} tasks: {summary['passed']} passed, "
-          f"{summary['rejected']} rejected, {summary['sent_to_review']} sent to review ({summary['queue']} waiting); "
-          f"SFT set {summary['sft_set']} -> {store.sft}", flush=True)
+    print(
+        f"[{stage.name}] {summary['candidates']} candidates for {summary['tasks']} tasks: {summary['passed']} passed, "
+        f"{summary['rejected']} rejected, {summary['sent_to_review']} sent to review ({summary['queue']} waiting); "
+        f"SFT set {summary['sft_set']} -> {store.sft}",
+        flush=True,
+    )
     if stage.review.wait and summary["queue"]:
-        raise ReviewPending(f"{summary['queue']} trajectories of stage {stage.name} wait for review: run "
-                            f"`posttrain review {infra.run_dir}`, then `posttrain run --resume {infra.run_dir}`")
+        raise ReviewPending(
+            f"{summary['queue']} trajectories of stage {stage.name} wait for review: run "
+            f"`posttrain review {infra.run_dir}`, then `posttrain run --resume {infra.run_dir}`"
+        )
     return summary
 
 

@@ -29,8 +29,14 @@ def pick_stage(run_dir: Path, stage: str | None) -> SynthesisStore:
     names = stages_of(run_dir)
     if stage is None:
         if len(names) != 1:
-            raise ReviewError(f"{run_dir}: " + (f"several synthesis stages ({', '.join(names)}): give --stage"
-                                                if names else "no synthesis stage has written candidates"))
+            raise ReviewError(
+                f"{run_dir}: "
+                + (
+                    f"several synthesis stages ({', '.join(names)}): give --stage"
+                    if names
+                    else "no synthesis stage has written candidates"
+                )
+            )
         stage = names[0]
     if stage not in names:
         raise ReviewError(f"{run_dir}: no synthesis stage {stage!r} (stages: {', '.join(names) or 'none'})")
@@ -46,8 +52,11 @@ def load_edit(path: str) -> list[dict]:
 
 
 def render(row: dict, out=sys.stdout) -> None:
-    out.write(f"=== {row['id']}  task {row['task_id']} ({row['family']})  status {row['status']}"
-              + (f" - {row['review_reason']}" if row.get("review_reason") else "") + "\n")
+    out.write(
+        f"=== {row['id']}  task {row['task_id']} ({row['family']})  status {row['status']}"
+        + (f" - {row['review_reason']}" if row.get("review_reason") else "")
+        + "\n"
+    )
     for m in row["messages"] or [{"role": "raw", "content": row.get("response", "")}]:
         out.write(f"--- {m['role']}\n{m['content']}\n")
     if row.get("answer") is not None:
@@ -61,12 +70,24 @@ def render(row: dict, out=sys.stdout) -> None:
 
 def summary_line(store: SynthesisStore) -> str:
     s = store.summary()
-    return (f"{store.folder.name}: {s['candidates']} candidates, {s['passed']} passed, {s['rejected']} rejected, "
-            f"{s['sent_to_review']} sent to review, {s['queue']} waiting; reviewed {s['reviewed']}; SFT set {s['sft_set']}")
+    return (
+        f"{store.folder.name}: {s['candidates']} candidates, {s['passed']} passed, {s['rejected']} rejected, "
+        f"{s['sent_to_review']} sent to review, {s['queue']} waiting; reviewed {s['reviewed']}; SFT set {s['sft_set']}"
+    )
 
 
-def review(run_dir: Path, stage: str | None = None, accept=(), reject=(), edit=(), files=(), show=None,
-           list_only: bool = False, stdin=None, out=sys.stdout) -> int:
+def review(
+    run_dir: Path,
+    stage: str | None = None,
+    accept=(),
+    reject=(),
+    edit=(),
+    files=(),
+    show=None,
+    list_only: bool = False,
+    stdin=None,
+    out=sys.stdout,
+) -> int:
     store = pick_stage(run_dir, stage)
     if show:
         render(store.row(show), out)

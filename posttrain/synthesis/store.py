@@ -35,7 +35,7 @@ class ReviewError(ValueError):
 
 def to_messages(rows: list[dict]) -> tuple[Message, ...]:
     if not isinstance(rows, list) or not all(isinstance(m, dict) and {"role", "content"} <= set(m) for m in rows):
-        raise ReviewError("messages must be a list of {\"role\", \"content\"} objects")
+        raise ReviewError('messages must be a list of {"role", "content"} objects')
     return tuple(Message(m["role"], str(m["content"])) for m in rows)
 
 
@@ -106,8 +106,11 @@ class SynthesisStore:
     def kept_keys(self, across_tasks: bool) -> dict[str, str]:
         from posttrain.synthesis.verify import dedup_key
 
-        return {dedup_key(r["task_id"], to_messages(r["messages"]), across_tasks): r["id"]
-                for r in self.rows() if r["status"] != "rejected" and r["messages"]}
+        return {
+            dedup_key(r["task_id"], to_messages(r["messages"]), across_tasks): r["id"]
+            for r in self.rows()
+            if r["status"] != "rejected" and r["messages"]
+        }
 
     def sft_set(self) -> list[dict]:
         """{"id", "messages"} of what passed every stage (unless a reviewer rejected it),
@@ -136,25 +139,32 @@ class SynthesisStore:
         """The SFT set as conversations (what an SFT stage with `data: {type: synthesis}` trains on)."""
         for r in self.rows():
             if r.get("template") != TEMPLATE_VERSION:
-                raise ValueError(f"{self.candidates}: candidate {r['id']} was written with template "
-                                 f"{r.get('template')!r}, this code reads {TEMPLATE_VERSION!r}")
+                raise ValueError(
+                    f"{self.candidates}: candidate {r['id']} was written with template "
+                    f"{r.get('template')!r}, this code reads {TEMPLATE_VERSION!r}"
+                )
         return [to_messages(d["messages"]) for d in self.sft_set()]
 
     def summary(self) -> dict:
         rows, decided = self.rows(), self.decisions()
         n = len(rows)
-        out = {"tasks": len({r["task_id"] for r in rows}), "candidates": n,
-               "passed": sum(r["status"] == PASSED for r in rows),
-               "rejected": sum(r["status"] == "rejected" for r in rows),
-               "sent_to_review": sum(r["status"] == REVIEW for r in rows),
-               "queue": len(self.queue()),
-               "reviewed": {k: sum(d["decision"] == k for d in decided.values()) for k in DECISIONS},
-               "sft_set": len(self.sft_set())}
+        out = {
+            "tasks": len({r["task_id"] for r in rows}),
+            "candidates": n,
+            "passed": sum(r["status"] == PASSED for r in rows),
+            "rejected": sum(r["status"] == "rejected" for r in rows),
+            "sent_to_review": sum(r["status"] == REVIEW for r in rows),
+            "queue": len(self.queue()),
+            "reviewed": {k: sum(d["decision"] == k for d in decided.values()) for k in DECISIONS},
+            "sft_set": len(self.sft_set()),
+        }
         from posttrain.synthesis.verify import STAGES
 
         for stage in STAGES:
             reached = [r for r in rows if r["verdicts"].get(stage, {}).get("pass") is not None]
-            out[f"pass_rate/{stage}"] = (sum(r["verdicts"][stage]["pass"] for r in reached) / len(reached)) if reached else 0.0
+            out[f"pass_rate/{stage}"] = (
+                (sum(r["verdicts"][stage]["pass"] for r in reached) / len(reached)) if reached else 0.0
+            )
         out["acceptance"] = out["sft_set"] / n if n else 0.0
         return out
 
@@ -166,8 +176,13 @@ class SynthesisStore:
         if decision not in DECISIONS:
             raise ReviewError(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
         row = self.row(cid)
-        entry = {"id": cid, "decision": decision, "time": round(time.time(), 3),
-                 "reviewer": reviewer or os.environ.get("USER", ""), "status_before": row["status"]}
+        entry = {
+            "id": cid,
+            "decision": decision,
+            "time": round(time.time(), 3),
+            "reviewer": reviewer or os.environ.get("USER", ""),
+            "status_before": row["status"],
+        }
         if decision == "edit":
             if messages is None:
                 raise ReviewError("an edit needs the edited conversation")

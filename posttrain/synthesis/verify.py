@@ -38,7 +38,9 @@ def check_messages(messages: tuple[Message, ...], tools: bool) -> dict:
     for i, m in enumerate(messages):
         if m.role not in ("system", "user", "assistant", "tool"):
             return verdict(False, f"message {i}: unknown role {m.role!r}")
-        if m.role == "tool" and (i == 0 or messages[i - 1].role != "assistant" or not wants_tools(messages[i - 1].content)):
+        if m.role == "tool" and (
+            i == 0 or messages[i - 1].role != "assistant" or not wants_tools(messages[i - 1].content)
+        ):
             return verdict(False, f"message {i}: a tool result that follows no tool call")
         if m.role != "assistant":
             continue
@@ -53,7 +55,9 @@ def check_messages(messages: tuple[Message, ...], tools: bool) -> dict:
             if name not in TOOLS:
                 return verdict(False, f"message {i}: unknown tool {name!r}")
             if sorted(arguments) != sorted(TOOLS[name]):
-                return verdict(False, f"message {i}: {name} takes {', '.join(TOOLS[name])}, got {', '.join(arguments) or 'none'}")
+                return verdict(
+                    False, f"message {i}: {name} takes {', '.join(TOOLS[name])}, got {', '.join(arguments) or 'none'}"
+                )
         if i == len(messages) - 1:
             return verdict(False, "the last turn is a tool call, not an answer")
         if i + 1 >= len(messages) or messages[i + 1].role != "tool":
@@ -61,8 +65,16 @@ def check_messages(messages: tuple[Message, ...], tools: bool) -> dict:
     return verdict(True, "ok")
 
 
-def check_format(prompt: tuple[Message, ...], response_ids, action_mask, finish_reason: str, env: dict | None,
-                 teacher_tokenizer, student_tokenizer, tools: bool) -> tuple[dict, tuple[Message, ...] | None]:
+def check_format(
+    prompt: tuple[Message, ...],
+    response_ids,
+    action_mask,
+    finish_reason: str,
+    env: dict | None,
+    teacher_tokenizer,
+    student_tokenizer,
+    tools: bool,
+) -> tuple[dict, tuple[Message, ...] | None]:
     """(verdict, the whole conversation or None): the teacher's tokens read back through
     the template, the shape is right, and the conversation survives the student's template
     (render, then parse, gives it back)."""
@@ -82,7 +94,9 @@ def check_format(prompt: tuple[Message, ...], response_ids, action_mask, finish_
     except TemplateError as exc:
         return verdict(False, f"student template: {exc}"), messages
     if back != turns:
-        return verdict(False, "the student's template does not give the conversation back (render, then parse)"), messages
+        return verdict(
+            False, "the student's template does not give the conversation back (render, then parse)"
+        ), messages
     return verdict(True, "ok"), messages
 
 
@@ -122,15 +136,18 @@ class Verifier:
         self.stage = stage
         self.kept: dict[str, str] = dict(kept or {})  # dedup key -> candidate id
 
-    def run(self, cid: str, task_id: str, fmt: dict, messages, result: RewardResult | None,
-            tokens: int | None) -> tuple[dict, str, str]:
+    def run(
+        self, cid: str, task_id: str, fmt: dict, messages, result: RewardResult | None, tokens: int | None
+    ) -> tuple[dict, str, str]:
         """(verdicts, status, review reason) of one candidate."""
         cfg = self.stage.verify
         verdicts = {"format": fmt if cfg.format.enabled else verdict(True, "disabled")}
         if not cfg.outcome.enabled:
             verdicts["outcome"] = verdict(True, "disabled")
         else:
-            verdicts["outcome"] = check_outcome(result, self.stage) if result is not None else verdict(False, "not scored")
+            verdicts["outcome"] = (
+                check_outcome(result, self.stage) if result is not None else verdict(False, "not scored")
+            )
         if not cfg.length.enabled:
             verdicts["length"] = verdict(True, "disabled")
         else:

@@ -91,11 +91,16 @@ class TrainerGroup:
 
     def _start(self) -> list:
         port = free_port()
-        return [TrainerWorker.remote_actor(r, self.config.workers, port, self.config, self.seed, self.env,
-                                           self.placement[r]) for r in range(self.config.workers)]
+        return [
+            TrainerWorker.remote_actor(
+                r, self.config.workers, port, self.config, self.seed, self.env, self.placement[r]
+            )
+            for r in range(self.config.workers)
+        ]
 
-    def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0,
-             resume: bool = False) -> dict:
+    def load(
+        self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0, resume: bool = False
+    ) -> dict:
         """Build the model and optimizer on every rank. A load after the first starts fresh
         rank processes (`restart_on_load`; auto: for models over 256 MB): a DeepSpeed engine
         dropped in place does not give its memory back (measured: SmolLM2 ranks grew from
@@ -119,8 +124,9 @@ class TrainerGroup:
         trainer's logprobs of its response tokens before the step."""
         global_tokens = int(sum(sum(s.loss_mask) for s in seqs))
         shards = shard_balanced(seqs, len(self.workers))
-        results = get_all([w.train_step.remote([seqs[i] for i in idx], spec, global_tokens)
-                           for w, idx in zip(self.workers, shards)])
+        results = get_all(
+            [w.train_step.remote([seqs[i] for i in idx], spec, global_tokens) for w, idx in zip(self.workers, shards)]
+        )
         logp: list[list[float]] = [[] for _ in seqs]
         sums: dict[str, float] = {}
         for idx, res in zip(shards, results):
@@ -132,8 +138,13 @@ class TrainerGroup:
         self._count_nonfinite(skipped)
         if not skipped:
             self.version += 1
-        return {"logp": logp, "sums": sums, "grad_norm": results[0]["grad_norm"], "skipped": skipped,
-                "seconds": max(r["seconds"] for r in results)}
+        return {
+            "logp": logp,
+            "sums": sums,
+            "grad_norm": results[0]["grad_norm"],
+            "skipped": skipped,
+            "seconds": max(r["seconds"] for r in results),
+        }
 
     def _count_nonfinite(self, skipped: bool) -> None:
         """A step whose loss was NaN or inf on any rank was skipped by every rank (weights and
@@ -142,19 +153,24 @@ class TrainerGroup:
         if not skipped:
             return
         limit = self.config.max_nonfinite_steps
-        print(f"[trainer] loss is NaN or inf: optimizer step skipped, weights unchanged "
-              f"({self.nonfinite_in_a_row} in a row; the run stops at {limit})", flush=True)
+        print(
+            f"[trainer] loss is NaN or inf: optimizer step skipped, weights unchanged "
+            f"({self.nonfinite_in_a_row} in a row; the run stops at {limit})",
+            flush=True,
+        )
         if self.nonfinite_in_a_row >= limit:
             raise TrainingDiverged(
                 f"training stopped: the loss was NaN or inf in {self.nonfinite_in_a_row} optimizer steps in a row "
                 f"(trainer.max_nonfinite_steps={limit}); every one was skipped, so the weights are those "
                 "of the last finite step. Lower the learning rate, check rewards and "
-                "advantages for NaN/inf, or resume from the last checkpoint")
+                "advantages for NaN/inf, or resume from the last checkpoint"
+            )
 
     def logprobs(self, seqs: list[TrainSequence], temperature: float = 1.0) -> list[list[float]]:
         shards = shard_balanced(seqs, len(self.workers))
-        results = get_all([w.logprobs.remote([seqs[i] for i in idx], temperature)
-                           for w, idx in zip(self.workers, shards)])
+        results = get_all(
+            [w.logprobs.remote([seqs[i] for i in idx], temperature) for w, idx in zip(self.workers, shards)]
+        )
         out: list[list[float]] = [[] for _ in seqs]
         for idx, res in zip(shards, results):
             for i, values in zip(idx, res):

@@ -44,12 +44,16 @@ def head_counts(model) -> dict[str, int]:
             continue
         count = heads if projection == "q_proj" else kv_heads
         if param.ndim != 2 or param.shape[0] != count * head_dim:
-            raise ValueError(f"muon_per_head: {name} has shape {tuple(param.shape)}, expected {count} heads x "
-                             f"{head_dim} rows from the model config")
+            raise ValueError(
+                f"muon_per_head: {name} has shape {tuple(param.shape)}, expected {count} heads x "
+                f"{head_dim} rows from the model config"
+            )
         counts[name] = count
     if not counts:
-        raise ValueError(f"muon_per_head: {type(model).__name__} has no separate q_proj/k_proj/v_proj to split "
-                         "by head (a fused QKV matrix is not supported); use optimizer type muon")
+        raise ValueError(
+            f"muon_per_head: {type(model).__name__} has no separate q_proj/k_proj/v_proj to split "
+            "by head (a fused QKV matrix is not supported); use optimizer type muon"
+        )
     return counts
 
 
@@ -72,9 +76,16 @@ def build_optimizer(model, config: TrainerConfig, lr: float):
         return torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
     from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
 
-    return MuonWithAuxAdam(muon_param_groups(model, config, lr), adam_optimizer=torch.optim.AdamW,
-                           adam_optimizer_kwargs={"lr": lr, "betas": tuple(config.betas), "eps": ADAMW_EPS,
-                                                  "weight_decay": config.weight_decay})
+    return MuonWithAuxAdam(
+        muon_param_groups(model, config, lr),
+        adam_optimizer=torch.optim.AdamW,
+        adam_optimizer_kwargs={
+            "lr": lr,
+            "betas": tuple(config.betas),
+            "eps": ADAMW_EPS,
+            "weight_decay": config.weight_decay,
+        },
+    )
 
 
 def muon_param_groups(model, config: TrainerConfig, lr: float) -> list[dict]:
@@ -89,13 +100,33 @@ def muon_param_groups(model, config: TrainerConfig, lr: float) -> list[dict]:
         by_scale.setdefault(lr_scale(param.shape, heads.get(name), opt.adjust_lr), []).append(param)
     for _, param in adamw:
         param.use_muon, param.muon_num_heads = False, None
-    groups = [{"params": [p for _, p in adamw], "use_muon": False, "lr": lr, "betas": tuple(config.betas),
-               "eps": ADAMW_EPS, "weight_decay": config.weight_decay}] if adamw else []
+    groups = (
+        [
+            {
+                "params": [p for _, p in adamw],
+                "use_muon": False,
+                "lr": lr,
+                "betas": tuple(config.betas),
+                "eps": ADAMW_EPS,
+                "weight_decay": config.weight_decay,
+            }
+        ]
+        if adamw
+        else []
+    )
     # DeepSpeed decays by lr x weight_decay with the group's (scaled) lr: divide the scale out,
     # so a matrix decays by lr x weight_decay as under AdamW and torch's Muon.
-    groups += [{"params": params, "use_muon": True, "lr": lr * scale, "momentum": opt.momentum,
-                "weight_decay": config.weight_decay / scale, "ns_method": opt.ns_method}
-               for scale, params in sorted(by_scale.items())]
+    groups += [
+        {
+            "params": params,
+            "use_muon": True,
+            "lr": lr * scale,
+            "momentum": opt.momentum,
+            "weight_decay": config.weight_decay / scale,
+            "ns_method": opt.ns_method,
+        }
+        for scale, params in sorted(by_scale.items())
+    ]
     return groups
 
 

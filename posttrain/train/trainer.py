@@ -30,8 +30,15 @@ from posttrain.types import LossSpec, TrainSequence
 # backward, so the rank joins every gradient collective of the others.
 _PAD_SEQUENCE = TrainSequence(token_ids=(0, 0), prompt_len=1, advantages=(0.0,), loss_mask=(0.0,))
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "generation_config.json", "vocab.json", "merges.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+    "vocab.json",
+    "merges.txt",
+)
 
 
 @contextmanager
@@ -49,10 +56,14 @@ def _writes_recorded(engine, failures: list):
             except Exception as exc:  # torch.save reports a full disk as RuntimeError
                 failures.append(exc)
                 return None
+
         return call
 
-    writers = [(engine.checkpoint_engine, "save"), (engine.checkpoint_engine, "makedirs"),
-               (engine, "_copy_recovery_script")]  # every file DeepSpeed writes goes through one of these
+    writers = [
+        (engine.checkpoint_engine, "save"),
+        (engine.checkpoint_engine, "makedirs"),
+        (engine, "_copy_recovery_script"),
+    ]  # every file DeepSpeed writes goes through one of these
     for owner, name in writers:
         setattr(owner, name, guarded(getattr(owner, name)))
     try:
@@ -66,8 +77,13 @@ class TrainerWorker:
     """Create with `TrainerWorker.remote_actor(...)`; all ranks must get the same calls."""
 
     def __init__(self, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int):
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port), RANK=str(rank),
-                          WORLD_SIZE=str(world_size), LOCAL_RANK="0" if config.num_gpus else str(rank))
+        os.environ.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(master_port),
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK="0" if config.num_gpus else str(rank),
+        )
         import deepspeed
         import torch
 
@@ -79,17 +95,22 @@ class TrainerWorker:
         self.ref_model = None
 
     @classmethod
-    def remote_actor(cls, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int, env: dict,
-                     placement=None):
-        options = dict(num_cpus=config.num_cpus, num_gpus=config.num_gpus,
-                       runtime_env={"env_vars": {"OMP_NUM_THREADS": str(config.threads), **env}},
-                       **(placement.options() if placement else {}))
+    def remote_actor(
+        cls, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int, env: dict, placement=None
+    ):
+        options = dict(
+            num_cpus=config.num_cpus,
+            num_gpus=config.num_gpus,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": str(config.threads), **env}},
+            **(placement.options() if placement else {}),
+        )
         return ray.remote(cls).options(**options).remote(rank, world_size, master_port, config, seed)
 
     # ------------------------------------------------------------ setup
 
-    def load(self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0,
-             resume: bool = False) -> dict:
+    def load(
+        self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0, resume: bool = False
+    ) -> dict:
         """(Re)build the DeepSpeed engine from a model folder; with `resume`, the folder is a
         checkpoint of ours and its optimizer and schedule state are restored too."""
         import deepspeed
@@ -105,12 +126,18 @@ class TrainerWorker:
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
         optimizer = build_optimizer(model, self.config, lr)
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)) if warmup_steps else 1.0)
-        self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=schedule,
-                                              config=self._ds_config(dtype))
+            optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)) if warmup_steps else 1.0
+        )
+        self.engine, *_ = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=schedule, config=self._ds_config(dtype)
+        )
         if resume:
-            path, _ = self.engine.load_checkpoint(str(Path(model_dir) / "deepspeed"), tag="state",
-                                                  load_optimizer_states=True, load_lr_scheduler_states=True)
+            path, _ = self.engine.load_checkpoint(
+                str(Path(model_dir) / "deepspeed"),
+                tag="state",
+                load_optimizer_states=True,
+                load_lr_scheduler_states=True,
+            )
             if path is None:
                 raise FileNotFoundError(f"no DeepSpeed state in {model_dir}/deepspeed")
         return {"parameters": sum(p.numel() for p in model.parameters()), "tied_embeddings": self.tied}
@@ -160,7 +187,7 @@ class TrainerWorker:
             sums["loss"] += float(loss.detach()) * scale / self.world_size
             for row, i in enumerate(index_mb):
                 start = batch["starts"][row]
-                logp_before[i] = logp_old[row, start: start + shard[i].response_len].tolist()
+                logp_before[i] = logp_old[row, start : start + shard[i].response_len].tolist()
         skipped = self._any_rank(nonfinite)
         if skipped and self.config.zero_stage == 0:
             self.engine.zero_grad()  # no ZeRO optimizer to catch the NaN gradients: drop them here
@@ -169,8 +196,13 @@ class TrainerWorker:
             if skipped and self.engine.was_step_applied():
                 raise RuntimeError("non-finite loss, but DeepSpeed applied the step: weights are corrupt")
         grad_norm = self.engine.get_global_grad_norm()
-        return {"logp": logp_before, "sums": sums, "seconds": time.perf_counter() - started, "skipped": skipped,
-                "grad_norm": float(grad_norm) if grad_norm is not None and not skipped else float("nan")}
+        return {
+            "logp": logp_before,
+            "sums": sums,
+            "seconds": time.perf_counter() - started,
+            "skipped": skipped,
+            "grad_norm": float(grad_norm) if grad_norm is not None and not skipped else float("nan"),
+        }
 
     def _any_rank(self, flag: bool) -> bool:
         import torch
@@ -191,10 +223,18 @@ class TrainerWorker:
         logp = self._forward_logp(self.engine, batch, spec.temperature)
         mask, logp_old = batch["loss_mask"], logp.detach()
         if spec.kind == "pg":
-            per_token, clipped = policy_gradient_loss(logp, logp_old, batch["advantages"],
-                                                      spec.clip_eps_lo, spec.clip_eps_hi)
-            weights = offpolicy_weights(spec.correction, logp_old, batch["logp_engine"], batch["stale"] * mask,
-                                        cap=spec.tis_cap, lo=spec.mask_lo, hi=spec.mask_hi)
+            per_token, clipped = policy_gradient_loss(
+                logp, logp_old, batch["advantages"], spec.clip_eps_lo, spec.clip_eps_hi
+            )
+            weights = offpolicy_weights(
+                spec.correction,
+                logp_old,
+                batch["logp_engine"],
+                batch["stale"] * mask,
+                cap=spec.tis_cap,
+                lo=spec.mask_lo,
+                hi=spec.mask_hi,
+            )
             per_token = per_token * weights
             sums["clip_tokens"] += float((clipped * mask).sum())
             sums["stale_tokens"] += float((batch["stale"] * mask).sum())
@@ -253,15 +293,22 @@ class TrainerWorker:
             n, start = len(s.token_ids), s.prompt_len - 1
             ids[row, :n] = torch.tensor(s.token_ids)
             attn[row, :n] = 1
-            adv[row, start:start + s.response_len] = torch.tensor(s.advantages, dtype=torch.float32)
-            mask[row, start:start + s.response_len] = torch.tensor(s.loss_mask, dtype=torch.float32)
+            adv[row, start : start + s.response_len] = torch.tensor(s.advantages, dtype=torch.float32)
+            mask[row, start : start + s.response_len] = torch.tensor(s.loss_mask, dtype=torch.float32)
             if s.logp_engine:
-                logp_engine[row, start:start + s.response_len] = torch.tensor(s.logp_engine, dtype=torch.float32)
+                logp_engine[row, start : start + s.response_len] = torch.tensor(s.logp_engine, dtype=torch.float32)
             if s.stale:
-                stale[row, start:start + s.response_len] = torch.tensor(s.stale, dtype=torch.float32)
+                stale[row, start : start + s.response_len] = torch.tensor(s.stale, dtype=torch.float32)
             starts.append(start)
-        return {"input_ids": ids, "attention_mask": attn, "advantages": adv, "loss_mask": mask, "starts": starts,
-                "logp_engine": logp_engine, "stale": stale}
+        return {
+            "input_ids": ids,
+            "attention_mask": attn,
+            "advantages": adv,
+            "loss_mask": mask,
+            "starts": starts,
+            "logp_engine": logp_engine,
+            "stale": stale,
+        }
 
     @staticmethod
     def _forward_logp(model, batch: dict, temperature: float):
@@ -281,7 +328,7 @@ class TrainerWorker:
                 batch = self._collate([seqs[i] for i in index_mb] or [_PAD_SEQUENCE])
                 logp = self._forward_logp(self.engine, batch, temperature)
                 for row, i in enumerate(index_mb):
-                    out[i] = logp[row, batch["starts"][row]: batch["starts"][row] + seqs[i].response_len].tolist()
+                    out[i] = logp[row, batch["starts"][row] : batch["starts"][row] + seqs[i].response_len].tolist()
         return out
 
     # ------------------------------------------------------------ weights out
@@ -366,12 +413,16 @@ class TrainerWorker:
     def _write_error(self, target: Path, error: Exception | None) -> CheckpointWriteError:
         where = target.parent if target.parent.exists() else Path(".")
         free = shutil.disk_usage(where).free
-        cause = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}" if error else \
-            "another trainer rank failed to write its part"
+        cause = (
+            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            if error
+            else "another trainer rank failed to write its part"
+        )
         full = "the disk is full: " if free < 64 * 2**20 or "No space left" in str(error) else ""
         return CheckpointWriteError(
             f"checkpoint {target} not written: {full}{cause} ({free / 2**20:.1f} MiB free on {where}); "
-            "its partial files were removed and the previous checkpoint is intact")
+            "its partial files were removed and the previous checkpoint is intact"
+        )
 
     def parameter_checksum(self) -> float:
         state = self._full_state_dict()

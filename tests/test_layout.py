@@ -1,0 +1,57 @@
+"""The layout is a contract: the layers (import-linter, `pyproject.toml`) and ruff's lint
+and format run in `make test`, and a module that imports a higher layer fails here."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _run(*cmd: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_layers_contract_is_kept():
+    proc = _run(str(BIN / "lint-imports"), "--no-cache")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 kept, 0 broken" in proc.stdout
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path):
+    """The contract can fail: a copy of the package where the config layer imports the
+    pipeline (the layer second from the top) is refused, naming the import."""
+    shutil.copytree(ROOT / "posttrain", tmp_path / "posttrain", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    base = tmp_path / "posttrain" / "config" / "base.py"
+    base.write_text(base.read_text() + "\nfrom posttrain.pipeline import run_pipeline  # noqa\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = _run(str(BIN / "lint-imports"), "--no-cache", cwd=tmp_path, env=env)
+    assert proc.returncode != 0, proc.stdout
+    assert "BROKEN" in proc.stdout and "posttrain.config.base -> posttrain.pipeline" in proc.stdout, proc.stdout
+
+
+def test_only_the_cli_imports_the_pipeline_or_the_cli():
+    hits = []
+    for path in (ROOT / "posttrain").rglob("*.py"):
+        if path.name in ("cli.py", "pipeline.py") and path.parent.name == "posttrain":
+            continue
+        text = path.read_text()
+        if "posttrain.pipeline" in text or "posttrain.cli" in text or "from posttrain import cli" in text:
+            hits.append(str(path.relative_to(ROOT)))
+    assert hits == []
+
+
+def test_ruff_lint_is_clean():
+    proc = _run(str(BIN / "ruff"), "check", "--no-cache", ".")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+
+
+def test_ruff_format_is_clean():
+    proc = _run(str(BIN / "ruff"), "format", "--check", "--no-cache", ".")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
