@@ -41,7 +41,3 @@ def k3_kl(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
 
 def nll_loss(logp: torch.Tensor) -> torch.Tensor:
     return -logp
-
-
-def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (values * mask).sum()

@@ -69,7 +69,6 @@ class Group:
     group_id: str
     task: Task
     budget: int | None
-    drawn_version: int
     trajectories: list[Trajectory]
 
     @property
@@ -98,7 +97,7 @@ class PartialRolloutQueue:
         gid = f"g{self._next_group}"
         self._next_group += 1
         trajs = [Trajectory(f"{gid}.{i}", gid, tuple(prompt_ids), max_tokens) for i in range(size)]
-        self.groups[gid] = Group(gid, task, budget, version, trajs)
+        self.groups[gid] = Group(gid, task, budget, trajs)
         self.drawn += size
         return trajs
 
@@ -195,7 +194,7 @@ class PartialRolloutQueue:
                 for t in g["trajectories"]
             ]
             queue.groups[g["group_id"]] = Group(
-                g["group_id"], _task_from(g["task"]), g["budget"], g["drawn_version"], trajs
+                g["group_id"], _task_from(g["task"]), g["budget"], trajs
             )
         return queue
 

@@ -17,7 +17,6 @@ saved in rollouts/EVAL/CHECKPOINT/CELL.jsonl.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -209,7 +208,3 @@ def run_eval(stage: EvalStage, infra: Infra, checkpoints: dict[str, Path]) -> Pa
     write_json_atomic(path, {"stage": stage.name, "rows": rows})
     print(format_table(rows), flush=True)
     return path
-
-
-def read_eval(run_dir: Path) -> dict:
-    return json.loads((Path(run_dir) / EVAL_FILE).read_text())
