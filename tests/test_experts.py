@@ -114,6 +114,16 @@ def test_jobs_chain_efforts_and_anneal_budgets():
     assert (low.budget.anneal.start, low.budget.anneal.end) == (8, 4) and low.steps == 4
     no_anneal = expert_jobs(config(**{"stages.1.anneal": None}).stages[1])
     assert no_anneal["general-high"].stage.budget.tokens == 8 and no_anneal["general-high"].stage.budget.anneal is None
+    assert all(j.stage.budget.margin == 0.25 for j in jobs.values())  # the default
+
+
+def test_experts_budget_takes_a_margin_and_nothing_else():
+    from posttrain.config.jobs import expert_jobs
+
+    jobs = expert_jobs(config(**{"stages.1.budget": {"margin": 0.5}}).stages[1])
+    assert {j.stage.budget.margin for j in jobs.values()} == {0.5}
+    with pytest.raises(ValueError, match="takes `margin` only"):
+        config(**{"stages.1.budget": {"tokens": 10}})
 
 
 def test_placement_plan_spreads_slots_over_nodes():

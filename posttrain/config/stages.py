@@ -315,10 +315,10 @@ class MOPDStage(RolloutStage):
             if t.teacher_id in seen:
                 raise ValueError(f"teachers[{i}]: a second teacher for cell {t.teacher_id}")
             seen.add(t.teacher_id)
-        if self.temperature != 1.0:
+        if self.temperature != 1.0 or self.top_p != 1.0:
             raise ValueError(
-                "temperature must be 1.0: the reverse KL to the teacher needs samples from the "
-                "student's own distribution"
+                "temperature and top_p must be 1.0: the reverse KL to the teacher needs samples from the "
+                "student's own distribution (nucleus truncation biases its estimate)"
             )
         if any(v < 1 for v in self.effort_max_tokens.values()):
             raise ValueError("effort_max_tokens must be >= 1")
@@ -396,8 +396,10 @@ class ExpertsStage(RolloutStage):
 
     @model_validator(mode="after")
     def _budgets(self) -> ExpertsStage:
-        if self.budget != BudgetConfig():
-            raise ValueError("budget: set the budgets per effort under `efforts`, not `budget`")
+        if self.budget.model_copy(update={"margin": BudgetConfig().margin}) != BudgetConfig():
+            raise ValueError(
+                "budget: set the budgets per effort under `efforts`; the experts stage's `budget` takes `margin` only"
+            )
         for effort, spec in self.efforts.items():
             for domain in self.domains:
                 try:
