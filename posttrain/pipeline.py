@@ -39,6 +39,19 @@ def preflight(config: PipelineConfig, source: str) -> None:
                     load_tasks(leaf.model_copy(update={"families": [family], "size": 1}))
                 except ValueError as exc:
                     raise ConfigError(f"{source}: stages[{i}].{where}.families[{j}]: {exc}") from None
+    _preflight_held_out(config, source)
+
+
+def _preflight_held_out(config: PipelineConfig, source: str) -> None:
+    """An eval stage whose prompts the run trains on is refused before anything starts."""
+    from posttrain.data.heldout import HeldOutError, check_held_out
+
+    for i, stage in enumerate(config.stages):
+        if stage.type == "eval":
+            try:
+                check_held_out(stage, config)
+            except HeldOutError as exc:
+                raise ConfigError(f"{source}: stages[{i}]: {exc}") from None
 
 
 def _leaves(stage) -> list[tuple[str, object]]:

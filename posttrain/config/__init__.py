@@ -71,6 +71,7 @@ from posttrain.config.stages import (  # noqa: F401
 from posttrain.config.tasks import (  # noqa: F401
     AgentFamily,
     AgentTasks,
+    ArithmeticTasks,
     ChatJsonl,
     CodingTasks,
     LeafSource,

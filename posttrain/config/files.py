@@ -43,6 +43,7 @@ TAGS = {
     "mopd",
     "eval",
     "reasoning_gym",
+    "arithmetic",
     "coding",
     "user",
     "mixture",

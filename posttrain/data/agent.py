@@ -368,7 +368,7 @@ def generate_task(
     raise ValueError(f"unknown agent task family {family!r} (families: {', '.join(FAMILIES)})")
 
 
-FAMILIES = ("calculator", "kv_store", "kv_recall", "lookup", "lookup_store")
+FAMILIES = ("calculator", "arithmetic", "kv_store", "kv_recall", "lookup", "lookup_store")
 
 
 def gold_turns(spec: AgentTaskSpec, corpus_seed: int) -> list[tuple[str, str]]:
@@ -390,6 +390,12 @@ def normalize_answer(text: str) -> str:
     return re.sub(r"\s+", " ", text.strip("'\"` ")).lower()
 
 
+def final_line(text: str) -> str:
+    """The answer of a final turn: its last non-empty line (a scratchpad may come before it)."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
 def check_episode(check: dict, state: EnvState) -> tuple[float, str, dict]:
     """Score 1 only if every check holds: the final answer and/or the final store."""
     failures = []
@@ -397,7 +403,7 @@ def check_episode(check: dict, state: EnvState) -> tuple[float, str, dict]:
     if "answer" in check:
         if state.final is None:
             failures.append("no final answer (the episode ended on a tool call or ran out of turns or tokens)")
-        elif normalize_answer(state.final) != normalize_answer(str(check["answer"])):
+        elif normalize_answer(final_line(state.final)) != normalize_answer(str(check["answer"])):
             failures.append(f"answer {state.final[:80]!r} != expected {check['answer']!r}")
     for key, value in check.get("kv", {}).items():
         if state.kv.get(key) != str(value):
@@ -411,17 +417,29 @@ def check_episode(check: dict, state: EnvState) -> tuple[float, str, dict]:
 
 
 def agent_tasks(source) -> list:
-    """`AgentTasks` config -> `Task`s (verifier `agent`); the entry carries the check, the
-    initial store, the document set's seed, the turn limit and the gold episode."""
+    """`AgentTasks` config -> `Task`s (verifier `agent`) of the source's part; the entry
+    carries the check, the initial store, the document set's seed, the turn limit and the
+    gold episode (and, for arithmetic, the scratchpads of answering without the tool)."""
+    from posttrain.data.reasoning import arithmetic_entry, arithmetic_problems, in_eval_part, keep
     from posttrain.types import Message, Task
 
     rng = random.Random(source.seed)
     prompt = SYSTEM_PROMPT if source.system_prompt is None else source.system_prompt
     system = (Message("system", prompt),) if prompt else ()
+    count = sum(source.families[i % len(source.families)] == "arithmetic" for i in range(source.size))
+    problems = iter(arithmetic_problems(count, source.seed, source.part, *source.digits, ["+", "-"]) if count else [])
     tasks = []
     for i in range(source.size):
         family = source.families[i % len(source.families)]
-        spec = generate_task(family, rng, source.corpus_seed, source.max_operand, source.max_terms)
+        extra = {}
+        if family == "arithmetic":
+            a, op, b = next(problems)
+            spec = arithmetic_task(a, op, b)
+            extra = {"scratchpads": arithmetic_entry(a, op, b)["scratchpads"]}
+        else:
+            spec = generate_task(family, rng, source.corpus_seed, source.max_operand, source.max_terms)
+            while not keep(source.part, in_eval_part(spec.prompt)):
+                spec = generate_task(family, rng, source.corpus_seed, source.max_operand, source.max_terms)
         gold = gold_turns(spec, source.corpus_seed)
         entry = {
             "check": spec.check,
@@ -429,6 +447,7 @@ def agent_tasks(source) -> list:
             "corpus_seed": source.corpus_seed,
             "max_turns": source.max_turns,
             "gold": [list(t) for t in gold],
+            **extra,
         }
         tasks.append(
             Task(
@@ -441,3 +460,12 @@ def agent_tasks(source) -> list:
             )
         )
     return tasks
+
+
+def arithmetic_task(a: int, op: str, b: int) -> AgentTaskSpec:
+    """A long addition or subtraction: one calculator call solves it; answering without the
+    tool takes column arithmetic (the task's scratchpads)."""
+    expr = f"{a} {op} {b}"
+    return AgentTaskSpec(
+        "arithmetic", f"Compute {expr}", {"answer": calculate(expr)}, (("calculator", {"expression": expr}),)
+    )

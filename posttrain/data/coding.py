@@ -107,11 +107,16 @@ def _run_reference(source: str, args: tuple):
 
 
 def generated_tasks(source: CodingTasks) -> list[Task]:
+    from posttrain.data.reasoning import in_eval_part, keep
+
     rng = random.Random(source.seed)
     tasks = []
     for i in range(source.size):
         template = TEMPLATES[rng.randrange(len(TEMPLATES))]
         doc, params = template.describe(rng)
+        while not keep(source.part, in_eval_part(doc)):  # the eval part: other instances of the templates
+            template = TEMPLATES[rng.randrange(len(TEMPLATES))]
+            doc, params = template.describe(rng)
         reference = template.solution(params)
         cases = [template.inputs(rng, params) for _ in range(5)]
         tests = [f"assert solve(*{args!r}) == {_run_reference(reference, args)!r}" for args in cases]
@@ -124,6 +129,28 @@ def generated_tasks(source: CodingTasks) -> list[Task]:
                 prompt,
                 f"```python\n{reference}```",
                 {"tests": tests},
+            )
+        )
+    return tasks
+
+
+def linear_tasks(source: CodingTasks) -> list[Task]:
+    """Linear functions given by two of their values (posttrain/data/reasoning.py): working
+    out the slope and intercept is where a scratchpad helps; eval uses held-out templates."""
+    from posttrain.data.reasoning import linear_tasks as problems
+
+    tasks = []
+    for i, (prompt, entry, code, _) in enumerate(problems(source.size, source.seed, source.part)):
+        answer = f"```python\n{code}```"
+        instruction = f"{source.instruction} " if source.instruction else ""
+        tasks.append(
+            _task(
+                source,
+                f"coding/linear/{source.part}/{source.seed}/{i}",
+                "linear_code",
+                instruction + prompt,
+                answer,
+                entry,
             )
         )
     return tasks

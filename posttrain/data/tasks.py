@@ -17,6 +17,7 @@ from pathlib import Path
 
 from posttrain.config import (
     AgentTasks,
+    ArithmeticTasks,
     ChatJsonl,
     CodingTasks,
     MixtureTasks,
@@ -103,14 +104,16 @@ def _generate(source) -> list[Task]:
         return writing_tasks(source)
     if isinstance(source, ReasoningGymTasks):
         return reasoning_gym_tasks(source)
+    if isinstance(source, ArithmeticTasks):
+        return arithmetic_tasks(source)
     if isinstance(source, UserTasks):
         from posttrain.data.user import user_tasks
 
         return user_tasks(source)
     if isinstance(source, CodingTasks):
-        from posttrain.data.coding import generated_tasks, humaneval_tasks
+        from posttrain.data.coding import generated_tasks, humaneval_tasks, linear_tasks
 
-        return generated_tasks(source) if source.split == "train" else humaneval_tasks(source)
+        return {"train": generated_tasks, "linear": linear_tasks, "humaneval": humaneval_tasks}[source.split](source)
     raise TypeError(f"unknown task source {type(source).__name__}")
 
 
@@ -128,13 +131,7 @@ def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
     for index, (family, size) in enumerate(zip(source.families, _family_sizes(source))):
         if size <= 0:
             continue
-        try:
-            dataset = reasoning_gym.create_dataset(
-                family.name, size=size, seed=source.seed + 1000 * index, **family.params
-            )
-        except (TypeError, ValueError, KeyError, AssertionError) as exc:
-            raise ValueError(f"reasoning-gym family {family.name!r}: {exc}") from None
-        for i, entry in enumerate(dataset):
+        for i, entry in enumerate(_family_part(reasoning_gym, family, size, source.seed + 1000 * index, source.part)):
             system = (Message("system", source.system_prompt),) if source.system_prompt else ()
             user = Message("user", entry["question"] + source.prompt_suffix)
             tasks.append(
@@ -148,6 +145,48 @@ def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
             )
     random.Random(source.seed).shuffle(tasks)
     return tasks
+
+
+def arithmetic_tasks(source: ArithmeticTasks) -> list[Task]:
+    """Long additions and subtractions of the source's part, with their scratchpads (verifier `math`)."""
+    from posttrain.data.reasoning import arithmetic_entry, arithmetic_problems
+
+    system = (Message("system", source.system_prompt),) if source.system_prompt else ()
+    tasks = []
+    for i, (a, op, b) in enumerate(
+        arithmetic_problems(source.size, source.seed, source.part, *source.digits, source.ops)
+    ):
+        entry = arithmetic_entry(a, op, b)
+        tasks.append(
+            Task(
+                task_id=f"arithmetic/{source.part}/{source.seed}/{i}",
+                family="long_arithmetic",
+                messages=system + (Message("user", f"{source.instruction}{a} {op} {b}"),),
+                answer=entry["answer"],
+                entry=entry,
+                verifier="math",
+            )
+        )
+    return tasks
+
+
+def _family_part(reasoning_gym, family, size: int, seed: int, part: str) -> list[dict]:
+    """`size` items of one family from the part of its problem space the source asks for:
+    generate, keep those whose question hashes into the part, generate more if short."""
+    from posttrain.data.reasoning import EVAL_SHARE, in_eval_part, keep
+
+    want = size if part == "all" else (size * (EVAL_SHARE + 1) if part == "eval" else size + size // 4) + 16
+    while True:
+        try:
+            dataset = reasoning_gym.create_dataset(family.name, size=want, seed=seed, **family.params)
+        except (TypeError, ValueError, KeyError, AssertionError) as exc:
+            raise ValueError(f"reasoning-gym family {family.name!r}: {exc}") from None
+        items = [e for e in dataset if keep(part, in_eval_part(str(e["question"])))]
+        if len(items) >= size or want >= 64 * size + 1024:
+            if not items:
+                raise ValueError(f"reasoning-gym family {family.name!r}: no question falls in the {part} part")
+            return (items * (size // len(items) + 1))[:size]
+        want *= 2
 
 
 def _jsonable(entry: dict) -> dict:

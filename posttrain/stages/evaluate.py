@@ -11,8 +11,12 @@ cell's expert was, and scored by the domain's verifier with the expert's final b
 
 Unscored samples (a judge that never answered) are left out and counted. An experts
 stage's checkpoints are each scored on their own cell, any other checkpoint on all cells.
-Writes RUN_DIR/eval.json ({"rows": [...]}) and prints the table; every scored sample is
-saved in rollouts/EVAL/CHECKPOINT/CELL.jsonl.
+Every cell of a domain is scored on the same tasks (a paired design), none of whose
+prompts occurs in the run's training data (posttrain/data/heldout.py: checked here, and
+before the run starts). Each row has the score's standard error; paired differences
+(each expert's max against low, the student against its teacher) come with theirs.
+Writes RUN_DIR/eval.json ({"rows": [...], "comparisons": [...]}) and prints the table;
+every scored sample is saved in rollouts/EVAL/CHECKPOINT/CELL.jsonl.
 """
 
 from __future__ import annotations
@@ -25,26 +29,12 @@ import numpy as np
 
 from posttrain.config import EvalStage, ExpertsStage, PipelineConfig
 from posttrain.config.jobs import job_stage
+from posttrain.data.heldout import check_held_out, eval_sources, eval_tasks, experts_of
 from posttrain.runtime.infra import Infra
 from posttrain.types import SamplingSettings
 
 EVAL_FILE = "eval.json"
 ROLES = {"sft": "sft", "experts": "expert", "mopd": "student", "rl": "rl"}
-
-
-def held_out(source, offset: int):
-    """The same task source with every generator seed moved by `offset`."""
-    if source.type == "mixture":
-        return source.model_copy(
-            update={"seed": source.seed + offset, "sources": [held_out(s, offset) for s in source.sources]}
-        )
-    return source.model_copy(update={"seed": source.seed + offset}) if "seed" in type(source).model_fields else source
-
-
-def experts_of(stage: EvalStage, config: PipelineConfig) -> ExpertsStage:
-    if stage.experts:
-        return config.stage(stage.experts)
-    return next(s for s in config.stages if s.type == "experts")
 
 
 def targets(
@@ -70,7 +60,7 @@ def targets(
 
 
 def cell_score(sample, result) -> float:
-    if "over budget" in result.reason:
+    if result.details.get("score_before_budget") is not None:  # over budget
         return 0.0
     if result.source == "grm":
         return (result.score + 1.0) / 2.0
@@ -79,17 +69,20 @@ def cell_score(sample, result) -> float:
 
 class Evaluator:
     def __init__(self, stage: EvalStage, infra: Infra):
-        from posttrain.data.tasks import TaskSampler, load_tasks
-
         self.stage, self.infra = stage, infra
         config = infra.config
         self.experts = experts_of(stage, config)
-        sources = stage.domains or {d: held_out(s, stage.seed_offset) for d, s in self.experts.domains.items()}
-        self.sources, self.tasks = sources, {}
-        for domain, source in sources.items():
-            tasks = load_tasks(source)
-            self.tasks[domain] = TaskSampler(tasks, seed=config.seed + 17).draw(min(stage.tasks_per_cell, len(tasks)))
+        self.sources = eval_sources(stage, config)
+        drawn = eval_tasks(stage, config)
+        self.tasks = check_held_out(stage, config, drawn)  # never a row on prompts the run trained on
+        self.dropped = {d: len(drawn[d]) - len(self.tasks[d]) for d in drawn}
+        for domain, tasks in self.tasks.items():
+            if not tasks:
+                raise ValueError(
+                    f"eval stage {stage.name}: no {domain} task is left once those seen in training are out"
+                )
         self.router = None
+        self.per_task: dict[tuple[str, str, str], dict[str, float]] = {}
         self.version = 10_000_000  # engines serve checkpoints, not a training version
 
     def _run(self, label: str, domain: str, effort: str):
@@ -127,13 +120,18 @@ class Evaluator:
         rewards = run.score(groups, samples)
         run.rollouts.write(0, samples, rewards, [g.budget for g in groups], effort)
         scored = [(s, r) for s, r in zip(samples, rewards) if r.ok]
+        values = [cell_score(s, r) for s, r in scored]
+        self.per_task[(label, domain, effort)] = {s.task.task_id: v for (s, _), v in zip(scored, values)}
         return {
             "domain": domain,
             "effort": effort,
-            "score": float(np.mean([cell_score(s, r) for s, r in scored])) if scored else 0.0,
+            "score": float(np.mean(values)) if values else 0.0,
+            "score_se": standard_error(values),
             "mean_tokens": float(np.mean([s.model_tokens for s in samples])) if samples else 0.0,
             "n": len(scored),
             "unscored": len(samples) - len(scored),
+            "overlap": 0,
+            "dropped_overlap": self.dropped[domain],
         }
 
     def run(self, checkpoints: dict[str, Path]) -> list[dict]:
@@ -179,24 +177,87 @@ class _Fixed:
         return out
 
 
+def standard_error(values: list[float]) -> float:
+    """Standard error of a mean: sample standard deviation / sqrt(n); 0 for fewer than two."""
+    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
+
+
+def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]:
+    """Mean of a - b over the tasks both scored, its standard error, and how many."""
+    common = sorted(a.keys() & b.keys())
+    diffs = [a[t] - b[t] for t in common]
+    return (float(np.mean(diffs)) if diffs else 0.0), standard_error(diffs), len(diffs)
+
+
+def comparisons(rows: list[dict], per_task: dict[tuple[str, str, str], dict[str, float]]) -> list[dict]:
+    """The differences the recipe is judged by, each paired on the same tasks: within a role,
+    max effort against low; each expert against SFT and the student against each expert,
+    on the expert's cell."""
+    by_cell: dict[tuple[str, str, str], str] = {}  # (role, domain, effort) -> checkpoint
+    for r in rows:
+        by_cell.setdefault((r["role"], r["domain"], r["effort"]), r["checkpoint"])
+    out = []
+
+    def add(kind: str, a: tuple, b: tuple) -> None:
+        ka, kb = (by_cell.get(a), a[1], a[2]), (by_cell.get(b), b[1], b[2])
+        if ka[0] is None or kb[0] is None or ka not in per_task or kb not in per_task:
+            return
+        diff, se, n = paired(per_task[ka], per_task[kb])
+        out.append(
+            {
+                "kind": kind,
+                "a": f"{ka[0]}@{a[1]}-{a[2]}",
+                "b": f"{kb[0]}@{b[1]}-{b[2]}",
+                "domain": a[1],
+                "effort": a[2],
+                "diff": diff,
+                "se": se,
+                "n": n,
+            }
+        )
+
+    domains = sorted({r["domain"] for r in rows})
+    for role in ("expert", "student", "sft"):
+        for d in domains:
+            add("max_minus_low", (role, d, "max"), (role, d, "low"))
+    for r in rows:
+        if r["role"] == "expert":
+            add("expert_minus_sft", ("expert", r["domain"], r["effort"]), ("sft", r["domain"], r["effort"]))
+            add("student_minus_teacher", ("student", r["domain"], r["effort"]), ("expert", r["domain"], r["effort"]))
+    return out
+
+
 def format_table(rows: list[dict]) -> str:
-    """One row per checkpoint, one column per cell: `score / mean tokens`."""
+    """One row per checkpoint, one column per cell: `score±se/mean tokens`."""
     cells = sorted(
         {(r["domain"], r["effort"]) for r in rows},
         key=lambda c: (c[0], ["max", "high", "low"].index(c[1]) if c[1] in ("max", "high", "low") else 9),
     )
     names = list(dict.fromkeys(r["checkpoint"] for r in rows))
     width = max([len(n) for n in names] + [10])
-    head = " " * width + " |" + "|".join(f"{d[:4]}-{e}".center(10) for d, e in cells)
+    head = " " * width + " |" + "|".join(f"{d[:4]}-{e}".center(15) for d, e in cells)
     lines = [head, "-" * len(head)]
     by = {(r["checkpoint"], r["domain"], r["effort"]): r for r in rows}
     for name in names:
         parts = []
         for d, e in cells:
             r = by.get((name, d, e))
-            parts.append((f"{r['score']:.2f}/{r['mean_tokens']:.0f}" if r else "").center(10))
+            text = f"{r['score']:.2f}±{r.get('score_se', 0.0):.2f}/{r['mean_tokens']:.0f}" if r else ""
+            parts.append(text.center(15))
         lines.append(name.ljust(width) + " |" + "|".join(parts))
-    return "\n".join(lines) + "\n(each cell: score in [0, 1] / mean response tokens)"
+    return "\n".join(lines) + "\n(each cell: score in [0, 1] ± its standard error / mean response tokens)"
+
+
+def format_comparisons(found: list[dict]) -> str:
+    if not found:
+        return ""
+    lines = ["paired differences (same tasks; ** = more than two standard errors):"]
+    for c in found:
+        mark = "**" if abs(c["diff"]) > 2 * c["se"] and c["n"] > 1 else "  "
+        lines.append(
+            f"  {mark} {c['kind']:<22} {c['a']:<34} - {c['b']:<34} {c['diff']:+.3f} ± {c['se']:.3f} (n={c['n']})"
+        )
+    return "\n".join(lines)
 
 
 def run_eval(stage: EvalStage, infra: Infra, checkpoints: dict[str, Path]) -> Path:
@@ -204,7 +265,9 @@ def run_eval(stage: EvalStage, infra: Infra, checkpoints: dict[str, Path]) -> Pa
 
     evaluator = Evaluator(stage, replace(infra, live_progress=False))
     rows = evaluator.run(checkpoints)
+    found = comparisons(rows, evaluator.per_task)
     path = infra.run_dir / EVAL_FILE
-    write_json_atomic(path, {"stage": stage.name, "rows": rows})
+    write_json_atomic(path, {"stage": stage.name, "rows": rows, "comparisons": found})
     print(format_table(rows), flush=True)
+    print(format_comparisons(found), flush=True)
     return path

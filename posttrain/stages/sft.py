@@ -41,8 +41,26 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
             continue
         effort = efforts.choice(["low", "high", "max"]) if stage.effort_lines else None
         messages = with_effort(t.messages, effort) if effort else t.messages
-        out.append(with_scratchpad(messages + gold_turns(t), stage.think, t.verifier == "code", rng, effort))
+        if stage.think and stage.think.forms and "scratchpads" in t.entry:
+            out.append(messages + answer_in_form(t, stage.think.forms, rng))
+        else:
+            out.append(with_scratchpad(messages + gold_turns(t), stage.think, t.verifier == "code", rng, effort))
     return out
+
+
+def answer_in_form(task, weights: dict[str, float], rng: random.Random) -> tuple[Message, ...]:
+    """The reference answer in one form drawn by `weights` (independent of the stated effort):
+    the full or short scratchpad before the answer, the answer alone, or the tool episode."""
+    from posttrain.data.reasoning import SCRATCH_PREFIX
+
+    forms = [f for f in weights if f != "tool" or "gold" in task.entry]
+    form = rng.choices(forms, [weights[f] for f in forms])[0]
+    if form == "tool":
+        return gold_turns(task)
+    answer = str(task.entry["check"]["answer"]) if "check" in task.entry else task.answer
+    if form == "none":
+        return (Message("assistant", answer),)
+    return (Message("assistant", f"{SCRATCH_PREFIX[form]} {task.entry['scratchpads'][form]}\n{answer}"),)
 
 
 def with_scratchpad(

@@ -1,0 +1,122 @@
+"""Held-out eval by construction: the eval tasks of each domain, and the check that none of
+their prompts occurs in the run's training data.
+
+A prompt is compared by its user text, case-folded and with whitespace collapsed (system
+prompts and effort lines differ between stages by design). The training data is every
+task source of every stage that trains or makes training data (sft, synthesis, rl,
+experts, mopd), whole, not only what a stage happened to draw. Generated sources with a
+`part` take their eval part, which is disjoint from their training part by construction;
+others have their seeds moved, and the check catches what that does not separate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from posttrain.types import Message, Task
+
+TRAINING_STAGES = ("sft", "synthesis", "rl", "experts", "mopd")
+
+
+class HeldOutError(ValueError):
+    """Eval prompts that also occur in the run's training data."""
+
+
+def normalize_prompt(messages: Iterable[Message]) -> str:
+    text = "\n".join(m.content for m in messages if m.role == "user")
+    return re.sub(r"\s+", " ", text).strip().casefold()
+
+
+def experts_of(stage, config):
+    """The experts stage whose cells an eval stage scores."""
+    if stage.experts:
+        return config.stage(stage.experts)
+    return next(s for s in config.stages if s.type == "experts")
+
+
+def held_out(source, offset: int):
+    """The eval counterpart of a training source: its `eval` part where it has one, and
+    every generator seed moved by `offset`."""
+    update = {}
+    if "seed" in type(source).model_fields:
+        update["seed"] = source.seed + offset
+    if "part" in type(source).model_fields:
+        update["part"] = "eval"
+    if source.type == "mixture":
+        update["sources"] = [held_out(s, offset) for s in source.sources]
+    return source.model_copy(update=update)
+
+
+def eval_sources(stage, config) -> dict:
+    return stage.domains or {d: held_out(s, stage.seed_offset) for d, s in experts_of(stage, config).domains.items()}
+
+
+def eval_tasks(stage, config) -> dict[str, list[Task]]:
+    """The tasks each domain's cells are scored on: the same ones for every checkpoint and
+    effort of the domain (a paired design)."""
+    from posttrain.data.tasks import TaskSampler, load_tasks
+
+    out = {}
+    for domain, source in eval_sources(stage, config).items():
+        tasks = load_tasks(source)
+        out[domain] = TaskSampler(tasks, seed=config.seed + 17).draw(min(stage.tasks_per_cell, len(tasks)))
+    return out
+
+
+def _stage_sources(stage, config) -> list:
+    if stage.type == "sft":
+        return [stage.data]
+    if stage.type in ("synthesis", "rl"):
+        return [stage.tasks]
+    if stage.type == "mopd" and stage.experts:
+        return list(config.stage(stage.experts).domains.values())
+    return list((stage.domains or {}).values())
+
+
+def training_prompts(config) -> dict[str, str]:
+    """Normalized prompt -> the stage it trains in, over every training stage of the run."""
+    from posttrain.data.tasks import load_chat_jsonl, load_tasks
+
+    seen: dict[str, str] = {}
+    for stage in config.stages:
+        if stage.type not in TRAINING_STAGES:
+            continue
+        for source in _stage_sources(stage, config):
+            if source.type == "synthesis":  # the synthesis stage's own tasks are counted there
+                continue
+            if source.type == "chat_jsonl":
+                prompts = [normalize_prompt(c) for c in load_chat_jsonl(source)]
+            else:
+                prompts = [normalize_prompt(t.messages) for t in load_tasks(source)]
+            for prompt in prompts:
+                seen.setdefault(prompt, stage.name)
+    return seen
+
+
+def overlap(tasks: list[Task], trained: dict[str, str]) -> list[tuple[Task, str]]:
+    """The tasks whose prompt occurs in the training data, with the stage it trains in."""
+    return [(t, trained[p]) for t in tasks if (p := normalize_prompt(t.messages)) in trained]
+
+
+def check_held_out(stage, config, tasks: dict[str, list[Task]] | None = None) -> dict[str, list[Task]]:
+    """Eval tasks per domain with none seen in training; with `on_overlap: fail` (the default)
+    any overlap is a HeldOutError naming the domains, counts and an example; with `drop`
+    the overlapping tasks are left out (and counted by the eval stage)."""
+    tasks = tasks if tasks is not None else eval_tasks(stage, config)
+    trained = training_prompts(config)
+    leaks = {domain: overlap(ts, trained) for domain, ts in tasks.items()}
+    leaks = {d: found for d, found in leaks.items() if found}
+    if leaks and stage.on_overlap == "fail":
+        parts = []
+        for domain, found in leaks.items():
+            task, where = found[0]
+            example = normalize_prompt(task.messages)[:80]
+            parts.append(f"{domain}: {len(found)} of {len(tasks[domain])} (e.g. {example!r}, trained in {where})")
+        raise HeldOutError(
+            f"eval stage {stage.name}: eval prompts occur in the run's training data: " + "; ".join(parts) + ". "
+            "Use task sources whose eval part is disjoint (a `part`, other seeds or templates), or set "
+            "`on_overlap: drop` to score only the unseen ones"
+        )
+    leaked = {id(t) for found in leaks.values() for t, _ in found}
+    return {d: [t for t in ts if id(t) not in leaked] for d, ts in tasks.items()}
