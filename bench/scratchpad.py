@@ -29,7 +29,7 @@ AGENT_SYSTEM = "Tools: calculator(expression)."
 def domains(part: str, size: int, seed: int) -> dict:
     return {
         "general": {"type": "arithmetic", "size": size, "seed": seed, "part": part},
-        "coding": {"type": "coding", "split": "linear", "size": size, "seed": seed, "part": part, "system_prompt": ""},
+        "coding": {"type": "coding", "split": "offset", "size": size, "seed": seed, "part": part, "system_prompt": ""},
         "agent": {
             "type": "agent",
             "families": ["arithmetic"],
@@ -67,10 +67,10 @@ def pipeline(form: str, steps: int, tasks: int) -> dict:
                 "name": "experts",
                 "type": "experts",
                 "domains": domains("train", 10, 1),
-                "efforts": {"max": {"tokens": 180}},
+                "efforts": {"max": {"tokens": 120}},
                 "steps": 1,
                 "lr": 1e-5,
-                "max_tokens": 200,
+                "max_tokens": 160,
             },
             {
                 "name": "eval",

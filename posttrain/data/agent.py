@@ -420,22 +420,22 @@ def agent_tasks(source) -> list:
     """`AgentTasks` config -> `Task`s (verifier `agent`) of the source's part; the entry
     carries the check, the initial store, the document set's seed, the turn limit and the
     gold episode (and, for arithmetic, the scratchpads of answering without the tool)."""
-    from posttrain.data.reasoning import arithmetic_entry, arithmetic_problems, in_eval_part, keep
+    from posttrain.data.reasoning import chain_entry, chain_problems, in_eval_part, keep
     from posttrain.types import Message, Task
 
     rng = random.Random(source.seed)
     prompt = SYSTEM_PROMPT if source.system_prompt is None else source.system_prompt
     system = (Message("system", prompt),) if prompt else ()
     count = sum(source.families[i % len(source.families)] == "arithmetic" for i in range(source.size))
-    problems = iter(arithmetic_problems(count, source.seed, source.part, *source.digits, ["+", "-"]) if count else [])
+    problems = iter(chain_problems(count, source.seed, source.part, *source.terms) if count else [])
     tasks = []
     for i in range(source.size):
         family = source.families[i % len(source.families)]
         extra = {}
         if family == "arithmetic":
-            a, op, b = next(problems)
-            spec = arithmetic_task(a, op, b)
-            extra = {"scratchpads": arithmetic_entry(a, op, b)["scratchpads"]}
+            terms = next(problems)
+            spec = arithmetic_task(terms)
+            extra = {"scratchpads": chain_entry(terms)["scratchpads"]}
         else:
             spec = generate_task(family, rng, source.corpus_seed, source.max_operand, source.max_terms)
             while not keep(source.part, in_eval_part(spec.prompt)):
@@ -462,10 +462,10 @@ def agent_tasks(source) -> list:
     return tasks
 
 
-def arithmetic_task(a: int, op: str, b: int) -> AgentTaskSpec:
-    """A long addition or subtraction: one calculator call solves it; answering without the
-    tool takes column arithmetic (the task's scratchpads)."""
-    expr = f"{a} {op} {b}"
+def arithmetic_task(terms: tuple[int, ...]) -> AgentTaskSpec:
+    """A chain of additions: one calculator call solves it; answering without the tool takes
+    a running sum in the head (the task's scratchpads)."""
+    expr = " + ".join(map(str, terms))
     return AgentTaskSpec(
         "arithmetic", f"Compute {expr}", {"answer": calculate(expr)}, (("calculator", {"expression": expr}),)
     )

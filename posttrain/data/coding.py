@@ -134,25 +134,16 @@ def generated_tasks(source: CodingTasks) -> list[Task]:
     return tasks
 
 
-def linear_tasks(source: CodingTasks) -> list[Task]:
-    """Linear functions given by two of their values (posttrain/data/reasoning.py): working
-    out the slope and intercept is where a scratchpad helps; eval uses held-out templates."""
-    from posttrain.data.reasoning import linear_tasks as problems
+def offset_tasks(source: CodingTasks) -> list[Task]:
+    """`solve(xs) = sum(xs) + k` from one example (posttrain/data/reasoning.py): finding k is
+    where a scratchpad helps; eval prompts use templates never trained on."""
+    from posttrain.data.reasoning import offset_tasks as problems
 
     tasks = []
-    for i, (prompt, entry, code, _) in enumerate(problems(source.size, source.seed, source.part)):
-        answer = f"```python\n{code}```"
+    for i, (prompt, entry, code) in enumerate(problems(source.size, source.seed, source.part)):
         instruction = f"{source.instruction} " if source.instruction else ""
-        tasks.append(
-            _task(
-                source,
-                f"coding/linear/{source.part}/{source.seed}/{i}",
-                "linear_code",
-                instruction + prompt,
-                answer,
-                entry,
-            )
-        )
+        task_id = f"coding/offset/{source.part}/{source.seed}/{i}"
+        tasks.append(_task(source, task_id, "offset_code", instruction + prompt, code, entry))
     return tasks
 
 

@@ -1,17 +1,19 @@
 """Tasks where reasoning length matters for a small model, with exact scratchpads written
 by code, and a train/eval split of each problem space that is disjoint by construction.
 
-- `long_arithmetic`: a + b or a - b with 3-5 digit operands. The full scratchpad works
-  column by column from the right with carries (or borrows); the short one writes the
-  carries only; without one the model must answer directly.
-- `linear_code`: write `solve(n)`, a linear function given by two of its values. The full
-  scratchpad computes the slope and intercept step by step; the short one the two results.
+- `chain_sum`: add a chain of single-digit numbers (`3 + 5 + 7 + 2 + 4`). The full
+  scratchpad keeps a running sum term by term (`3+5=8 8+7=15 ...`), the short one the
+  running sums alone (`8 15 ...`); without one the model must add them all at once. A
+  4-layer model fine-tuned briefly gets about 18 % answering directly and about 66 % with
+  the full scratchpad (bench/RESULTS.md).
+- `offset_code`: write `solve(xs) = sum(xs) + k` given one example; finding k takes the
+  same running sum, then one subtraction.
 
 A task carries its scratchpads in `entry["scratchpads"]` (`{"full": ..., "short": ...}`);
 SFT chooses a form per conversation (`think.forms`), and the experts' token budgets then
 decide how much each effort thinks. The split: a problem belongs to the eval part when a
-hash of its canonical form falls in the eval share (arithmetic), or when its prompt
-template is one of the held-out templates (code), so no eval prompt can be a training one.
+hash of its canonical form falls in the eval share, and the code tasks' eval prompts are
+also phrased by templates never trained on, so no eval prompt can be a training one.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from __future__ import annotations
 import hashlib
 import random
 
-FORMS = ("full", "short", "none")
 SCRATCH_PREFIX = {"full": "Work:", "short": "Short:"}
+CODE_COMMENT = "# "  # before a code answer's scratchpad, so that the whole answer is a program
 EVAL_SHARE = 8  # one problem in 8 is reserved for eval
 
 
@@ -33,127 +35,96 @@ def keep(part: str, is_eval: bool) -> bool:
     return part == "all" or (part == "eval") == is_eval
 
 
-# ---------------------------------------------------------------- long arithmetic
+def running_sum(terms: list[int]) -> tuple[list[str], list[int]]:
+    """Each step `s+t=s'` of adding the terms in order, and the sums after each step."""
+    steps, sums, total = [], [], terms[0]
+    for t in terms[1:]:
+        steps.append(f"{total}+{t}={total + t}")
+        total += t
+        sums.append(total)
+    return steps, sums
 
 
-def _digits(n: int) -> list[int]:
-    return [int(c) for c in reversed(str(n))]
+def chain_work(terms: list[int]) -> tuple[str, str, int]:
+    """(full scratchpad, short scratchpad, total): for 3 + 5 + 7 + 2,
+    `3+5=8 8+7=15 15+2=17`, `8 15 17`, 17."""
+    steps, sums = running_sum(terms)
+    return " ".join(steps), " ".join(map(str, sums)), sums[-1]
 
 
-def column_work(a: int, b: int, op: str) -> tuple[str, str, int]:
-    """(full scratchpad, short scratchpad, result) of `a op b`, a >= b >= 0 for '-'.
-
-    full, for 4721 + 385:  `1+5=6 2+8=10 7+3+1=11 4+0+1=5`   (right to left, carry added)
-    full, for 4721 - 385:  `11-0-5=6 12-1-8=3 7-1-3=3 4-0-0=4` (10 borrowed where needed)
-    short: the carries (borrows) into each column, right to left: `0 0 1 1` / `0 1 1 0`
-    """
-    da, db = _digits(a), _digits(b)
-    width = max(len(da), len(db))
-    da += [0] * (width - len(da))
-    db += [0] * (width - len(db))
-    steps, carries, carry = [], [], 0
-    for x, y in zip(da, db):
-        carries.append(carry)
-        if op == "+":
-            total = x + y + carry
-            steps.append(f"{x}+{y}" + (f"+{carry}" if carry else "") + f"={total}")
-            carry = total // 10
-        else:
-            borrow = 1 if x - carry - y < 0 else 0
-            top = x + 10 * borrow
-            steps.append(f"{top}-{carry}-{y}={top - carry - y}")
-            carry = borrow
-    result = a + b if op == "+" else a - b
-    return " ".join(steps), " ".join(map(str, carries)), result
-
-
-def arithmetic_problem(rng: random.Random, min_digits: int, max_digits: int, ops: list[str]) -> tuple[int, str, int]:
-    op = rng.choice(ops)
-    a = rng.randint(10 ** (min_digits - 1), 10 ** rng.randint(min_digits, max_digits) - 1)
-    b = rng.randint(10 ** (min_digits - 1), 10 ** rng.randint(min_digits, max_digits) - 1)
-    if op == "-" and b > a:
-        a, b = b, a
-    return a, op, b
-
-
-def arithmetic_problems(
-    size: int, seed: int, part: str, min_digits: int, max_digits: int, ops: list[str]
-) -> list[tuple[int, str, int]]:
-    """`size` distinct problems of the part, in a seeded order (the seed picks which)."""
+def chain_problems(size: int, seed: int, part: str, min_terms: int, max_terms: int) -> list[tuple[int, ...]]:
+    """`size` distinct chains of single-digit terms from the part, in a seeded order."""
     rng, seen, out = random.Random(seed), set(), []
-    attempts = 0
+    space = sum(9**n for n in range(min_terms, max_terms + 1))
+    available = space if part == "all" else space // EVAL_SHARE * (EVAL_SHARE - 1 if part == "train" else 1)
+    if size > available // 2:
+        raise ValueError(
+            f"chains of {min_terms}-{max_terms} terms have {available} distinct {part} problems: too few to draw {size}"
+        )
     while len(out) < size:
-        attempts += 1
-        if attempts > 50 * size + 1000:
-            raise ValueError(f"cannot find {size} distinct {part} problems of {min_digits}-{max_digits} digits")
-        a, op, b = arithmetic_problem(rng, min_digits, max_digits, ops)
-        key = f"{a}{op}{b}"
+        terms = tuple(rng.randint(1, 9) for _ in range(rng.randint(min_terms, max_terms)))
+        key = "+".join(map(str, terms))
         if key in seen or not keep(part, in_eval_part(key)):
             continue
         seen.add(key)
-        out.append((a, op, b))
+        out.append(terms)
     return out
 
 
-def arithmetic_entry(a: int, op: str, b: int) -> dict:
-    full, short, result = column_work(a, b, op)
-    return {"answer": str(result), "scratchpads": {"full": full, "short": short}}
+def chain_entry(terms: tuple[int, ...]) -> dict:
+    full, short, total = chain_work(list(terms))
+    return {"answer": str(total), "scratchpads": {"full": full, "short": short}}
 
 
-# ---------------------------------------------------------------- linear functions as code
+def chain_prompt(terms: tuple[int, ...], instruction: str = "Compute ") -> str:
+    return instruction + " + ".join(map(str, terms))
 
-# How two values of the function are stated. The last two are held out: eval prompts use
-# templates the model never trained on.
-LINEAR_TEMPLATES = (
-    "solve({x1}) returns {y1} and solve({x2}) returns {y2}.",
-    "solve({x1}) == {y1}, solve({x2}) == {y2}.",
-    "For n = {x1} it returns {y1}; for n = {x2} it returns {y2}.",
-    "Examples: solve({x1}) -> {y1}, solve({x2}) -> {y2}.",
-    "It maps {x1} to {y1} and {x2} to {y2}.",
-    "Given solve({x1}) = {y1} and solve({x2}) = {y2}.",
-    "When n is {x1} the result is {y1}, and when n is {x2} it is {y2}.",
-    "solve({x1}) gives {y1}; solve({x2}) gives {y2}.",
+
+# ---------------------------------------------------------------- offsets as code
+
+# How the example is stated. The last two are held out: eval prompts use templates the
+# model never trained on.
+OFFSET_TEMPLATES = (
+    "solve({xs}) == {y}.",
+    "solve({xs}) returns {y}.",
+    "For xs = {xs} it returns {y}.",
+    "Example: solve({xs}) -> {y}.",
+    "It maps {xs} to {y}.",
+    "Given solve({xs}) = {y}.",
+    "When xs is {xs} the result is {y}.",
+    "solve({xs}) gives {y}.",
 )
-LINEAR_EVAL_TEMPLATES = (6, 7)
-LINEAR_INSTRUCTION = "Write solve(n) = a * n + b. "
+OFFSET_EVAL_TEMPLATES = (6, 7)
+OFFSET_INSTRUCTION = "Write solve(xs) = sum(xs) + k. "
 
 
-def linear_problem(rng: random.Random) -> tuple[int, int, int, int]:
-    """(slope, intercept, x1, x2): small numbers, so each step is one a small model can do."""
-    a, b = rng.randint(1, 9), rng.randint(0, 19)
-    x1 = rng.randint(0, 6)
-    return a, b, x1, x1 + rng.randint(1, 3)
+def offset_work(xs: list[int], k: int) -> tuple[str, str]:
+    """(full, short) scratchpads: the running sum of the example, then k = y - sum."""
+    steps, sums = running_sum(xs)
+    y = sums[-1] + k
+    return " ".join([*steps, f"{y}-{sums[-1]}={k}"]), " ".join(map(str, [*sums, k]))
 
 
-def linear_work(a: int, b: int, x1: int, x2: int) -> tuple[str, str]:
-    """(full, short) scratchpads: slope from the two values, then the intercept."""
-    y1, y2 = a * x1 + b, a * x2 + b
-    full = f"{y2}-{y1}={y2 - y1} {x2}-{x1}={x2 - x1} {y2 - y1}/{x2 - x1}={a} {a}*{x1}={a * x1} {y1}-{a * x1}={b}"
-    return full, f"{y2 - y1}/{x2 - x1}={a} {y1}-{a * x1}={b}"
+def offset_code(k: int) -> str:
+    return f"def solve(xs): return sum(xs) + {k}"
 
 
-def linear_code(a: int, b: int) -> str:
-    return f"def solve(n):\n    return {a} * n + {b}\n"
-
-
-def linear_tasks(size: int, seed: int, part: str) -> list[tuple[str, dict, str, str]]:
-    """(prompt, entry, reference code, problem key) of `size` distinct problems of the part."""
+def offset_tasks(size: int, seed: int, part: str) -> list[tuple[str, dict, str]]:
+    """(prompt, entry, reference code) of `size` distinct problems of the part."""
     rng, seen, out = random.Random(seed), set(), []
-    templates = [i for i in range(len(LINEAR_TEMPLATES)) if keep(part, i in LINEAR_EVAL_TEMPLATES)]
-    space = 9 * 20 * 7 * 3 * len(templates)
-    if size > space:
-        raise ValueError(f"linear_code has {space} distinct {part} problems, not {size}")
+    templates = [i for i in range(len(OFFSET_TEMPLATES)) if keep(part, i in OFFSET_EVAL_TEMPLATES)]
     while len(out) < size:
-        a, b, x1, x2 = linear_problem(rng)
-        t = rng.choice(templates)
-        key = f"{t}:{a},{b},{x1},{x2}"
+        xs = [rng.randint(1, 9) for _ in range(rng.randint(3, 5))]
+        k, t = rng.randint(0, 9), rng.choice(templates)
+        key = f"{t}:{xs}:{k}"
         if key in seen:
             continue
         seen.add(key)
-        y1, y2 = a * x1 + b, a * x2 + b
-        prompt = LINEAR_INSTRUCTION + LINEAR_TEMPLATES[t].format(x1=x1, y1=y1, x2=x2, y2=y2)
-        full, short = linear_work(a, b, x1, x2)
-        tests = [f"assert solve({n}) == {a * n + b}" for n in dict.fromkeys((x1, x2, 0, 7, 11, 25))]
+        y = sum(xs) + k
+        prompt = OFFSET_INSTRUCTION + OFFSET_TEMPLATES[t].format(xs=xs, y=y)
+        full, short = offset_work(xs, k)
+        cases = [xs, [], [7], [1, 2, 3, 4, 5, 6], [40, -3]]
+        tests = [f"assert solve({c}) == {sum(c) + k}" for c in cases]
         entry = {"entry_point": "solve", "tests": tests, "scratchpads": {"full": full, "short": short}}
-        out.append((prompt, entry, linear_code(a, b), key))
+        out.append((prompt, entry, offset_code(k)))
     return out

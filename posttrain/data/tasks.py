@@ -111,9 +111,9 @@ def _generate(source) -> list[Task]:
 
         return user_tasks(source)
     if isinstance(source, CodingTasks):
-        from posttrain.data.coding import generated_tasks, humaneval_tasks, linear_tasks
+        from posttrain.data.coding import generated_tasks, humaneval_tasks, offset_tasks
 
-        return {"train": generated_tasks, "linear": linear_tasks, "humaneval": humaneval_tasks}[source.split](source)
+        return {"train": generated_tasks, "offset": offset_tasks, "humaneval": humaneval_tasks}[source.split](source)
     raise TypeError(f"unknown task source {type(source).__name__}")
 
 
@@ -148,20 +148,18 @@ def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
 
 
 def arithmetic_tasks(source: ArithmeticTasks) -> list[Task]:
-    """Long additions and subtractions of the source's part, with their scratchpads (verifier `math`)."""
-    from posttrain.data.reasoning import arithmetic_entry, arithmetic_problems
+    """Chains of single-digit additions of the source's part, with their scratchpads (verifier `math`)."""
+    from posttrain.data.reasoning import chain_entry, chain_problems, chain_prompt
 
     system = (Message("system", source.system_prompt),) if source.system_prompt else ()
     tasks = []
-    for i, (a, op, b) in enumerate(
-        arithmetic_problems(source.size, source.seed, source.part, *source.digits, source.ops)
-    ):
-        entry = arithmetic_entry(a, op, b)
+    for i, terms in enumerate(chain_problems(source.size, source.seed, source.part, *source.terms)):
+        entry = chain_entry(terms)
         tasks.append(
             Task(
                 task_id=f"arithmetic/{source.part}/{source.seed}/{i}",
-                family="long_arithmetic",
-                messages=system + (Message("user", f"{source.instruction}{a} {op} {b}"),),
+                family="chain_sum",
+                messages=system + (Message("user", chain_prompt(terms, source.instruction)),),
                 answer=entry["answer"],
                 entry=entry,
                 verifier="math",

@@ -51,7 +51,7 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
 def answer_in_form(task, weights: dict[str, float], rng: random.Random) -> tuple[Message, ...]:
     """The reference answer in one form drawn by `weights` (independent of the stated effort):
     the full or short scratchpad before the answer, the answer alone, or the tool episode."""
-    from posttrain.data.reasoning import SCRATCH_PREFIX
+    from posttrain.data.reasoning import CODE_COMMENT, SCRATCH_PREFIX
 
     forms = [f for f in weights if f != "tool" or "gold" in task.entry]
     form = rng.choices(forms, [weights[f] for f in forms])[0]
@@ -60,7 +60,8 @@ def answer_in_form(task, weights: dict[str, float], rng: random.Random) -> tuple
     answer = str(task.entry["check"]["answer"]) if "check" in task.entry else task.answer
     if form == "none":
         return (Message("assistant", answer),)
-    return (Message("assistant", f"{SCRATCH_PREFIX[form]} {task.entry['scratchpads'][form]}\n{answer}"),)
+    comment = CODE_COMMENT if task.verifier == "code" else ""  # a code answer stays a program
+    return (Message("assistant", f"{comment}{SCRATCH_PREFIX[form]} {task.entry['scratchpads'][form]}\n{answer}"),)
 
 
 def with_scratchpad(
