@@ -3,7 +3,7 @@
 "use strict";
 const POLL_MS = 2000;
 const view = document.getElementById("view");
-let timer = null, built = null, runsCache = [], openId = null;
+let timer = null, built = null, runsCache = [], openId = null, lastDrawn = null;
 
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const fmt = (v, d = 3) => (v === null || v === undefined || v === "") ? "–" : (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(d)) : esc(v));
@@ -88,6 +88,9 @@ async function jobView(params) {
   }
   const series = await api(`api/job?stage=${encodeURIComponent(stage)}&job=${encodeURIComponent(job)}&runs=${chosen.join(",")}`);
   document.getElementById("last-step").textContent = series.map((s) => fmt(s.last_step)).join(" / ");
+  const drawnAs = `${key}|${series.map((s) => `${s.steps}:${s.last_step}`)}`;
+  if (drawnAs === lastDrawn) return;  // no new rows since the last poll: leave the plots as they are
+  lastDrawn = drawnAs;
   const plots = document.getElementById("plots");
   const titles = [];  // every run's plots, in the server's order (curated first, then by prefix)
   for (const s of series) for (const t of Object.keys(s.plots)) if (!titles.includes(t)) titles.push(t);
@@ -297,5 +300,5 @@ async function refresh() {
   }
   timer = setTimeout(refresh, POLL_MS);
 }
-window.addEventListener("hashchange", () => { built = null; document.getElementById("updated").textContent = "loading"; refresh(); });
+window.addEventListener("hashchange", () => { built = null; lastDrawn = null; document.getElementById("updated").textContent = "loading"; refresh(); });
 refresh();
