@@ -178,10 +178,14 @@ class Run:
         """`series` as JSON, made again only when the job has new rows (a poll of a finished
         job, or of one that has not stepped since, costs nothing)."""
         found = self.metrics().jobs.get((stage, job))
-        key = (stage, job, self.store.generation, len(found) if found else 0)
-        if self.series_cache.get("key") != key:
-            self.series_cache = {"key": key, "json": json.dumps(self.series(stage, job)).encode()}
-        return self.series_cache["json"]
+        key = (self.store.generation, len(found) if found else 0)
+        cached = self.series_cache.pop((stage, job), None)
+        if cached is None or cached[0] != key:
+            cached = (key, json.dumps(self.series(stage, job)).encode())
+        self.series_cache[(stage, job)] = cached  # the newest last: the oldest of 16 jobs goes first
+        while len(self.series_cache) > 16:
+            self.series_cache.pop(next(iter(self.series_cache)))
+        return cached[1]
 
     # ------------------------------------------------------------ health view
 

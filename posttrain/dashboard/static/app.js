@@ -156,11 +156,18 @@ function healthSummary(h) {
     <p class="muted">steps flagged per job and check (· checked, quiet; blank: not logged by the job or turned off); thresholds: the run's <code>health:</code> section</p></div>`;
 }
 
+function healthDetails(h) {  // a card per job with flags; the quiet jobs in one line
+  const flagged = h.jobs.filter((j) => j.checks.some((c) => c.count > 0));
+  const quiet = h.jobs.filter((j) => !flagged.includes(j)).map((j) => esc(j.job ? `${j.stage} / ${j.job}` : j.stage));
+  return flagged.map((j) => healthJob(h.run, j)).join("") +
+    (quiet.length ? `<p class="ok quiet-jobs">no check fired: ${quiet.join(", ")}</p>` : "");
+}
+
 async function healthView() {
   const data = await api("api/health");
   view.innerHTML = data.map((h) => `<h3>${esc(h.name)}</h3>${missing(h.missing)}
     ${h.config_problem ? `<p class="missing">${esc(h.config_problem)}</p>` : ""}
-    ${h.jobs.length ? healthSummary(h) + h.jobs.map((j) => healthJob(h.run, j)).join("") : `<p class="muted">no metrics rows yet</p>`}`).join("");
+    ${h.jobs.length ? healthSummary(h) + healthDetails(h) : `<p class="muted">no metrics rows yet</p>`}`).join("");
 }
 
 // ------------------------------------------------------------ eval view
@@ -261,7 +268,7 @@ async function rewardsView(params) {
       ${params.get("flag") ? `<span class="chip" id="flag-chip">steps where health/${esc(params.get("flag"))} fired <a href="#" id="flag-clear">✕</a></span>` : ""}
       <span class="muted" id="matched"></span>
       <span class="pager"><button id="newer">‹ newer</button> <span id="page-of"></span> <button id="older">older ›</button></span></div>${missing(data.missing)}
-      <div class="split"><div class="card"><table id="samples"><thead><tr><th>id</th><th>step</th><th>source</th><th>reward</th><th>rubric</th><th>reason</th></tr></thead><tbody></tbody></table></div>
+      <div class="split"><div class="card samples-list"><table id="samples"><thead><tr><th>id</th><th>step</th><th>source</th><th>reward</th><th>rubric</th><th>reason</th></tr></thead><tbody></tbody></table></div>
       <div class="card" id="sample-detail"><p class="muted">pick a sample</p></div></div>`;
     view.querySelectorAll(".controls select, .controls input").forEach((el) => (el.onchange = () => update()));
     const clear = document.getElementById("flag-clear");
