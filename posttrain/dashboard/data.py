@@ -10,6 +10,8 @@ import json
 import math
 from pathlib import Path
 
+import orjson
+
 from posttrain.dashboard import samples as sx
 from posttrain.dashboard.health import job_health, thresholds
 from posttrain.dashboard.series import MetricsStore, plot_groups
@@ -181,7 +183,7 @@ class Run:
         key = (self.store.generation, len(found) if found else 0)
         cached = self.series_cache.pop((stage, job), None)
         if cached is None or cached[0] != key:
-            cached = (key, json.dumps(self.series(stage, job)).encode())
+            cached = (key, orjson.dumps(self.series(stage, job), option=orjson.OPT_SERIALIZE_NUMPY))
         self.series_cache[(stage, job)] = cached  # the newest last: the oldest of 16 jobs goes first
         while len(self.series_cache) > 16:
             self.series_cache.pop(next(iter(self.series_cache)))

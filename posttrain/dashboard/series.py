@@ -71,12 +71,14 @@ class JobSeries:
         """Keys with at least one finite value, sorted."""
         return sorted(k for k, col in self.cols.items() if np.isfinite(np.asarray(col)).any())
 
-    def xy(self, key: str, limit: int = MAX_POINTS) -> dict[str, list]:
+    def xy(self, key: str, limit: int = MAX_POINTS) -> dict[str, np.ndarray]:
+        """The key's finite points (steps as integers where they are), downsampled; numpy
+        arrays, which the app serializes with orjson."""
         y = np.array(self.cols[key])
         x = np.array(self.steps)
         keep = np.isfinite(y) & np.isfinite(x)
         x, y = downsample(x[keep], y[keep], limit)
-        return {"x": (x.astype(np.int64) if np.all(x == np.round(x)) else x).tolist(), "y": y.tolist()}
+        return {"x": x.astype(np.int64) if np.all(x == np.round(x)) else x, "y": y}
 
 
 def downsample(x: np.ndarray, y: np.ndarray, limit: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:

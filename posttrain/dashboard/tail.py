@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
+
 CHUNK = 8 << 20  # bytes read at a time: memory stays bounded however large the file
 CHECK = 64  # bytes before the offset compared at each poll to notice a rewrite in place
 
@@ -82,11 +84,16 @@ class JsonlTail:
 
 
 def parse(line: bytes) -> dict | None:
-    """A JSON object, or None for a line that is not one (never a crash on a bad line)."""
+    """A JSON object, or None for a line that is not one (never a crash on a bad line).
+    orjson first (about twice as fast on millions of rows); Python's json for what orjson
+    refuses, such as the NaN that json.dumps writes for a non-finite float."""
     try:
-        row = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
+        row = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
     return row if isinstance(row, dict) else None
 
 
