@@ -228,6 +228,7 @@ def test_the_reward_debugger_pages_and_filters_on_the_server(tmp_path):
     flagged = c.get("/api/samples?stage=grpo&flag=logp_mismatch").json()
     assert sorted({s["step"] for s in flagged["samples"]}) == [4, 5, 6, 20]  # recomputed for a run that logged none
     assert flagged["steps"] == [[4, 6], [20, 20]]
+    assert c.get("/api/samples?stage=grpo&flag=entropy_floor").json()["matched"] == 0  # never fired
     detail = c.get("/api/sample?stage=grpo&id=12-3").json()
     assert detail["row"]["reason"] == "reason 12-3" and detail["scoreboard"]["rubric"][0]["text"] == "mentions the moon"
     assert c.get("/api/samples?stage=grpo&steps=4-x").json() == {"error": "steps: '4-x' is not a step or a range A-B"}
@@ -298,3 +299,14 @@ def test_a_run_prints_the_ray_dashboard_url():
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("Ray dashboard"))
     assert line.startswith("Ray dashboard (local): http://127.0.0.1:"), line
+
+
+def test_a_nan_that_json_dumps_wrote_is_read_and_served(tmp_path):
+    (tmp_path / "rollouts").mkdir()
+    row = {"stage": "grpo", "step": 1, "sample": "1-0", "reward": float("nan"), "ok": False, "source": "user"}
+    (tmp_path / "rollouts" / "grpo.jsonl").write_text(json.dumps(row) + "\n")  # json.dumps writes NaN
+    c = client(tmp_path)
+    found = c.get("/api/samples?stage=grpo").json()
+    assert found["total"] == 1 and found["samples"][0]["reward"] == "nan"
+    assert c.get("/api/samples?stage=grpo&min=-1").json()["matched"] == 0  # unscored: no reward bound passes
+    assert c.get("/api/sample?stage=grpo&id=1-0").json()["row"]["reward"] == "nan"

@@ -5,6 +5,7 @@ appended to the files show up at the next call, and the server process stays und
 Prints the timings."""
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -35,7 +36,8 @@ def scale_dir(tmp_path_factory, capsys_session):
     seconds = build(folder)
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     capsys_session(f"scale run folder: written in {seconds:.1f}s, {size / 2**20:.0f} MiB")
-    return folder
+    yield folder
+    shutil.rmtree(folder)  # 640 MiB: not kept among pytest's last three temporary folders
 
 
 @pytest.fixture(scope="session")

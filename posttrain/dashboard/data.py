@@ -253,7 +253,7 @@ class Run:
         index = self.sample_index(stage)
         self.board.refresh()
         if filters.get("flag"):
-            filters = {**filters, "steps": self.flag_steps(stage, filters["flag"])}
+            filters = {**filters, "flag_steps": self.flag_steps(stage, filters["flag"])}
         matched = sx.select(index, self.board, stage, filters)
         rows = sx.read_page(index, sx.page_of(matched, page))
         counts = self.board.criteria_counts(stage, [sx.sample_key(r.get("sample")) for r in rows])
@@ -267,7 +267,7 @@ class Run:
             "matched": len(matched),
             "page": page,
             "pages": max(1, -(-len(matched) // sx.PAGE)),
-            "steps": filters.get("steps") or [],
+            "steps": filters.get("flag_steps") or filters.get("steps") or [],
             "samples": [sx.slim(r, counts.get(sx.sample_key(r.get("sample")), 0)) for r in rows],
         }
 

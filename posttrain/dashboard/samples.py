@@ -150,10 +150,9 @@ def select(index: SampleIndex, board: ScoreboardIndex, stage: str, f: dict) -> n
     if f.get("step") is not None:
         mask &= step == f["step"]
     if f.get("steps"):
-        within = np.zeros(len(index), dtype=bool)
-        for lo, hi in f["steps"]:
-            within |= (step >= lo) & (step <= hi)
-        mask &= within
+        mask &= _within(step, f["steps"])
+    if f.get("flag_steps") is not None:  # a health flag's steps: none fired, nothing matches
+        mask &= _within(step, f["flag_steps"])
     if f.get("source"):
         code = index.sources.ids.get(f["source"])
         mask &= np.array(index.source) == (-1 if code is None else code)
@@ -165,6 +164,13 @@ def select(index: SampleIndex, board: ScoreboardIndex, stage: str, f: dict) -> n
     if f.get("criterion"):
         mask &= np.isin(np.array(index.key), board.keys_matching(stage, f["criterion"]))
     return np.flatnonzero(mask)
+
+
+def _within(step: np.ndarray, ranges: list) -> np.ndarray:
+    inside = np.zeros(len(step), dtype=bool)
+    for lo, hi in ranges:
+        inside |= (step >= lo) & (step <= hi)
+    return inside
 
 
 def page_of(matched: np.ndarray, page: int, size: int = PAGE) -> np.ndarray:
