@@ -1,8 +1,8 @@
 """The dashboard on a run folder the size of a long real run (tests/scale_run.py: 20,000
 metric rows over 10 jobs, 1,008,000 saved samples, 33,600 GRM judgements, written by the
-project's own writers): after the first load every API call answers in under 0.5 s, rows
-appended to the files show up at the next call, and the server process stays under 1 GiB.
-Prints the timings."""
+project's own writers): after the first load every API call answers in under 0.5 s (the
+median of three tries of each), rows appended to the files show up at the next call, and
+the server process stays under 1 GiB. Prints the timings."""
 
 import json
 import shutil
@@ -122,12 +122,15 @@ def calls() -> dict[str, str]:
 def test_a_long_run_is_served_fast_and_small(server, scale_dir, capsys_session):
     url, pid = server
     first = {name: get(url, path)[1] for name, path in calls().items()}
-    timed = {name: get(url, path) for name, path in calls().items()}
+    # each call three times, its median taken: on a shared machine one call can wait for a core
+    tries = [{name: get(url, path) for name, path in calls().items()} for _ in range(3)]
+    timed = {name: (tries[0][name][0], sorted(t[name][1] for t in tries)[1]) for name in calls()}
     mem = memory(pid)
     slowest = max(first, key=first.get)
     capsys_session(
         f"scale: first load {sum(first.values()):.1f}s in all (slowest: {slowest} {first[slowest]:.1f}s); "
-        f"then per call max {max(t for _, t in timed.values()):.3f}s; server RSS {mem['VmRSS'] / 2**20:.0f} MiB "
+        f"then per call (median of 3) max {max(t for _, t in timed.values()):.3f}s, single slowest "
+        f"{max(t[n][1] for t in tries for n in t):.3f}s; server RSS {mem['VmRSS'] / 2**20:.0f} MiB "
         f"(peak {mem['VmHWM'] / 2**20:.0f} MiB)"
     )
     for name, (_, seconds) in sorted(timed.items(), key=lambda kv: -kv[1][1])[:8]:
