@@ -3,7 +3,7 @@
   posttrain run PIPELINE.yaml [--run-dir DIR] [-o dotted.key=value ...] [--verbose]
   posttrain run --resume RUN_DIR
   posttrain validate PIPELINE.yaml [-o ...]
-  posttrain sandbox PROGRAM.py [--tests TESTS.py] [--timeout S]
+  posttrain sandbox PROGRAM.py [--tests TESTS.py [--entry-point NAME]] [--timeout S]
   posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K]
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
@@ -46,7 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     box = sub.add_parser("sandbox", help="run one program in the code sandbox and print its verdict as JSON")
     box.add_argument("program", help="Python file")
-    box.add_argument("--tests", help="Python file run after the program, in the same module")
+    box.add_argument(
+        "--tests",
+        help="Python file of assert statements, or a check(candidate) function, run in the test harness's own sandbox",
+    )
+    box.add_argument("--entry-point", help="the function the tests call (default: the program's only function)")
     box.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds (CPU limit follows)")
     dash = sub.add_parser("dashboard", help="serve a web dashboard of one or more run folders (live)")
     dash.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders; several are shown side by side")
@@ -244,8 +248,23 @@ def _sandbox(args) -> int:
     if not args.timeout > 0:
         print("posttrain sandbox: --timeout must be > 0", file=sys.stderr)
         return 2
-    limits = Limits(wall_seconds=args.timeout, cpu_seconds=max(1, math.ceil(args.timeout)))
-    print(run_program(program, tests, limits).to_json())
+    if tests is None:
+        if args.entry_point:
+            print("posttrain sandbox: --entry-point needs --tests", file=sys.stderr)
+            return 2
+        limits = Limits(wall_seconds=args.timeout, cpu_seconds=max(1, math.ceil(args.timeout)))
+        print(run_program(program, limits).to_json())
+        return 0
+    from posttrain.rewards.code import check_program, entry_from_files
+    from posttrain.rewards.sandbox import Slot, UidLease
+
+    try:
+        entry = entry_from_files(program, tests, args.entry_point, args.timeout)
+    except ValueError as exc:
+        print(f"posttrain sandbox: {args.tests}: {exc}", file=sys.stderr)
+        return 2
+    with UidLease(2) as lease:
+        print(check_program(program, entry, Slot(*lease.uids)).to_json())
     return 0
 
 

@@ -67,7 +67,7 @@ def reward_router(stage, judge=None) -> RewardRouter:
     if coding:
         from posttrain.rewards.code import CodeVerifier
 
-        sources["code"] = CodeVerifier(max(c.workers for c in coding), max(c.timeout_s for c in coding))
+        sources["code"] = CodeVerifier(max(c.workers for c in coding))  # each task carries its own timeout_s
     user = [leaf for leaf in leaves if leaf.type == "user"]
     if len({u.reward for u in user}) > 1:
         raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
