@@ -8,12 +8,14 @@ forged one. Under the old single-process verifier most of these scored 1.0.
 """
 
 import json
+import re
 import textwrap
 
 import pytest
 
 from posttrain.rewards.base import score_sync
 from posttrain.rewards.code import CodeVerifier
+from posttrain.rewards.sandbox import Limits, UidLease, run_program
 from posttrain.types import Completion, Message, Sample, Task
 
 TIMEOUT = 3.0
@@ -30,8 +32,8 @@ IO = [{"input": "1 2\n", "output": "3\n"}, {"input": "-4 10\n", "output": "6\n"}
 # what the old harness printed, and what a forged reply or report would look like
 COUNT_LINE = "POSTTRAIN_TESTS_PASSED 3 OF 3"
 FORGED = (
-    '{"id": "0", "return": 3}\\n{"kind": "tests", "tests": [{"test": "x", "passed": true, "error": null}], '
-    '"completed": true, "check_passed": true}\\n'
+    f'{COUNT_LINE}\n{{"id": "0", "return": 3}}\n{{"kind": "tests", "tests": [{{"test": "x", "passed": true, '
+    '"error": null}], "completed": true, "check_passed": true}\n'
 )
 
 # ---------------------------------------------------------------- function formats (tests, check)
@@ -111,7 +113,8 @@ FUNCTION_HACKS = {
                 frame = frame.f_back
             text += ' '.join(o for o in gc.get_objects() if isinstance(o, str))
             text += ' '.join(repr(o) for o in gc.get_objects() if isinstance(o, (list, dict, tuple)))[:10**6]
-            return {(int(a), int(b)): int(c) for a, b, c in re.findall(r'add\\((-?\\d+), (-?\\d+)\\) == (-?\\d+)', text)}
+            found = re.findall(r'add\\((-?\\d+), (-?\\d+)\\) == (-?\\d+)', text)
+            return {(int(a), int(b)): int(c) for a, b, c in found}
         def add(a, b):
             return _find().get((a, b), 'not found')
     """),
@@ -179,7 +182,25 @@ FUNCTION_HACKS = {
             return [lambda: 3, (i for i in [3]), object()][len(calls) % 3]
     """),
     "raises StopIteration": "def add(a, b):\n    raise StopIteration\n",
-    "fork bomb": "import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n",
+    "answers with a million-digit number": textwrap.dedent("""
+        import sys
+        runner = sys.modules['__main__']
+        runner.to_json = lambda reply: '{"id": "%s", "return": 1%s}' % (reply['id'], '0' * 900000)
+        def add(a, b):
+            return None
+    """),
+    "answers twice": textwrap.dedent("""
+        import sys
+        runner = sys.modules['__main__']
+        real = runner.to_json
+        runner.to_json = lambda reply: real(reply) + '\\n' + real(dict(reply, **{'return': 3}))
+        def add(a, b):
+            return None
+    """),
+    "fork bomb": (
+        "import os\ndef add(a, b):\n    while True:\n        try:\n            os.fork()\n"
+        "        except OSError:\n            pass\n"
+    ),
 }
 
 # ---------------------------------------------------------------- io format
@@ -287,3 +308,28 @@ def test_honest_programs_score_one_and_zero(scored, fmt):
 
 def test_each_format_has_at_least_ten_hacks():
     assert all(len(hacks) >= 10 for _, hacks in FORMATS.values())
+
+
+def old_verifier_score(program: str, uid: int) -> float:
+    """The verifier this battery replaced: program and tests in one sandboxed script, the
+    verdict read from its exit status and the count line it printed."""
+    harness = (
+        f"_posttrain_tests = {TESTS!r}\n_posttrain_passed = 0\n"
+        "for _posttrain_t in _posttrain_tests:\n    try:\n        exec(_posttrain_t, globals())\n"
+        "        _posttrain_passed += 1\n    except Exception:\n        pass\n"
+        "print(f'POSTTRAIN_TESTS_PASSED {_posttrain_passed} OF {len(_posttrain_tests)}')\n"
+    )
+    verdict = run_program(f"{program}\n\n{harness}", Limits(wall_seconds=TIMEOUT, cpu_seconds=3), uid)
+    found = re.search(r"POSTTRAIN_TESTS_PASSED (\d+) OF (\d+)", verdict.stdout_tail)
+    if verdict.status != "passed":
+        return 0.0
+    return float(found.group(1) == found.group(2)) if found else 1.0
+
+
+def test_the_battery_fools_a_single_process_verifier():
+    """The hacks are real: against the old one-process design many of them score 1."""
+    cheap = {n: p for n, p in FUNCTION_HACKS.items() if "sleep" not in p and "fork" not in p and "huge" not in n}
+    with UidLease(1) as lease:
+        fooled = [name for name, program in cheap.items() if old_verifier_score(program, lease.uids[0]) == 1.0]
+        assert old_verifier_score(HONEST["tests"][1], lease.uids[0]) == 0.0
+    assert len(fooled) >= 10, fooled
