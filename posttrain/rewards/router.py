@@ -8,6 +8,7 @@ import asyncio
 
 from posttrain.rewards.agent import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
+from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 from posttrain.types import RewardResult, Sample
 
@@ -61,7 +62,11 @@ def task_leaves(stage) -> list:
 
 def reward_router(stage, judge=None) -> RewardRouter:
     """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
-    sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format), "agent": AgentVerifier()}
+    sources = {
+        "reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format),
+        "math": MathVerifier(stage.reward.answer_format),
+        "agent": AgentVerifier(),
+    }
     leaves = task_leaves(stage)
     coding = [leaf for leaf in leaves if leaf.type == "coding"]
     if coding:
