@@ -20,6 +20,7 @@ import fcntl
 import json
 import marshal
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -91,12 +92,14 @@ def _tail(data: bytes, n: int = 2000) -> str:
     return data[-n:].decode("utf-8", "replace")
 
 
-def _read_capped(stream, sink: bytearray, cap: int, over: threading.Event) -> None:
+def _read_capped(stream, sink: bytearray, cap: int, over: threading.Event, on_over=None) -> None:
     while chunk := stream.read(65536):
         if len(sink) < cap:
             sink += chunk[: cap - len(sink)]
-        if len(sink) >= cap:
+        if len(sink) >= cap and not over.is_set():
             over.set()
+            if on_over is not None:
+                on_over()
 
 
 def kill_uid(uid: int) -> int:
@@ -185,7 +188,7 @@ def _spec(limits: Limits, mode: str, root: str, **sides) -> dict:
 def _launch(spec: dict, limits: Limits, uids: set[int], wall: float, pass_fds=()) -> tuple:
     """Start the launcher on `spec`, wait for it (killing it and all of `uids` past `wall`
     seconds or the output cap). Returns (returncode, cause, stdout, stderr, wall, peak)."""
-    started = time.perf_counter()
+    started, cause = time.perf_counter(), None
     proc = subprocess.Popen(
         # -S: the launcher is stdlib-only, and Python starts 4x faster without site
         [sys.executable, "-I", "-S", "-B", LAUNCHER],
@@ -197,8 +200,9 @@ def _launch(spec: dict, limits: Limits, uids: set[int], wall: float, pass_fds=()
         pass_fds=pass_fds,
     )
     out, err, over = bytearray(), bytearray(), threading.Event()
+    stop = lambda: _kill(proc.pid, uids)  # noqa: E731  past the output cap, from the reader thread
     readers = [
-        threading.Thread(target=_read_capped, args=(s, b, limits.output_bytes, over), daemon=True)
+        threading.Thread(target=_read_capped, args=(s, b, limits.output_bytes, over, stop), daemon=True)
         for s, b in ((proc.stdout, out), (proc.stderr, err))
     ]
     for r in readers:
@@ -208,21 +212,16 @@ def _launch(spec: dict, limits: Limits, uids: set[int], wall: float, pass_fds=()
         proc.stdin.close()
     except BrokenPipeError:  # the launcher died at start: its stderr says why
         pass
-    status, rusage, cause = None, None, None
-    while status is None:
-        pid, status_raw, rusage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            status = status_raw
-            break
-        if time.perf_counter() - started > wall:
-            cause = "timeout"
-        elif over.is_set():
-            cause = "output"
-        if cause:
+    exited = os.pidfd_open(proc.pid)  # readable once the launcher exits: no polling
+    try:
+        if not select.select([exited], [], [], max(started + wall - time.perf_counter(), 0))[0]:
             _kill(proc.pid, uids)
-            _, status, rusage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.002)
+            cause = "timeout"
+    finally:
+        os.close(exited)
+    _, status, rusage = os.wait4(proc.pid, 0)
+    if cause is None and over.is_set():
+        cause = "output"
     proc.returncode = os.waitstatus_to_exitcode(status)
     if cause or proc.returncode != 0:
         # the launcher waited for each namespace's PID 1, whose exit kills all inside:

@@ -8,15 +8,15 @@ time, oversized or malformed replies, a dead or hung candidate all fail the call
 later one. Results go to the verifier over a third pipe that the candidate never holds.
 """
 
+import _signal
 import builtins
-import json
 import os
 import select
-import signal
 import sys
 import time
+from _json import make_scanner
 
-from posttrain.rewards.sandbox_runner import INT_DIGITS, WireError, decode, encode, frame
+from posttrain.rewards.sandbox_runner import INT_DIGITS, WireError, decode, encode, frame, to_json
 
 NOT_MAPPED = ("StopIteration", "StopAsyncIteration")  # would end a test's loop or map() silently
 TEXT = 300
@@ -61,16 +61,38 @@ def _constant(name):
     raise WireError(f"bare {name} (non-finite floats are tagged)")
 
 
+class _Strict:
+    """What json's C scanner reads its settings from (not `import json`: each check is a
+    fresh process, and json with re and enum would cost a few ms of every check)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = staticmethod(_pairs)
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_constant)
+
+
+_scan = make_scanner(_Strict())
+
+
 def loads(line: bytes):
-    """Parse one reply line: JSON with no NaN literals and no duplicate keys."""
+    """Parse one reply line: ASCII JSON, one value, no NaN literals, no duplicate keys."""
     try:
-        return json.loads(line, object_pairs_hook=_pairs, parse_constant=_constant)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and over-long ints are ValueErrors
-        raise WireError(f"not wire JSON: {str(exc)[:200]}") from None
+        text = line.decode("ascii")
+        value, end = _scan(text, len(text) - len(text.lstrip()))
+        if text[end:].strip():
+            raise WireError("extra data after the reply")
+        return value
+    except WireError:
+        raise
+    except (StopIteration, ValueError, RecursionError) as exc:  # bad JSON, non-ASCII, over-long ints
+        raise WireError(f"not wire JSON: {type(exc).__name__} {str(exc)[:200]}") from None
 
 
 def dumps(message) -> bytes:
-    return (json.dumps(message) + "\n").encode()
+    """One report line (plain JSON types, string keys)."""
+    return (to_json(message) + "\n").encode("ascii")
 
 
 def describe(exc: BaseException) -> str:
@@ -300,8 +322,8 @@ class Timer:
 
     def __init__(self, channel: Channel, deadline: float):
         self.channel, self.active = channel, False
-        signal.signal(signal.SIGALRM, self._ring)
-        signal.setitimer(signal.ITIMER_REAL, max(deadline - time.monotonic(), 0.001))
+        _signal.signal(_signal.SIGALRM, self._ring)
+        _signal.setitimer(_signal.ITIMER_REAL, max(deadline - time.monotonic(), 0.001))
 
     def _ring(self, signum, frame):
         self.channel.gone = self.channel.gone or "the time limit was reached"
@@ -319,7 +341,7 @@ class Timer:
         self.active = False
 
     def stop(self) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
         self.active = False
 
 
