@@ -179,11 +179,14 @@ def _task(source: CodingTasks, task_id: str, family: str, prompt: str, answer: s
 # ---------------------------------------------------------------- the entry schema
 
 
+DEFAULTS = {"reward": "all_pass", "timeout_s": 5.0}
+
+
 def validate_entry(entry: dict) -> dict:
-    """A `code` task's entry checked (ValueError naming the problem) and returned as is:
-    exactly one test format (`tests`, `check` with optional `context`, or `io`), an
-    `entry_point` for the function formats, `reward` and `timeout_s`."""
-    return json.loads(_validated(json.dumps(entry, sort_keys=True)))
+    """A `code` task's entry checked (ValueError naming the problem): exactly one test
+    format (`tests`, `check` with optional `context`, or `io`), an `entry_point` for the
+    function formats, `reward` and `timeout_s` (defaults when absent)."""
+    return json.loads(_validated(json.dumps({**DEFAULTS, **entry}, sort_keys=True)))
 
 
 @lru_cache(maxsize=4096)

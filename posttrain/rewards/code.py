@@ -245,11 +245,14 @@ class CodeVerifier:
 
     name = "code"
 
-    def __init__(self, workers: int = 2):
+    def __init__(self, workers: int = 2, timeout_s: float | None = None):
+        """`timeout_s`: the limit of tasks whose entry has none (else 5 s)."""
         self.pool = SandboxPool(workers)
+        self.defaults = {} if timeout_s is None else {"timeout_s": timeout_s}
 
     def _job(self, sample: Sample) -> _Job:
-        return _Job(extract_code(sample.completion.text), json.dumps(sample.task.entry, sort_keys=True))
+        entry = {**self.defaults, **sample.task.entry}
+        return _Job(extract_code(sample.completion.text), json.dumps(entry, sort_keys=True))
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
         """Identical programs against identical tests (common within a GRPO group) run
