@@ -252,39 +252,25 @@ def run_program(program: str, limits: Limits = Limits(), uid: int | None = None,
 def run_function(program: str, harness: dict, limits: Limits, slot: Slot) -> FunctionRun:
     """Run `program` as the candidate (module `solution`, stdin /dev/null) and the harness
     with `harness` (its spec: tests, entry point, time limit) on the slot's two uids."""
+    candidate = {"uid": slot.candidate, "files": {"runner.py": RUNNER, "solution.py": program}, "argv": ["runner.py"]}
+    tester = {"uid": slot.harness, "spec": dict(harness, reply_bytes=limits.reply_bytes)}
     root = tempfile.mkdtemp(prefix="posttrain-sandbox-")
     report_r, report_w = os.pipe()
+    report, over, stream = bytearray(), threading.Event(), os.fdopen(report_r, "rb")
+    reader = threading.Thread(target=_read_capped, args=(stream, report, limits.report_bytes, over), daemon=True)
+    reader.start()
+    wall = limits.wall_seconds + REPORT_GRACE_S
     try:
-        spec = _spec(
-            limits,
-            "function",
-            root,
-            candidate={
-                "uid": slot.candidate,
-                "files": {"runner.py": RUNNER, "solution.py": program},
-                "argv": ["runner.py"],
-            },
-            harness={"uid": slot.harness, "spec": dict(harness, reply_bytes=limits.reply_bytes)},
-        )
-        spec["report_fd"] = report_w
-        report, over = bytearray(), threading.Event()
-        reader = threading.Thread(
-            target=_read_capped, args=(os.fdopen(report_r, "rb"), report, limits.report_bytes, over), daemon=True
-        )
-        report_r = None  # the reader's file object owns it now
-        reader.start()
-        wall = limits.wall_seconds + REPORT_GRACE_S
-        try:
-            launched = _launch(spec, limits, {slot.candidate, slot.harness}, wall, pass_fds=(report_w,))
-        finally:
-            os.close(report_w)
-        reader.join(timeout=5)
+        spec = dict(_spec(limits, "function", root, candidate=candidate, harness=tester), report_fd=report_w)
+        launched = _launch(spec, limits, {slot.candidate, slot.harness}, wall, pass_fds=(report_w,))
     finally:
-        if report_r is not None:
-            os.close(report_r)
+        os.close(report_w)  # with every sandboxed holder gone too, the reader sees the end
+        reader.join(timeout=5)
+        if not reader.is_alive():
+            stream.close()
         shutil.rmtree(root, ignore_errors=True)
     code, cause, out, err, seconds, peak = launched
-    harness_report, launcher = _parse_report(bytes(report) if not over.is_set() else b"")
+    harness_report, launcher = _parse_report(b"" if over.is_set() else bytes(report))
     return FunctionRun(harness_report, launcher, _judge(code, cause, out, err, seconds, peak, limits, wall))
 
 
