@@ -212,3 +212,22 @@ def test_encoding_round_trips_and_refuses_subclasses():
     for bad in (type("I", (int,), {})(1), object(), b"bytes", [1, type("S", (str,), {})("x")]):
         with pytest.raises(WireError):
             encode(bad)
+
+
+def test_the_sandbox_path_loads_only_fast_modules():
+    """Every check starts the launcher and the candidate's runner afresh: neither may pull
+    in json, re, enum, ctypes or the signal module (each a few ms of every check)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import posttrain
+
+    root = str(Path(posttrain.__file__).parent.parent)
+    probe = (
+        f"import sys; sys.path.insert(0, {root!r}); import posttrain.rewards.sandbox_harness; "
+        "import posttrain.rewards.sandbox_runner; "
+        "print(sorted({'json', 're', 'enum', 'ctypes', 'signal', 'pydantic'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
