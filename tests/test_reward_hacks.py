@@ -18,7 +18,7 @@ from posttrain.rewards.code import CodeVerifier
 from posttrain.rewards.sandbox import Limits, UidLease, run_program
 from posttrain.types import Completion, Message, Sample, Task
 
-TIMEOUT = 3.0
+TIMEOUT = 4.0  # generous: honest programs must pass on a loaded machine
 TESTS = ["assert add(1, 2) == 3", "assert add(-4, 10) == 6", "assert add(5, 5) == 10"]
 CHECK = """
 def check(candidate):
@@ -319,7 +319,7 @@ def old_verifier_score(program: str, uid: int) -> float:
         "        _posttrain_passed += 1\n    except Exception:\n        pass\n"
         "print(f'POSTTRAIN_TESTS_PASSED {_posttrain_passed} OF {len(_posttrain_tests)}')\n"
     )
-    verdict = run_program(f"{program}\n\n{harness}", Limits(wall_seconds=TIMEOUT, cpu_seconds=3), uid)
+    verdict = run_program(f"{program}\n\n{harness}", Limits(wall_seconds=TIMEOUT, cpu_seconds=4), uid)
     found = re.search(r"POSTTRAIN_TESTS_PASSED (\d+) OF (\d+)", verdict.stdout_tail)
     if verdict.status != "passed":
         return 0.0
