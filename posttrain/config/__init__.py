@@ -15,6 +15,7 @@ from posttrain.config.base import (  # noqa: F401
 )
 from posttrain.config.pipeline import (  # noqa: F401
     AdamWOptimizer,
+    HealthConfig,
     ModelConfig,
     MuonOptimizer,
     Optimizer,

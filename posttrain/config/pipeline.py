@@ -215,6 +215,55 @@ class WandbConfig(Base):
     )
 
 
+class HealthConfig(Base):
+    """Thresholds of the RL health checks (posttrain/records/health.py): each RL, expert and
+    MOPD step is checked, a check that fires prints a one-line warning and logs
+    `health/NAME` (the measured value) in metrics.jsonl, and the dashboard's Health view
+    lists the steps. A threshold set to null turns its check off."""
+
+    enabled: bool = Field(True, description="Run the checks at every RL step.")
+    logp_mismatch_max: float | None = Field(
+        0.05, ge=0, description="Flag `logp/mismatch` (mean |logp trainer - logp engine|) above this."
+    )
+    entropy_min: float | None = Field(
+        0.05, ge=0, description="Flag `policy/entropy` (nats per trained token) below this floor."
+    )
+    entropy_fall: float | None = Field(
+        0.5, gt=0, lt=1, description="Flag `policy/entropy` below (1 - this) x its highest of the last `window` steps."
+    )
+    truncated_frac_max: float | None = Field(
+        0.25, ge=0, le=1, description="Flag `response/truncated_frac` (responses cut at max_tokens) above this."
+    )
+    over_budget_frac_max: float | None = Field(
+        0.25, ge=0, le=1, description="Flag `reward/over_budget_frac` (responses over the token budget) above this."
+    )
+    hack_reward_jump: float | None = Field(
+        0.3,
+        gt=0,
+        description=(
+            "Flag a rise of mean reward by this much (last `window` steps vs the `window` before) that comes "
+            "with a fall of `hack_length_drop` in length or in coding tests counted."
+        ),
+    )
+    hack_length_drop: float = Field(
+        0.3, gt=0, lt=1, description="The fall (fraction) of response length per budget token, or of tests counted."
+    )
+    queue_growth_steps: int | None = Field(
+        5, ge=2, description="Flag `queue/depth` that rose at each of this many steps in a row."
+    )
+    staleness_cap_frac: float | None = Field(
+        1.0, gt=0, le=1, description="Flag `staleness/max` at or above this fraction of the stage's max_staleness."
+    )
+    grm_unscored_max: float | None = Field(
+        0, ge=0, description="Flag `grm/unscored` (GRM samples without a score) above this many per step."
+    )
+    nonfinite: bool = Field(True, description="Flag steps skipped for a NaN/inf loss (`train/skipped_nonfinite`).")
+    engine_deaths: bool = Field(
+        True, description="Flag steps whose trajectories were requeued by an engine death (`engine/requeued_by_death`)."
+    )
+    window: int = Field(10, ge=2, le=10_000, description="Steps of history the entropy and reward-jump checks compare.")
+
+
 # ---------------------------------------------------------------- pipeline
 
 
@@ -228,6 +277,7 @@ class PipelineConfig(Base):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig, description="RL health checks and their thresholds.")
     stages: list[Stage] = Field(min_length=1, description="Stages, run in order.")
 
     @model_validator(mode="after")

@@ -111,8 +111,10 @@ def _generate(source) -> list[Task]:
 
         return user_tasks(source)
     if isinstance(source, CodingTasks):
-        from posttrain.data.coding import generated_tasks, humaneval_tasks, offset_tasks
+        from posttrain.data.coding import coding_file_tasks, generated_tasks, humaneval_tasks, offset_tasks
 
+        if source.path is not None:
+            return coding_file_tasks(source)
         return {"train": generated_tasks, "offset": offset_tasks, "humaneval": humaneval_tasks}[source.split](source)
     raise TypeError(f"unknown task source {type(source).__name__}")
 

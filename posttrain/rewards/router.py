@@ -8,7 +8,7 @@ import asyncio
 
 from posttrain.rewards.agent import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
-from posttrain.rewards.math_answer import MathVerifier
+from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 from posttrain.types import RewardResult, Sample
 
@@ -72,7 +72,7 @@ def reward_router(stage, judge=None) -> RewardRouter:
     if coding:
         from posttrain.rewards.code import CodeVerifier
 
-        sources["code"] = CodeVerifier(max(c.workers for c in coding), max(c.timeout_s for c in coding))
+        sources["code"] = CodeVerifier(max(c.workers for c in coding))  # each task carries its own timeout_s
     user = [leaf for leaf in leaves if leaf.type == "user"]
     if len({u.reward for u in user}) > 1:
         raise ValueError(f"stage {stage.name}: user task sources with different reward functions")

@@ -60,7 +60,7 @@ def targets(
 
 
 def cell_score(sample, result) -> float:
-    if result.details.get("score_before_budget") is not None:  # over budget
+    if result.over_budget:
         return 0.0
     if result.source == "grm":
         return (result.score + 1.0) / 2.0

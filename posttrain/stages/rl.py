@@ -21,6 +21,7 @@ from posttrain.algo.advantages import grpo_advantages
 from posttrain.config import RLStage, RolloutStage
 from posttrain.data.chat import render_prompt, with_effort
 from posttrain.data.tasks import TaskSampler, load_tasks
+from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
 from posttrain.records.rollouts import RolloutLog
 from posttrain.rewards.base import score_safely
@@ -194,6 +195,7 @@ class RLRun:
         spec = loss_spec(stage)
         progress = Progress(stage.name, stage.steps, live=infra.live_progress)
         ckpt_root = infra.run_dir / "checkpoints" / stage.name
+        health = HealthMonitor(infra.config.health, stage.name, stage.partial.max_staleness)
         while self.step < stage.steps:
             started = time.perf_counter()
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
@@ -229,6 +231,8 @@ class RLRun:
                     "policy/version": float(version),
                 },
             )
+            row.update(code_test_counts(rewards))
+            row.update(health.step(self.step, row))  # warnings and health/ keys (records/health.py)
             infra.metrics.log(stage.name, self.step, row)
             self.rollouts.write(
                 self.step, samples, rewards, [g.budget for g in groups for _ in g.trajectories], stage.budget.effort
@@ -273,7 +277,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         **grm_metrics(rewards),
         "reward/mean": float(np.mean(scored)) if scored else 0.0,
         "reward/std": float(np.std(scored)) if scored else 0.0,
-        "reward/over_budget_frac": float(np.mean(["over budget" in r.reason for r in rewards])) if rewards else 0.0,
+        "reward/over_budget_frac": float(np.mean([r.over_budget for r in rewards])) if rewards else 0.0,
         "response_tokens/mean": float(np.mean(lengths)) if lengths else 0.0,
         "response_tokens/p50": float(np.percentile(lengths, 50)) if lengths else 0.0,
         "response_tokens/p90": float(np.percentile(lengths, 90)) if lengths else 0.0,
