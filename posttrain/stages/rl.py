@@ -13,6 +13,7 @@ import asyncio
 import json
 import math
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -209,9 +210,9 @@ class RLRun:
             self.queue.mark_trained(len(seqs))
             accounting = self.queue.check()
             train_start = time.perf_counter()
-            trained = infra.trainers.train_step(seqs, spec)
+            trained = infra.trainers.train_step(seqs, spec) if seqs else nothing_trained()
             train_done = time.perf_counter()
-            sync = infra.pool.on_every_engine(infra.trainers.sync_weights)
+            sync = infra.pool.on_every_engine(infra.trainers.sync_weights) if seqs else {"sync/seconds": 0.0}
             self.step += 1
             row = step_metrics(samples, rewards, seqs, trained, started, train_done - train_start)
             # idle over the whole step: engines wait while the trainer steps and syncs
@@ -261,6 +262,19 @@ class RLRun:
         self.queue = PartialRolloutQueue.from_json(state["queue"])
 
 
+def nothing_trained() -> dict:
+    """A step whose every sample was left out (unscored, or empty): no optimizer step, the
+    weights and the policy version stay, and the step is logged as skipped."""
+    return {
+        "logp": [],
+        "sums": defaultdict(float),
+        "grad_norm": float("nan"),
+        "skipped": False,
+        "empty": True,
+        "seconds": 0.0,
+    }
+
+
 def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dict:
     scored = [r.score for r in rewards if r.ok]
     lengths = [s.model_tokens for s in samples]
@@ -292,6 +306,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "loss/kl": trained["sums"]["kl"] / max(tokens, 1.0),
         "grad/norm": trained["grad_norm"],
         "train/skipped_nonfinite": float(trained.get("skipped", False)),
+        "train/skipped_empty": float(trained.get("empty", False)),
         "time/train_s": train_seconds,
         "time/step_s": step_seconds,
         "throughput/tokens_per_s": tokens / step_seconds,
