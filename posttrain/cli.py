@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.pipeline import preflight
 
             preflight(config, args.pipeline)
+            from posttrain.pipeline import model_line
+
+            print(f"# {model_line(config, args.pipeline)}")  # a YAML comment: stdout stays the resolved YAML
             print(dump_config(config), end="")
             return 0
         if args.command == "run" and args.dry_run:

@@ -76,6 +76,26 @@ def _preflight_user(leaf: UserTasks, where: str) -> None:
             raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
 
 
+def resolved_model(config: PipelineConfig, source: str) -> Path:
+    """The model's local folder; a hub id neither cached nor downloadable is a config error."""
+    from posttrain.models import ModelNotFound, resolve_model
+
+    try:
+        return resolve_model(config.model)
+    except ModelNotFound as exc:
+        raise ConfigError(f"{source}: model.name: {exc}") from None
+
+
+def model_line(config: PipelineConfig, source: str) -> str:
+    """`posttrain validate`'s report of the model: folder, parameter count, dtype."""
+    from posttrain.models import ModelNotFound, model_report
+
+    try:
+        return model_report(config.model)
+    except ModelNotFound as exc:
+        raise ConfigError(f"{source}: model.name: {exc}") from None
+
+
 def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str, Path]:
     """Checkpoint to continue each unfinished stage from; metrics rows past it are set aside
     (they will be logged again), before the metrics file is opened for appending."""
@@ -121,13 +141,12 @@ def run_pipeline(
 
     from transformers import AutoTokenizer
 
-    from posttrain.models import resolve_model
     from posttrain.records.metrics import MetricsLog, write_json_atomic
     from posttrain.runtime.infra import Infra, start_ray
     from posttrain.runtime.placement import open_slot, reserve, wait_ready
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
-    model_dir = resolve_model(config.model)
+    model_dir = resolved_model(config, source)
     state["model"] = str(model_dir)
     start_ray(config, verbose)
     pg = reserve(config, 0)

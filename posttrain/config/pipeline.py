@@ -43,7 +43,12 @@ class TinyModelConfig(Base):
 class ModelConfig(Base):
     """Which model the pipeline starts from."""
 
-    name: str = Field(description="`tiny`, `smollm2-135m-instruct`, or a local Hugging Face model folder.")
+    name: str = Field(
+        description=(
+            "`tiny`, `smollm2-135m-instruct`, a hub id (`org/name`, from the local Hugging Face cache or "
+            "downloaded), or a local Hugging Face model folder."
+        )
+    )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape when name is `tiny`.")
     seed: int = Field(0, description="Seed of the tiny model's initial weights.")
     dtype: Literal["float32", "bfloat16"] = Field(

@@ -19,9 +19,12 @@ from posttrain.config import (
     AgentTasks,
     ChatJsonl,
     CodingTasks,
+    EnvTasks,
+    HFTasks,
     MixtureTasks,
     ReasoningGymTasks,
     UserTasks,
+    VerifiersTasks,
     WritingTasks,
 )
 from posttrain.types import Message, Task
@@ -111,6 +114,23 @@ def _generate(source) -> list[Task]:
         from posttrain.data.coding import generated_tasks, humaneval_tasks
 
         return generated_tasks(source) if source.split == "train" else humaneval_tasks(source)
+    return _bring_your_own(source)
+
+
+def _bring_your_own(source) -> list[Task]:
+    """Sources of the user's own: a Hugging Face dataset, a tool environment, a `verifiers` one."""
+    if isinstance(source, HFTasks):
+        from posttrain.data.hf import hf_tasks
+
+        return hf_tasks(source)
+    if isinstance(source, EnvTasks):
+        from posttrain.data.env import env_tasks
+
+        return env_tasks(source)
+    if isinstance(source, VerifiersTasks):
+        from posttrain.data.vf import verifiers_tasks
+
+        return verifiers_tasks(source)
     raise TypeError(f"unknown task source {type(source).__name__}")
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from posttrain.algo.advantages import grpo_advantages
 from posttrain.config import RLStage, RolloutStage
 from posttrain.data.chat import render_prompt, with_effort
-from posttrain.data.tasks import TaskSampler, load_tasks
+from posttrain.data.hf import task_sampler
 from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
 from posttrain.records.rollouts import RolloutLog
@@ -62,7 +62,7 @@ class RLRun:
 
     def __init__(self, stage, infra: Infra, sampler=None, verifier=None):
         self.stage, self.infra = stage, infra
-        self.sampler = sampler or TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
+        self.sampler = sampler or task_sampler(stage.tasks, seed=infra.config.seed)
         self.verifier = verifier or reward_router(stage, infra.judge)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
