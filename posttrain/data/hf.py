@@ -258,6 +258,10 @@ def _code_entry(s: HFTasks, row: dict) -> dict:
     return entry
 
 
+def _is_message(m) -> bool:
+    return isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)
+
+
 def _text(value, column: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"{column} must be a string or a number, got {type(value).__name__}")
