@@ -32,6 +32,8 @@ def preflight(config: PipelineConfig, source: str) -> None:
         for where, leaf in _leaves(stage):
             if isinstance(leaf, UserTasks):
                 _preflight_user(leaf, f"{source}: stages[{i}].{where}")
+            if leaf.type in ("hf", "env", "verifiers"):
+                _preflight_own(stage, leaf, f"{source}: stages[{i}].{where}")
             if not isinstance(leaf, ReasoningGymTasks):
                 continue
             for j, family in enumerate(leaf.families):
@@ -58,6 +60,22 @@ def _leaves(stage) -> list[tuple[str, object]]:
         elif data.type not in ("chat_jsonl", "synthesis"):
             out.append((field, data))
     return out
+
+
+def _preflight_own(stage, leaf, where: str) -> None:
+    """Your own data and environments, read once: a missing column, a bad file, an
+    environment that cannot be built or gives no tasks is a config error naming the key."""
+    from posttrain.data.hf import StreamSampler
+    from posttrain.data.tasks import load_tasks
+
+    if getattr(leaf, "streaming", False) and stage.type not in ("rl", "experts"):
+        raise ConfigError(f"{where}.streaming: a {stage.type} stage reads its tasks whole; streaming is for RL stages")
+    if getattr(leaf, "streaming", False) and ".sources[" in where:
+        raise ConfigError(f"{where}.streaming: a streamed source cannot be mixed; give it as the stage's `tasks`")
+    try:
+        StreamSampler(leaf, seed=0) if getattr(leaf, "streaming", False) else load_tasks(leaf)
+    except (ValueError, ImportError, AttributeError, TypeError, NotImplementedError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _preflight_user(leaf: UserTasks, where: str) -> None:

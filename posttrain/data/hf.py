@@ -317,8 +317,6 @@ def hf_tasks(source: HFTasks) -> list[Task]:
     where = f"dataset {source.path}[{split}]"
     columns = data.column_names
     check_columns(source, columns, where)
-    if source.filter and not source.streaming:
-        data = data.filter(lambda row: kept(source, row))
     rows = ((i, row) for i, row in enumerate(data) if kept(source, row))
     if columns is None:  # a stream of unknown features: check them on the first row
         rows = _checked_first(rows, source, where)
