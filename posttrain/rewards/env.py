@@ -69,5 +69,9 @@ class EnvReward:
         close_all()
 
 
+def _state(sample: Sample) -> dict | None:
+    return (sample.env or {}).get("state")
+
+
 def _final(sample: Sample) -> str | None:
     return (sample.env or {}).get("final")
