@@ -303,25 +303,25 @@ class EnvTasks(Base):
 
 
 class VerifiersTasks(Base):
-    """An environment of the `verifiers` library (the `verifiers` extra): its dataset becomes
-    the tasks, its rubric's reward functions the reward (README, The ecosystem's environments)."""
+    """A taskset of the `verifiers` library (v0.4, the `verifiers` extra): its tasks become
+    prompts, its tasks' `@vf.reward` functions the reward, weighted as the taskset weighs
+    them (README, The ecosystem's environments). Single-turn tasks only."""
 
     type: Literal["verifiers"]
-    env: str = Field(
-        description="`package.module:function` returning a `vf.Environment` (its `load_environment`), or a module name."
+    taskset: str = Field(
+        description="Taskset id: an installed package or module that exports its `vf.Taskset` via `__all__`."
     )
-    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of `load_environment`.")
-    split: Literal["train", "eval"] = Field("train", description="The environment's dataset or its eval dataset.")
-    size: int | None = Field(None, ge=1, le=10**9, description="Use at most this many rows; none: all.")
-    timeout_s: float = Field(30.0, gt=0, le=3600, description="A rubric call that takes longer flags its sample.")
-    workers: int = Field(1, ge=1, le=64, description="Worker processes the rubric runs in.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Fields of the taskset's config.")
+    size: int | None = Field(None, ge=1, le=10**9, description="Use at most this many tasks; none: all.")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="Scoring one sample longer than this flags it.")
+    workers: int = Field(1, ge=1, le=64, description="Worker processes the rewards run in.")
 
-    @field_validator("env")
+    @field_validator("taskset")
     @classmethod
-    def _spec(cls, env: str) -> str:
-        if not re.fullmatch(r"[\w.]+(:\w+)?", env):
-            raise ValueError("must look like `package.module:load_environment` or `package.module`")
-        return env
+    def _module(cls, taskset: str) -> str:
+        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?(@[\w.-]+)?", taskset):
+            raise ValueError("must be a taskset id: a package or module name (or `owner/name`)")
+        return taskset
 
 
 LeafSource = Annotated[

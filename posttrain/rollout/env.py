@@ -58,16 +58,16 @@ def _reward(task: dict, state: dict | None, final: str | None):
 
 
 class EnvWorkers:
-    """A pool of worker processes holding one environment."""
+    """A pool of worker processes holding one environment (built by `init(spec, args_json)`)."""
 
-    def __init__(self, spec: str, args: dict, workers: int):
-        self.spec, self.args_json, self.workers = spec, json.dumps(args, sort_keys=True), workers
+    def __init__(self, spec: str, args: dict, workers: int, init=_init):
+        self.spec, self.args_json, self.workers, self.init = spec, json.dumps(args, sort_keys=True), workers, init
         self._pool = None
 
     def _ensure(self):
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")
-            self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(self.spec, self.args_json))
+            self._pool = ctx.Pool(self.workers, initializer=self.init, initargs=(self.spec, self.args_json))
             # a fresh worker imports and builds the environment first; `timeout_s` is for the calls
             self._pool.apply_async(_ready).get(timeout=STARTUP_TIMEOUT_S)
         return self._pool
