@@ -62,7 +62,7 @@ def test_hub_model_and_datasets_trained_streamed_killed_and_resumed(tmp_path, ti
 
     home = tmp_path / "hf"
     shutil.copytree(tiny_dir, hub_cache(home, "acme/tiny-chat", "models"), dirs_exist_ok=True)
-    rows = [{"question": f"What is {i} plus {i + 1}?", "solution": str(2 * i + 1)} for i in range(300)]
+    rows = [{"question": f"What is {i} plus {i + 1}?", "solution": str(2 * i + 1), "uid": f"s{i}"} for i in range(300)]
     cached_dataset(home, "acme/sums", rows)
     saved = tmp_path / "sft-data"
     datasets.Dataset.from_list(rows[:64]).save_to_disk(str(saved))
@@ -71,6 +71,7 @@ def test_hub_model_and_datasets_trained_streamed_killed_and_resumed(tmp_path, ti
         "path": "acme/sums",
         "prompt_key": "question",
         "answer_key": "solution",
+        "id_key": "uid",
         "verifier": "user",
         "streaming": True,
         "shuffle_buffer": 16,
@@ -125,7 +126,8 @@ def test_hub_model_and_datasets_trained_streamed_killed_and_resumed(tmp_path, ti
     assert (final / "model.safetensors").is_file() and (final / "tokenizer_config.json").is_file()
     # every group drew the next row of the stream: none twice, in the sampler's order, the
     # rows after the kill continuing from the saved position instead of the stream's start
-    source = HFTasks(**streamed)
+    snapshot = hub_cache(home, "acme/sums")  # the same files this process reads without the run's HF_HOME
+    source = HFTasks(**{**streamed, "path": str(snapshot)})
     expected = [t.task_id for t in StreamSampler(source, seed=0).draw(position["drawn"] + 40)]
     drawn = [r["task_id"] for r in rollouts(run, "rl")]
     groups = {(r["step"], r["group"]): r["task_id"] for r in rollouts(run, "rl")}
