@@ -18,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from posttrain.config import PipelineConfig, ReasoningGymTasks, UserTasks
+from posttrain.config import CodingTasks, PipelineConfig, ReasoningGymTasks, UserTasks
 from posttrain.config.files import ConfigError, dump_config
 from posttrain.records.run_state import STATE_FILES, claim_run_dir, latest_checkpoint, set_aside_metrics
 
@@ -32,6 +32,8 @@ def preflight(config: PipelineConfig, source: str) -> None:
         for where, leaf in _leaves(stage):
             if isinstance(leaf, UserTasks):
                 _preflight_user(leaf, f"{source}: stages[{i}].{where}")
+            if isinstance(leaf, CodingTasks) and leaf.path is not None:
+                _preflight_file(leaf, f"{source}: stages[{i}].{where}")
             if leaf.type in ("hf", "env", "verifiers"):
                 _preflight_own(stage, leaf, f"{source}: stages[{i}].{where}")
             if not isinstance(leaf, ReasoningGymTasks):
@@ -78,13 +80,18 @@ def _preflight_own(stage, leaf, where: str) -> None:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _preflight_user(leaf: UserTasks, where: str) -> None:
+def _preflight_file(leaf, where: str) -> None:
+    """A task file (user or coding) read whole: a broken file is a config error."""
     from posttrain.data.tasks import load_tasks
 
     try:
         load_tasks(leaf)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def _preflight_user(leaf: UserTasks, where: str) -> None:
+    _preflight_file(leaf, where)
     if leaf.reward:
         from posttrain.rewards.user import _load
 

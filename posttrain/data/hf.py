@@ -255,7 +255,9 @@ def _code_entry(s: HFTasks, row: dict) -> dict:
         if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) for c in cases):
             raise ValueError(f"{s.io_key} must be a non-empty list of {{input, output}}")
         entry["io"] = [{"input": str(c.get("input", "")), "output": str(c.get("output", ""))} for c in cases]
-    return entry
+    from posttrain.data.coding import validate_entry
+
+    return validate_entry(entry)  # the code verifier's own schema check: a bad row names its problem
 
 
 def _is_message(m) -> bool:

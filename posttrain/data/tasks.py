@@ -111,8 +111,10 @@ def _generate(source) -> list[Task]:
 
         return user_tasks(source)
     if isinstance(source, CodingTasks):
-        from posttrain.data.coding import generated_tasks, humaneval_tasks
+        from posttrain.data.coding import coding_file_tasks, generated_tasks, humaneval_tasks
 
+        if source.path is not None:
+            return coding_file_tasks(source)
         return generated_tasks(source) if source.split == "train" else humaneval_tasks(source)
     return _bring_your_own(source)
 

@@ -42,15 +42,9 @@ def _rows(path: Path):
                 yield number, exc
 
 
-def _task(row, number: int, source: UserTasks) -> Task:
-    if isinstance(row, Exception):
-        raise ValueError(f"invalid JSON ({row.msg})")
-    if not isinstance(row, dict):
-        raise ValueError(f"a row must be an object, got {type(row).__name__}")
-    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata"}
-    if unknown:
-        raise ValueError(f"unknown field(s) {sorted(unknown)}")
-    if "messages" in row:
+def row_messages(row: dict, system_prompt: str | None) -> tuple[Message, ...]:
+    """A row's `messages` list, or its `prompt` (after the system prompt, if any)."""
+    if row.get("messages") is not None:
         msgs = row["messages"]
         if (
             not isinstance(msgs, list)
@@ -60,12 +54,22 @@ def _task(row, number: int, source: UserTasks) -> Task:
             )
         ):
             raise ValueError("messages must be a non-empty list of {role, content} with a known role")
-        messages = tuple(Message(m["role"], m["content"]) for m in msgs)
-    elif isinstance(row.get("prompt"), str) and row["prompt"].strip():
-        system = (Message("system", source.system_prompt),) if source.system_prompt else ()
-        messages = system + (Message("user", row["prompt"]),)
-    else:
-        raise ValueError("needs a non-empty string `prompt` or a `messages` list")
+        return tuple(Message(m["role"], m["content"]) for m in msgs)
+    if isinstance(row.get("prompt"), str) and row["prompt"].strip():
+        system = (Message("system", system_prompt),) if system_prompt else ()
+        return system + (Message("user", row["prompt"]),)
+    raise ValueError("needs a non-empty string `prompt` or a `messages` list")
+
+
+def _task(row, number: int, source: UserTasks) -> Task:
+    if isinstance(row, Exception):
+        raise ValueError(f"invalid JSON ({row.msg})")
+    if not isinstance(row, dict):
+        raise ValueError(f"a row must be an object, got {type(row).__name__}")
+    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata"}
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    messages = row_messages(row, source.system_prompt)
     answer = row.get("answer")
     if answer is not None and not isinstance(answer, (str, int, float)):
         raise ValueError("answer must be a string or a number")
@@ -77,14 +81,17 @@ def _task(row, number: int, source: UserTasks) -> Task:
     return Task(task_id=task_id, family="user", messages=messages, answer=entry["answer"], entry=entry, verifier="user")
 
 
-def user_tasks(source: UserTasks) -> list[Task]:
-    path = Path(source.path).expanduser()
+def tasks_from_file(path: Path, on_bad_row: str, parse) -> list[Task]:
+    """`parse(row, number)` on every row of a JSONL or Parquet file; a row it rejects
+    (ValueError) is reported by number and skipped, or rejects the file (`on_bad_row: fail`)."""
     tasks, bad = [], []
     for number, row in _rows(path):
         try:
-            tasks.append(_task(row, number, source))
+            if isinstance(row, Exception):
+                raise ValueError(f"invalid JSON ({row.msg})")
+            tasks.append(parse(row, number))
         except ValueError as exc:
-            if source.on_bad_row == "fail":
+            if on_bad_row == "fail":
                 raise BadTaskFile(f"{path}:{number}: {exc}") from None
             bad.append(f"row {number}: {exc}")
     if bad:
@@ -92,3 +99,8 @@ def user_tasks(source: UserTasks) -> list[Task]:
     if not tasks:
         raise BadTaskFile(f"{path}: no usable task" + (f" ({bad[0]})" if bad else " (empty file)"))
     return tasks
+
+
+def user_tasks(source: UserTasks) -> list[Task]:
+    path = Path(source.path).expanduser()
+    return tasks_from_file(path, source.on_bad_row, lambda row, number: _task(row, number, source))

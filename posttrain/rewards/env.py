@@ -6,10 +6,10 @@ raises, hangs past the timeout or returns no number, is flagged (left out of tra
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from posttrain.data.env import episode_task
-from posttrain.rewards.extract import extract_answer
-from posttrain.rewards.reasoning_gym import math_equivalent
+from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.user import as_result
 from posttrain.rollout.env import _reward, close_all, workers_for
 from posttrain.types import RewardResult, Sample
@@ -46,15 +46,13 @@ class EnvReward:
         return out  # type: ignore[return-value]
 
     def _math(self, sample: Sample) -> RewardResult:
-        gold, final = sample.task.answer, _final(sample)
-        if gold is None:
-            return RewardResult(0.0, "task has no answer for verifier math", self.name, ok=False)
+        """The math verifier on the episode's final answer (the last turn without a tool call)."""
+        final = _final(sample)
         if final is None:
             return self._noted(RewardResult(0.0, "no final answer", self.name), sample)
-        answer, how = extract_answer(final)
-        if answer is not None and (answer.strip() == gold.strip() or math_equivalent(gold, answer)):
-            return RewardResult(1.0, f"correct: {answer!r} ({how})", self.name)
-        return self._noted(RewardResult(0.0, f"wrong: {answer!r} vs expected {gold!r} ({how})", self.name), sample)
+        answered = replace(sample, completion=replace(sample.completion, text=final))
+        result = MathVerifier().score_one(answered)
+        return self._noted(replace(result, source=self.name), sample)
 
     def _noted(self, result: RewardResult, sample: Sample) -> RewardResult:
         env = sample.env or {}

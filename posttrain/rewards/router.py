@@ -8,6 +8,7 @@ import asyncio
 
 from posttrain.rewards.agent import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
+from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 from posttrain.types import RewardResult, Sample
 
@@ -61,13 +62,17 @@ def task_leaves(stage) -> list:
 
 def reward_router(stage, judge=None) -> RewardRouter:
     """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
-    sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format), "agent": AgentVerifier()}
+    sources = {
+        "reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format),
+        "math": MathVerifier(stage.reward.answer_format),
+        "agent": AgentVerifier(),
+    }
     leaves = task_leaves(stage)
     coding = [leaf for leaf in leaves if leaf.type == "coding" or getattr(leaf, "verifier", None) == "code"]
     if coding:
         from posttrain.rewards.code import CodeVerifier
 
-        sources["code"] = CodeVerifier(max(c.workers for c in coding), max(c.timeout_s for c in coding))
+        sources["code"] = CodeVerifier(max(c.workers for c in coding))  # each task carries its own timeout_s
     user = [leaf for leaf in leaves if leaf.type == "user" or getattr(leaf, "verifier", None) == "user"]
     if len({u.reward for u in user}) > 1:
         raise ValueError(f"stage {stage.name}: user task sources with different reward functions")

@@ -278,7 +278,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         **grm_metrics(rewards),
         "reward/mean": float(np.mean(scored)) if scored else 0.0,
         "reward/std": float(np.std(scored)) if scored else 0.0,
-        "reward/over_budget_frac": float(np.mean(["over budget" in r.reason for r in rewards])) if rewards else 0.0,
+        "reward/over_budget_frac": float(np.mean([r.over_budget for r in rewards])) if rewards else 0.0,
         "response_tokens/mean": float(np.mean(lengths)) if lengths else 0.0,
         "response_tokens/p50": float(np.percentile(lengths, 50)) if lengths else 0.0,
         "response_tokens/p90": float(np.percentile(lengths, 90)) if lengths else 0.0,
