@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.config import HFTasks
+from posttrain.data.rows import rows_to_tasks
 from posttrain.types import Message, Task
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -289,29 +290,6 @@ def _split_of(source: HFTasks) -> str:
     return source.eval_split if source.part == "eval" and source.eval_split else source.split
 
 
-def rows_to_tasks(rows, mapper, on_bad_row: str, where: str, limit: int | None = None) -> list[Task]:
-    """`mapper(row, index)` on every (index, row); a row it rejects (ValueError) is reported
-    by its index and skipped, or stops the load (`on_bad_row: fail`)."""
-    tasks, bad = [], []
-    for index, row in rows:
-        if limit is not None and len(tasks) >= limit:
-            break
-        try:
-            task = mapper(row, index)
-        except ValueError as exc:
-            if on_bad_row == "fail":
-                raise DatasetError(f"{where}: row {index}: {exc}") from None
-            bad.append(f"row {index}: {exc}")
-            continue
-        if task is not None:
-            tasks.append(task)
-    if bad:
-        print(f"{where}: skipped {len(bad)} bad row(s); first: {bad[0]}", flush=True)
-    if not tasks:
-        raise DatasetError(f"{where}: no usable task" + (f" ({bad[0]})" if bad else " (no rows)"))
-    return tasks
-
-
 def hf_tasks(source: HFTasks) -> list[Task]:
     """Every task of the source (a streamed one is read through once, up to `limit`)."""
     split = _split_of(source)
@@ -322,7 +300,9 @@ def hf_tasks(source: HFTasks) -> list[Task]:
     rows = ((i, row) for i, row in enumerate(data) if kept(source, row))
     if columns is None:  # a stream of unknown features: check them on the first row
         rows = _checked_first(rows, source, where)
-    return rows_to_tasks(rows, RowMapper(source, split), source.on_bad_row, where, source.limit)
+    return rows_to_tasks(
+        rows, RowMapper(source, split), source.on_bad_row, where, error=DatasetError, limit=source.limit
+    )
 
 
 def _checked_first(rows, source: HFTasks, where: str):

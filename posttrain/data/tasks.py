@@ -178,14 +178,16 @@ def _jsonable(entry: dict) -> dict:
 
 
 def load_chat_jsonl(source: ChatJsonl) -> list[tuple[Message, ...]]:
-    """Conversations from a JSONL file; a bad line is an error naming the line."""
+    """Conversations from a JSONL file, read by the user files' row reader; a bad line is an
+    error naming the line."""
+    from posttrain.data.user import _rows
+
     out = []
     path = Path(source.path)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, row in _rows(path):
         try:
-            row = json.loads(line)
+            if isinstance(row, Exception):
+                raise row
             messages = tuple(Message(m["role"], m["content"]) for m in row["messages"])
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f'{path}:{number}: not a {{"messages": [{{"role", "content"}}]}} row ({exc})') from None
