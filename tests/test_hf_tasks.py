@@ -225,3 +225,10 @@ def test_a_model_by_hub_id_resolves_from_the_cache_and_validate_reports_it(tmp_p
                 f"{tmp_path / 'p.yaml'}: model.name: model acme/absent: not in the local Hugging Face cache "
                 f"({home / 'hub'}), and HF_HUB_OFFLINE is set"
             )
+
+
+def test_an_eval_part_without_a_way_to_hold_out_is_an_error(saved):
+    source = HFTasks(type="hf", path=str(saved), prompt_key="question", answer_key="solution")
+    held_out = source.model_copy(update={"part": "eval"})  # what an eval stage asks of a training source
+    with pytest.raises(DatasetError, match="part eval needs eval_split .* or eval_share"):
+        hf_tasks(held_out)

@@ -287,6 +287,13 @@ def _jsonable(value):
 
 
 def _split_of(source: HFTasks) -> str:
+    """The split of the source's part (`eval_split` for the eval part when it has one)."""
+    if source.part != "all" and not (source.eval_split or source.eval_share):
+        # an eval stage asks every held-out source for its eval part (data/heldout.py)
+        raise DatasetError(
+            f"dataset {source.path}: part {source.part} needs eval_split (a split of its own) or eval_share "
+            "(1 row in N by a hash of the prompt), so that train and eval never overlap"
+        )
     return source.eval_split if source.part == "eval" and source.eval_split else source.split
 
 
