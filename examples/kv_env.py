@@ -40,7 +40,9 @@ class KVStore(ToolEnv):
 
     def tasks(self, seed: int, size: int, part: str) -> list[dict]:
         rng, out, seen = random.Random(seed), [], set()
-        while len(out) < size and len(seen) < 50 * size:
+        for _ in range(50 * size):  # the problem space is small: stop when it is used up
+            if len(out) >= size:
+                break
             task = self._task(rng, rng.choice(self.kinds))
             if task["prompt"] in seen:
                 continue

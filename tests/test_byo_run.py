@@ -162,7 +162,8 @@ def test_example_environment_killed_with_an_episode_in_the_queue_and_resumed(tmp
     from transformers import AutoTokenizer
 
     run = tmp_path / "run"
-    overrides = ["-o", "stages[1].steps=12", "-o", "stages[1].partial.lambda=0.25"]
+    overrides = ["-o", "stages[0].steps=40", "-o", "stages[1].steps=12", "-o", "stages[1].partial.lambda=0.25"]
+    overrides += ["-o", "stages[0].data.args={kinds: [recall]}", "-o", "stages[1].tasks.args={kinds: [recall]}"]
     proc = cli("run", "examples/kv_env.yaml", "--run-dir", str(run), *overrides)
     step, traj, task_id = wait_for(proc, lambda: waiting_episode(run), 1500)
     kill(proc)

@@ -168,6 +168,7 @@ class EnvEpisodes:
             return None
         known = set(tool_names(task.entry["tools"]))
         episode["pending"] = list(errors)  # the model's malformed calls get an error as their reply
+        episode["calls"] += [{"name": "", "arguments": {}, "reply": error, "ok": False} for error in errors]
         good = []
         for name, arguments in calls[:MAX_CALLS_PER_TURN]:
             if name in known:
