@@ -107,12 +107,16 @@ def slot_parts(config: PipelineConfig) -> str:
     r, t = config.rollout, config.trainer
     parts = []
     if engine_count(config):
-        parts.append(f"{engine_count(config)} engines x {bundle(r.num_cpus, r.num_gpus)}")
-    parts.append(f"{t.workers} trainer ranks x {bundle(t.num_cpus, t.num_gpus)}")
+        parts.append(f"{_count(engine_count(config), 'engine')} x {bundle(r.num_cpus, r.num_gpus)}")
+    parts.append(f"{_count(t.workers, 'trainer rank')} x {bundle(t.num_cpus, t.num_gpus)}")
     judge = judge_config(config)
     if judge is not None:
         parts.append(f"GRM judge {bundle(judge.num_cpus, judge.num_gpus)}")
     return " + ".join(parts)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
 
 
 # ---------------------------------------------------------------- MOPD's teachers
