@@ -314,3 +314,51 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
     finally:
         group.shutdown()
         pool.shutdown()
+
+
+def _receiver(rank: int, size: int, port: int, manifest, out) -> None:
+    from posttrain.rollout.collective import SyncGroup, receive
+
+    group = SyncGroup.join("127.0.0.1", port, rank, size, "gloo", 30)
+    out.put({name: tensor.clone() for name, tensor in receive(group, manifest, "cpu")})
+
+
+def test_buckets_round_trip_over_a_gloo_group():
+    """Rank 0 broadcasts a state dict in buckets to two receiving processes: every tensor
+    arrives whole, in its dtype and shape; a tied head is sent once and named twice."""
+    import multiprocessing
+
+    import torch
+
+    from posttrain.rollout.collective import ALIGN, SyncGroup, manifest_of, send
+
+    torch.manual_seed(0)
+    embed = torch.randn(300, 16)
+    state = {
+        "model.embed_tokens.weight": embed,
+        "model.norm.weight": torch.randn(16).to(torch.bfloat16),
+        "model.layers.0.mlp.down_proj.weight": torch.randn(16, 40),
+        "lm_head.weight": embed,  # tied: the same tensor under a second name
+    }
+    manifest = manifest_of(state, bucket_bytes=4096, tied_embeddings=True)
+    assert manifest.aliases == (("lm_head.weight", "model.embed_tokens.weight"),)
+    # the embedding is larger than a bucket: one of its own; the rest share one, each tensor aligned
+    assert manifest.buckets == (300 * 16 * 4, ALIGN + 16 * 40 * 4)
+    assert all(s.offset % ALIGN == 0 for s in manifest.slots)
+    assert manifest.nbytes < sum(t.numel() * t.element_size() for t in state.values())
+    store, port = SyncGroup.host_store("127.0.0.1", 3, 30)
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    peers = [context.Process(target=_receiver, args=(r, 3, port, manifest, out)) for r in (1, 2)]
+    for peer in peers:
+        peer.start()
+    try:
+        assert send(SyncGroup(store, 0, 3, "gloo", 30), state, manifest) == manifest.nbytes
+        for _ in peers:
+            got = out.get(timeout=60)
+            assert set(got) == set(state)
+            for name, tensor in state.items():
+                assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
+    finally:
+        for peer in peers:
+            peer.join(timeout=30)

@@ -24,6 +24,7 @@ from pathlib import Path
 import ray
 
 from posttrain.config import RolloutConfig, TeacherPoolConfig
+from posttrain.config.placement import device_of
 
 GIB = 2**30
 LOAD_TIMEOUT_S = 600
@@ -40,12 +41,12 @@ class TeacherHost:
     """One worker process holding any number of teachers (transformers models), each
     scoring token sequences. Create with `remote_actor`."""
 
-    def __init__(self, dtype: str, micro_batch_tokens: int):
+    def __init__(self, dtype: str, micro_batch_tokens: int, device: str = "cpu"):
         import torch
 
         torch.set_num_threads(1)
         self.dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device  # from the actor's resources (config.placement.device_of)
         self.models: dict[str, object] = {}
         self.micro_batch_tokens = micro_batch_tokens
 
@@ -56,7 +57,7 @@ class TeacherHost:
             num_gpus=config.num_gpus,
             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
         )
-        return ray.remote(cls).options(**options).remote(dtype, config.micro_batch_tokens)
+        return ray.remote(cls).options(**options).remote(dtype, config.micro_batch_tokens, device_of(config.num_gpus))
 
     def load(self, teacher_id: str, model_dir: str) -> int:
         """Load a teacher; returns the process's resident bytes afterwards."""

@@ -66,16 +66,22 @@ def plan_manifest(
 
 
 def manifest_of(state_dict: dict, bucket_bytes: int, tied_embeddings: bool) -> WeightManifest:
-    """The manifest of a state dict. A tied lm_head is named (vLLM's in-place reload leaves
-    it on its old values otherwise, see weights.py) but not sent twice."""
-    tensors = [
-        (name, str(t.dtype).removeprefix("torch."), tuple(t.shape), t.numel() * t.element_size())
-        for name, t in state_dict.items()
-    ]
-    aliases = ()
+    """The manifest of a state dict. A tensor that another name already holds (a tied
+    lm_head: the state dict lists it under both names) is sent once and named twice; a tied
+    head the state dict leaves out is named too (vLLM's in-place reload leaves it on its old
+    values otherwise, see weights.py)."""
+    tensors, aliases, seen = [], [], {}
+    for name, t in state_dict.items():
+        key = (t.data_ptr(), tuple(t.shape), t.dtype) if t.numel() else None
+        if key in seen:
+            aliases.append((name, seen[key]))
+            continue
+        if key is not None:
+            seen[key] = name
+        tensors.append((name, str(t.dtype).removeprefix("torch."), tuple(t.shape), t.numel() * t.element_size()))
     if tied_embeddings and "lm_head.weight" not in state_dict and "model.embed_tokens.weight" in state_dict:
-        aliases = (("lm_head.weight", "model.embed_tokens.weight"),)
-    return plan_manifest(tensors, bucket_bytes, aliases)
+        aliases.append(("lm_head.weight", "model.embed_tokens.weight"))
+    return plan_manifest(tensors, bucket_bytes, tuple(aliases))
 
 
 def backend_for(device_ids: list[str]) -> str:
