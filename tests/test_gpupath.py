@@ -6,6 +6,7 @@ collective weight sync surviving a dead engine and reporting a stuck one."""
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -274,10 +275,22 @@ def test_teachers_get_their_own_resources_and_at_most_max_resident(ray_session, 
         pool.close()
 
 
-@pytest.mark.slow
-def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, tiny_dir):
+def serving_trained_weights(pool, group, seqs) -> None:
+    """Every engine serves the trainer's current weights (logprobs agree) and version."""
     import numpy as np
 
+    assert [info["version"] for info in ray.get([e.info.remote() for e in pool.engines], timeout=60)] == [
+        group.version
+    ] * len(pool.engines)
+    trainer = group.logprobs(seqs)
+    for engine in pool.engines:
+        served = ray.get(engine.prompt_logprobs.remote([list(s.token_ids) for s in seqs]), timeout=120)
+        diffs = [abs(a - b) for s, lt, le in zip(seqs, trainer, served) for a, b in zip(lt, le[s.prompt_len - 1 :])]
+        assert float(np.mean(diffs)) < 1e-4
+
+
+@pytest.mark.slow
+def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, tiny_dir):
     from posttrain.config import TrainerConfig
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.rollout.pool import EnginePool
@@ -305,12 +318,23 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
         ray.kill(dead)  # between pushes: the group it was in must be formed again without it
         pool.on_every_engine(group.sync_weights)
         assert pool.restarts == 1 and pool.engines[1] is not dead
-        assert ray.get([e.info.remote() for e in pool.engines], timeout=60)[1]["version"] == group.version
-        trainer = group.logprobs(seqs)
-        for engine in pool.engines:  # both serve the trained weights, the fresh one included
-            served = ray.get(engine.prompt_logprobs.remote([list(s.token_ids) for s in seqs]))
-            diffs = [abs(a - b) for s, lt, le in zip(seqs, trainer, served) for a, b in zip(lt, le[s.prompt_len - 1 :])]
-            assert float(np.mean(diffs)) < 1e-4
+        serving_trained_weights(pool, group, seqs)
+        # now during a push: 1 KiB buckets make it hundreds of broadcasts, and the engine dies
+        # among them; the push fails without hanging, the engine is replaced, the push repeated
+        group.bucket_bytes, group.sync_manifest, group.sync_members = 1024, None, None
+        pool.on_every_engine(group.sync_weights)  # the group, formed for 1 KiB buckets
+        started = time.monotonic()
+        pool.on_every_engine(group.sync_weights)
+        push_s = time.monotonic() - started  # how long one push of them takes
+        group.train_step(seqs, LossSpec(kind="pg"))
+        dead = pool.engines[0]
+        killer = threading.Timer(push_s / 3, lambda: ray.kill(dead))
+        killer.start()
+        started = time.monotonic()
+        pool.on_every_engine(group.sync_weights)
+        killer.join()
+        assert time.monotonic() - started < 400 and pool.restarts == 2 and pool.engines[0] is not dead
+        serving_trained_weights(pool, group, seqs)
     finally:
         group.shutdown()
         pool.shutdown()
