@@ -317,6 +317,8 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
         dead = pool.engines[1]
         ray.kill(dead)  # between pushes: the group it was in must be formed again without it
         pool.on_every_engine(group.sync_weights)
+        # only the dead one is replaced: the push failed at its first bucket, before the live
+        # engine's model was touched
         assert pool.restarts == 1 and pool.engines[1] is not dead
         serving_trained_weights(pool, group, seqs)
         # now during a push: 1 KiB buckets make it hundreds of broadcasts, and the engine dies
@@ -333,7 +335,8 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
         started = time.monotonic()
         pool.on_every_engine(group.sync_weights)
         killer.join()
-        assert time.monotonic() - started < 400 and pool.restarts == 2 and pool.engines[0] is not dead
+        # the dead engine is replaced, and so is the other one if its reload was cut short
+        assert time.monotonic() - started < 400 and pool.restarts in (2, 3) and pool.engines[0] is not dead
         serving_trained_weights(pool, group, seqs)
     finally:
         group.shutdown()
@@ -341,15 +344,23 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
 
 
 def _receiver(rank: int, size: int, port: int, manifest, out) -> None:
+    import io
+
+    import torch
+
     from posttrain.rollout.collective import SyncGroup, receive
 
     group = SyncGroup.join("127.0.0.1", port, rank, size, "gloo", 30)
-    out.put({name: tensor.clone() for name, tensor in receive(group, manifest, "cpu")})
+    got = {name: tensor.clone() for name, tensor in receive(group, manifest, "cpu", 7)}
+    buffer = io.BytesIO()
+    torch.save(got, buffer)  # bytes: a tensor put on a queue would be shared through this process, gone by then
+    out.put(buffer.getvalue())
 
 
 def test_buckets_round_trip_over_a_gloo_group():
     """Rank 0 broadcasts a state dict in buckets to two receiving processes: every tensor
     arrives whole, in its dtype and shape; a tied head is sent once and named twice."""
+    import io
     import multiprocessing
 
     import torch
@@ -377,9 +388,9 @@ def test_buckets_round_trip_over_a_gloo_group():
     for peer in peers:
         peer.start()
     try:
-        assert send(SyncGroup(store, 0, 3, "gloo", 30), state, manifest) == manifest.nbytes
+        assert send(SyncGroup(store, 0, 3, "gloo", 30), state, manifest, 7) == manifest.nbytes
         for _ in peers:
-            got = out.get(timeout=60)
+            got = torch.load(io.BytesIO(out.get(timeout=60)))
             assert set(got) == set(state)
             for name, tensor in state.items():
                 assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name

@@ -155,7 +155,18 @@ class SyncGroup:
         self.pg = self.store = None
 
 
-def send(group: SyncGroup, state_dict: dict, manifest: WeightManifest) -> int:
+def _header(group: SyncGroup, version: int, manifest: WeightManifest, device):
+    """A push opens with (version, buckets), broadcast before any weight: a peer that is
+    already dead fails it for rank 0, which then sends no bucket, so no engine has begun to
+    load; and each engine checks that the push is the one it expects."""
+    import torch
+
+    header = torch.tensor([version, len(manifest.buckets)], dtype=torch.int64, device=device)
+    group.broadcast(header)
+    return [int(x) for x in header.tolist()]
+
+
+def send(group: SyncGroup, state_dict: dict, manifest: WeightManifest, version: int) -> int:
     """Rank 0: broadcast `state_dict`, laid out as `manifest` says. Returns bytes sent."""
     import torch
 
@@ -163,6 +174,7 @@ def send(group: SyncGroup, state_dict: dict, manifest: WeightManifest) -> int:
     for slot in manifest.slots:
         by_bucket.setdefault(slot.bucket, []).append(slot)
     device = next(iter(state_dict.values())).device
+    _header(group, version, manifest, device)
     for index, size in enumerate(manifest.buckets):
         buffer = torch.empty(size, dtype=torch.uint8, device=device)
         for slot in by_bucket.get(index, []):
@@ -178,11 +190,18 @@ def send(group: SyncGroup, state_dict: dict, manifest: WeightManifest) -> int:
     return manifest.nbytes
 
 
-def receive(group: SyncGroup, manifest: WeightManifest, device) -> Iterator[tuple[str, object]]:
+def receive(group: SyncGroup, manifest: WeightManifest, device, version: int) -> Iterator[tuple[str, object]]:
     """An engine worker: yield (name, tensor) bucket by bucket as they arrive, each tensor a
     view into its bucket's buffer on `device` (a fresh buffer per bucket: the loader may
     keep a layer's tensors until the layer is whole)."""
     import torch
+
+    sent = _header(group, -1, manifest, device)
+    if sent != [version, len(manifest.buckets)]:
+        raise RuntimeError(
+            f"weight sync: rank 0 sends version {sent[0]} in {sent[1]} buckets, this engine expects version "
+            f"{version} in {len(manifest.buckets)}"
+        )
 
     by_bucket: dict[int, list[TensorSlot]] = {}
     for slot in manifest.slots:

@@ -85,13 +85,25 @@ def _join(worker, host: str, port: int, size: int, offset: int, backend: str, ti
 
 
 def _receive(worker, version: int) -> int:
+    """Receive the buckets and load them as they come. The first bucket is received before
+    the model is touched: a push that fails at once (a peer already dead) leaves it intact."""
+    import itertools
+
     from posttrain.rollout.collective import receive
 
     if getattr(worker, "posttrain_sync", None) is None:
         raise RuntimeError("weight sync: this engine is in no weight-sync group (join_weight_group first)")
     group, manifest = worker.posttrain_sync
-    worker.reload_weights(weights_iterator=receive(group, manifest, worker.device))
+    stream = receive(group, manifest, worker.device, version)
+    first = next(stream, None)
+    worker.posttrain_touched = True
+    worker.reload_weights(weights_iterator=itertools.chain([first] if first else [], stream))
+    worker.posttrain_touched = False
     return version
+
+
+def _touched(worker) -> bool:
+    return bool(getattr(worker, "posttrain_touched", False))
 
 
 class RolloutEngine:
@@ -121,6 +133,7 @@ class RolloutEngine:
         self.version = 0
         self.start_seconds = time.perf_counter() - started
         self.busy_seconds = 0.0
+        self.half_loaded = False
         self._requests = 0
 
     @classmethod
@@ -139,6 +152,8 @@ class RolloutEngine:
         return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed)
 
     def info(self) -> dict:
+        if self.half_loaded:
+            raise RuntimeError("this engine's weight reload was cut short: its weights are a mix, replace it")
         return {"version": self.version, "start_seconds": self.start_seconds, "busy_seconds": self.busy_seconds}
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[list[Completion]]:
@@ -234,7 +249,14 @@ class RolloutEngine:
 
     def receive_weights(self, version: int) -> int:
         """Receive rank 0's broadcast and load it in place; returns the version now served."""
-        versions = self.llm.collective_rpc(_receive, args=(version,))
+        try:
+            versions = self.llm.collective_rpc(_receive, args=(version,))
+        except BaseException:
+            # A reload cut short (a peer died mid-broadcast) leaves vLLM's layerwise loader half
+            # applied: the next reload fails and the weights are a mix. `info` then fails, so
+            # EnginePool.revive replaces this engine before the push is repeated.
+            self.half_loaded = any(self.llm.collective_rpc(_touched))
+            raise
         self.llm.reset_prefix_cache()
         self.version = versions[0]
         return self.version

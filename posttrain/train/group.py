@@ -19,6 +19,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from posttrain.config import RolloutConfig, TrainerConfig
 from posttrain.config.placement import weight_sync_mode
 from posttrain.errors import TrainingDiverged
+from posttrain.rollout.collective import TIMEOUT_S
 from posttrain.train.trainer import TrainerWorker
 from posttrain.types import LossSpec, TrainSequence
 
@@ -240,6 +241,9 @@ class TrainerGroup:
         started = time.perf_counter()
         members = tuple(e._actor_id.hex() for e in engines)
         try:
+            # an engine already dead is found here, before any engine has begun to load (a
+            # reload cut short would cost the live engines a restart too)
+            ray.get([e.info.remote() for e in engines], timeout=TIMEOUT_S)
             if self.sync_members != members:
                 self._form_sync_group(engines)
                 self.sync_members = members
@@ -254,7 +258,7 @@ class TrainerGroup:
         return {"sync/seconds": time.perf_counter() - started, "sync/collective": 1.0}
 
     def _form_sync_group(self, engines: list) -> None:
-        from posttrain.rollout.collective import TIMEOUT_S, backend_for
+        from posttrain.rollout.collective import backend_for
 
         if self.sync_manifest is None:
             self.sync_manifest = get_all([w.sync_manifest.remote(self.bucket_bytes) for w in self.workers])[0]

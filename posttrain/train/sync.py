@@ -61,7 +61,7 @@ class WeightSender:
         if self.sync_group is None:
             raise RuntimeError("weight sync: rank 0 is in no weight-sync group")
         try:
-            return send(self.sync_group, state, self.sync_manifest_)
+            return send(self.sync_group, state, self.sync_manifest_, version)
         except Exception:
             self.sync_close()  # a broken group is never reused: the driver forms a new one
             raise
