@@ -194,9 +194,10 @@ class Checks:
         except Exception as exc:  # noqa: BLE001 - reported
             ok, facts = False, facts + [f"vllm not importable: {exc}"]
         if torch.cuda.is_available():
+            nccl = torch.cuda.nccl.version()
             facts += [
                 f"CUDA {torch.version.cuda}",
-                f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}",
+                f"NCCL {'.'.join(map(str, nccl)) if isinstance(nccl, tuple) else nccl}",
                 f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} "
                 f"({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)",
             ]
