@@ -195,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.runtime.dryrun import dry_run
 
             preflight(config, args.pipeline)
-            print(dry_run(config))
+            plan, problems = dry_run(config)
+            print(plan)
+            if problems:  # a placement that would wait forever: one line, exit 2
+                print(f"{args.pipeline}: {problems[0]}", file=sys.stderr)
+                return 2
             return 0
         from posttrain.pipeline import run_pipeline
 

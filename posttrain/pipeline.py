@@ -168,12 +168,13 @@ def run_pipeline(
 
     from posttrain.records.metrics import MetricsLog, write_json_atomic
     from posttrain.runtime.infra import Infra, start_ray
-    from posttrain.runtime.placement import open_slot, reserve, wait_ready
+    from posttrain.runtime.placement import check_placeable, open_slot, reserve, wait_ready
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
     model_dir = resolved_model(config, source)
     state["model"] = str(model_dir)
     start_ray(config, verbose)
+    check_placeable(config, source)  # a slot or teachers no node can hold: exit 2 now, not a silent wait
     pg = reserve(config, 0)
     wait_ready(pg, config)
     slot = open_slot(config, model_dir, 0, pg)
