@@ -11,6 +11,7 @@ checks that.
 from posttrain.config.base import (  # noqa: F401
     BUILTIN_MODELS,
     Base,
+    is_hub_id,
     model_name,
 )
 from posttrain.config.pipeline import (  # noqa: F401
@@ -75,6 +76,8 @@ from posttrain.config.tasks import (  # noqa: F401
     ArithmeticTasks,
     ChatJsonl,
     CodingTasks,
+    EnvTasks,
+    HFTasks,
     LeafSource,
     MixtureTasks,
     ReasoningGymFamily,
@@ -83,5 +86,6 @@ from posttrain.config.tasks import (  # noqa: F401
     SynthesisData,
     TaskSource,
     UserTasks,
+    VerifiersTasks,
     WritingTasks,
 )

@@ -85,6 +85,9 @@ def training_prompts(config) -> dict[str, str]:
         for source in _stage_sources(stage, config):
             if source.type == "synthesis":  # the synthesis stage's own tasks are counted there
                 continue
+            if getattr(source, "streaming", False):
+                _streamed_is_split(source, stage)  # too large to list: disjoint by its part instead
+                continue
             if source.type == "chat_jsonl":
                 prompts = [normalize_prompt(c) for c in load_chat_jsonl(source)]
             else:
@@ -92,6 +95,16 @@ def training_prompts(config) -> dict[str, str]:
             for prompt in prompts:
                 seen.setdefault(prompt, stage.name)
     return seen
+
+
+def _streamed_is_split(source, stage) -> None:
+    """A streamed training source cannot be listed; it is held out only by its part (a split
+    of its own, or a hash share), which makes its train and eval parts disjoint."""
+    if source.part != "train" or not (source.eval_split or source.eval_share):
+        raise HeldOutError(
+            f"stage {stage.name}: a streamed source ({source.path}) cannot be compared with the eval prompts; "
+            "give it `part: train` with `eval_split` or `eval_share`, so that its eval part is disjoint by construction"
+        )
 
 
 def overlap(tasks: list[Task], trained: dict[str, str]) -> list[tuple[Task, str]]:
