@@ -15,6 +15,7 @@ import time
 import ray
 
 from posttrain.config import RolloutConfig
+from posttrain.rollout.cores import pin_to_cores
 from posttrain.rollout.weights import WeightPacket, unpack_tensors
 from posttrain.types import Completion, GenerationRequest, SamplingSettings
 
@@ -41,6 +42,7 @@ class RolloutEngine:
     """Wraps `vllm.LLM`. Create with `RolloutEngine.remote_actor(...)`."""
 
     def __init__(self, model_dir: str, config: RolloutConfig, dtype: str, seed: int):
+        self.cores = pin_to_cores(config.cores)  # before vLLM and torch start their threads
         from vllm import LLM
 
         started = time.perf_counter()
@@ -79,7 +81,12 @@ class RolloutEngine:
         return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed)
 
     def info(self) -> dict:
-        return {"version": self.version, "start_seconds": self.start_seconds, "busy_seconds": self.busy_seconds}
+        return {
+            "version": self.version,
+            "start_seconds": self.start_seconds,
+            "busy_seconds": self.busy_seconds,
+            "cores": self.cores,
+        }
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[list[Completion]]:
         from vllm import SamplingParams

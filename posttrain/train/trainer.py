@@ -23,6 +23,7 @@ import ray
 
 from posttrain.config import TrainerConfig
 from posttrain.errors import CheckpointWriteError
+from posttrain.rollout.cores import pin_to_cores
 from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.types import LossSpec, TrainSequence
 
@@ -84,6 +85,7 @@ class TrainerWorker:
             WORLD_SIZE=str(world_size),
             LOCAL_RANK="0" if config.num_gpus else str(rank),
         )
+        self.cores = pin_to_cores(config.cores)  # before torch starts its threads
         import deepspeed
         import torch
 
