@@ -19,9 +19,9 @@ CANDIDATES = {
         "basic_arithmetic",
         {"min_terms": 2, "max_terms": 3, "max_digits": 1, "operators": ["+", "-"]},
     ),
-    "basic_arithmetic 2 terms 1-2 digits +-*": (
+    "basic_arithmetic 2 terms 1-2 digits +-, no negation": (
         "basic_arithmetic",
-        {"min_terms": 2, "max_terms": 2, "max_digits": 2, "operators": ["+", "-", "*"]},
+        {"min_terms": 2, "max_terms": 2, "max_digits": 2, "operators": ["+", "-"], "allow_negation": False},
     ),
     "chain_sum 2 terms 1-2 digits": ("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 2}),
     "products 1-2 digits": ("products", {"min_digits": 1, "max_digits": 2}),

@@ -85,7 +85,9 @@ def test_overlap_bounds_staleness_and_resume_keeps_the_generated_batch(tmp_path)
     queue = json.loads(saved["queue"])
     generated = [g for g in queue["groups"] if all(t["finish_reason"] for t in g["trajectories"])]
     assert len(generated) >= 2, "the overlapped batch was not in the checkpoint"
-    assert all(min(t["token_versions"]) == saved["version"] - 1 for g in generated for t in g["trajectories"])
+    for g in generated:  # finished by the iteration that ran during the checkpointed step's training
+        versions = [v for t in g["trajectories"] for v in t["token_versions"]]
+        assert max(versions) == saved["version"] - 1 and min(versions) >= saved["version"] - 1 - 2, versions
 
     resumed = cli("run", "--resume", str(run))
     out = resumed.communicate(timeout=900)[0]
