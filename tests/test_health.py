@@ -57,12 +57,15 @@ def changed(steps: range, **values) -> list[dict]:
         ("over_budget", {"reward/over_budget_frac": 0.4}),
         ("nonfinite", {"train/skipped_nonfinite": 1.0}),
         ("engine_death", {"engine/requeued_by_death": 6.0}),
-        ("staleness_cap", {"staleness/max": 2.0}),
         ("grm_unscored", {"grm/unscored": 2.0}),
     ],
 )
 def test_a_bound_crossed_fires_at_those_steps_only(name, values):
     assert run(changed(range(21, 24), **values)) == {name: [21, 22, 23]}
+
+
+def test_staleness_fires_once_the_cap_holds_for_its_steps():
+    assert run(changed(range(21, 26), **{"staleness/max": 2.0})) == {"staleness_cap": [23, 24, 25]}
 
 
 def test_the_flag_carries_value_bound_and_a_message_naming_the_key():
@@ -114,6 +117,9 @@ def test_queue_depth_growing_step_after_step():
 def test_staleness_is_judged_against_the_stages_own_cap():
     rows = changed(range(21, 24), **{"staleness/max": 2.0})
     assert run(rows, staleness=4) == {}
+    now_and_then = changed(range(21, 31, 2), **{"staleness/max": 2.0})  # at the cap every other step
+    assert run(now_and_then) == {}
+    assert run(rows, HealthConfig(staleness_cap_steps=1)) == {"staleness_cap": [21, 22, 23]}
     assert run(rows, staleness=0) == {}  # a synchronous stage has no cap to reach
 
 

@@ -267,6 +267,9 @@ class HealthConfig(Base):
     staleness_cap_frac: float | None = Field(
         1.0, gt=0, le=1, description="Flag `staleness/max` at or above this fraction of the stage's max_staleness."
     )
+    staleness_cap_steps: int = Field(
+        3, ge=1, description="... for this many steps in a row (now and then is what partial rollouts do)."
+    )
     grm_unscored_max: float | None = Field(
         0, ge=0, description="Flag `grm/unscored` (GRM samples without a score) above this many per step."
     )

@@ -40,7 +40,7 @@ CHECKS = {
         Check("nonfinite", "train/skipped_nonfinite", "non-finite steps skipped", "a NaN/inf loss skipped the step"),
         Check("engine_death", "engine/requeued_by_death", "engine deaths", "an engine died; trajectories requeued"),
         Check("queue_growth", "queue/depth", "queue depth growing", "unfinished trajectories pile up"),
-        Check("staleness_cap", "staleness/max", "staleness at its cap", "trajectories reach max_staleness"),
+        Check("staleness_cap", "staleness/max", "staleness at its cap", "trajectories stay at max_staleness"),
         Check("grm_unscored", "grm/unscored", "unscored GRM samples", "GRM samples without a score"),
     )
 }
@@ -75,7 +75,8 @@ def threshold(name: str, config: HealthConfig, max_staleness: int | None = None)
         "engine_death": "> 0 (health.engine_deaths)",
         "queue_growth": f"rose at each of {c.queue_growth_steps} steps in a row (health.queue_growth_steps)",
         "staleness_cap": (
-            f">= {c.staleness_cap_frac} x partial.max_staleness {max_staleness} (health.staleness_cap_frac)"
+            f">= {c.staleness_cap_frac} x partial.max_staleness {max_staleness} for {c.staleness_cap_steps} steps "
+            "in a row (health.staleness_cap_frac, staleness_cap_steps)"
         ),
         "grm_unscored": f"> {c.grm_unscored_max} per step (health.grm_unscored_max)",
     }[name]
@@ -147,6 +148,7 @@ class HealthMonitor:
         self.history: deque[dict] = deque(maxlen=2 * config.window)
         self.rises = 0
         self.last_depth: float | None = None
+        self.at_cap = 0  # steps in a row with staleness at its cap
         self.firing: set[str] = set()
 
     # ------------------------------------------------------------ the checks
@@ -226,8 +228,12 @@ class HealthMonitor:
         return (depth, float(self.config.queue_growth_steps)) if self.rises >= self.config.queue_growth_steps else None
 
     def _staleness_cap(self, v):
+        """At the cap for `staleness_cap_steps` steps in a row: with partial rollouts some
+        trajectories reach the cap now and then, which is what the cap is for; a cap reached
+        step after step means the queue cannot keep up and samples are about to be dropped."""
         value, bound = v["staleness/max"], self.config.staleness_cap_frac * self.max_staleness
-        return (value, bound) if value is not None and value >= bound else None
+        self.at_cap = self.at_cap + 1 if value is not None and value >= bound else 0
+        return (value, bound) if self.at_cap >= self.config.staleness_cap_steps else None
 
     def _grm_unscored(self, v):
         return _above(v["grm/unscored"], self.config.grm_unscored_max)
