@@ -33,7 +33,7 @@ from pathlib import Path
 
 SYSTEM = "Answer with the final number only."
 TRAIN_SEED, EVAL_SEED, TRAIN_SIZE, EVAL_SHARE = 11, 12, 4000, 5
-FAMILY = ("basic_arithmetic", {"min_terms": 2, "max_terms": 3, "max_digits": 1, "operators": ["+", "-"]})
+FAMILY = ("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 2})
 
 
 def family_source(name: str, params: dict, seed: int = TRAIN_SEED, size: int = TRAIN_SIZE):
@@ -115,7 +115,7 @@ class EvalEngine:
         from posttrain.config import RolloutConfig
         from posttrain.rollout.engine import RolloutEngine
 
-        config = RolloutConfig(max_model_len=max_model_len, kv_cache_gib=0.5, num_cpus=0)
+        config = RolloutConfig(max_model_len=max_model_len, kv_cache_gib=0.25, num_cpus=0)
         self.actor = RolloutEngine.remote_actor(str(model_dir), config, "float32", 0)
         self.evalset, self.version = evalset, 0
 
@@ -162,7 +162,13 @@ def posttrain_config(args, model_dir: Path):
 
     overlap = args.overlap == "on"
     # 2 cores: overlapped, the engine and the rank get one each; else the rank takes both while the engine waits
-    rollout = {"engines": 1, "max_model_len": args.max_model_len, "overlap": overlap, "threads": 1}
+    rollout = {
+        "engines": 1,
+        "max_model_len": args.max_model_len,
+        "overlap": overlap,
+        "threads": 1,
+        "kv_cache_gib": 0.25,
+    }
     trainer = {"workers": 1, "zero_stage": 2, "grad_clip": 1.0, "threads": 1 if overlap else os.cpu_count()}
     if overlap and (os.cpu_count() or 1) >= 2:
         rollout["cores"], trainer["cores"] = [0], list(range(1, os.cpu_count()))
