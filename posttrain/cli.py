@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.pipeline import preflight
 
             preflight(config, args.pipeline)
+            from posttrain.pipeline import model_line
+
+            print(f"# {model_line(config, args.pipeline)}")  # a YAML comment: stdout stays the resolved YAML
             print(dump_config(config), end="")
             return 0
         if args.command == "run" and args.dry_run:
@@ -192,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.runtime.dryrun import dry_run
 
             preflight(config, args.pipeline)
-            print(dry_run(config))
+            plan, problems = dry_run(config)
+            print(plan)
+            if problems:  # a placement that would wait forever: one line, exit 2
+                print(f"{args.pipeline}: {problems[0]}", file=sys.stderr)
+                return 2
             return 0
         from posttrain.pipeline import run_pipeline
 

@@ -43,7 +43,12 @@ class TinyModelConfig(Base):
 class ModelConfig(Base):
     """Which model the pipeline starts from."""
 
-    name: str = Field(description="`tiny`, `smollm2-135m-instruct`, or a local Hugging Face model folder.")
+    name: str = Field(
+        description=(
+            "`tiny`, `smollm2-135m-instruct`, a hub id (`org/name`, from the local Hugging Face cache or "
+            "downloaded), or a local Hugging Face model folder."
+        )
+    )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape when name is `tiny`.")
     seed: int = Field(0, description="Seed of the tiny model's initial weights.")
     dtype: Literal["float32", "bfloat16"] = Field(
@@ -100,6 +105,26 @@ class RolloutConfig(Base):
     cores: list[Annotated[int, Field(ge=0, le=65535)]] | None = Field(
         None, min_length=1, description="CPU cores the engine processes are pinned to (all engines share them)."
     )
+    weight_sync: Literal["auto", "collective", "object_store"] = Field(
+        "auto",
+        description=(
+            "How new weights reach the engines: collective (trainer rank 0 broadcasts bucketed tensors over a "
+            "process group: NCCL on GPU, gloo on CPU), object_store (one packet through Ray's object store); "
+            "auto: collective when the engines have GPUs, object_store on CPU."
+        ),
+    )
+    sync_bucket_mib: float = Field(
+        256, gt=0, le=65536, description="Collective weight sync: MiB per broadcast bucket (tensors packed together)."
+    )
+
+    @model_validator(mode="after")
+    def _tensor_parallel_fits(self) -> RolloutConfig:
+        from posttrain.config.placement import tensor_parallel_problem
+
+        problem = tensor_parallel_problem(self.num_gpus, self.tensor_parallel)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class AdamWOptimizer(Base):
@@ -214,6 +239,22 @@ class RayConfig(Base):
         1.0, gt=0, le=4096, description="Object store of a local Ray (weights travel through it)."
     )
     dashboard: bool = Field(False, description="Start the Ray dashboard with a local Ray.")
+    nodes: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Nodes of the cluster the pipeline is meant for; with node_gpus/node_cpus, validation checks "
+        "that MOPD's teachers fit beside slot 0.",
+    )
+    node_gpus: float | None = Field(
+        None,
+        ge=0,
+        description="GPUs of each node of that cluster (nodes alike); set, validation refuses a slot or teacher "
+        "that no node could hold (it would wait for Ray forever).",
+    )
+    node_cpus: float | None = Field(
+        None, ge=0, description="Ray CPUs of each node of that cluster (nodes alike); checked like node_gpus."
+    )
 
 
 class WandbConfig(Base):
@@ -346,6 +387,17 @@ class PipelineConfig(Base):
                         f"stages[{index}].partial.max_staleness: rollout.overlap trains on batches one policy "
                         "version old; max_staleness must be >= 1 (0 would drop every one)"
                     )
+
+    def _placeable(self) -> PipelineConfig:
+        """On the cluster the file declares (ray.nodes, node_gpus, node_cpus), every slot and
+        teacher must fit somewhere: an impossible placement group waits forever, silently."""
+        from posttrain.config.placement import declared_nodes, placement_problems
+
+        nodes = declared_nodes(self.ray)
+        if nodes is not None:
+            problems = placement_problems(self, nodes, whole=self.ray.nodes is not None)
+            if problems:
+                raise ValueError(f"{problems[0]} (declared cluster: {_declared(self.ray)})")
         return self
 
     @staticmethod
@@ -373,3 +425,9 @@ class PipelineConfig(Base):
 
     def stage(self, name: str) -> SFTStage | RLStage:
         return next(s for s in self.stages if s.name == name)
+
+
+def _declared(ray: RayConfig) -> str:
+    sizes = (("node_gpus", ray.node_gpus), ("node_cpus", ray.node_cpus))
+    size = ", ".join(f"{key}: {value:g}" for key, value in sizes if value is not None)
+    return f"ray.nodes: {ray.nodes}, {size}" if ray.nodes else size

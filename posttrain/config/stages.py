@@ -265,8 +265,29 @@ class TeacherPoolConfig(Base):
     num_cpus: float = Field(
         0, ge=0, description="Ray CPUs reserved per teacher worker process (they run between rollouts)."
     )
-    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per teacher worker process.")
+    num_gpus: float = Field(
+        0, ge=0, description="Ray GPUs per teacher worker process (vllm: at most 1; a share lets teachers pack)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0, le=1, description="vllm on GPU: share of its GPU's memory each teacher engine takes."
+    )
+    max_resident: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Most teachers loaded at once besides memory_gib (least recently used unloaded first); "
+        "none: memory_gib alone decides.",
+    )
     micro_batch_tokens: int = Field(4096, ge=16, description="Most tokens (padded) per forward pass of the hf backend.")
+
+    @model_validator(mode="after")
+    def _one_gpu_per_engine(self) -> TeacherPoolConfig:
+        if self.backend == "vllm" and self.num_gpus > 1:
+            raise ValueError(
+                f"num_gpus {self.num_gpus:g}: a vllm teacher engine runs on one GPU or a share of one "
+                "(tensor_parallel 1)"
+            )
+        return self
 
 
 class MOPDStage(RolloutStage):

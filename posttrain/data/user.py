@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from posttrain.config import UserTasks
+from posttrain.data.rows import rows_to_tasks
 from posttrain.types import Message, Task
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -82,23 +83,11 @@ def _task(row, number: int, source: UserTasks) -> Task:
 
 
 def tasks_from_file(path: Path, on_bad_row: str, parse) -> list[Task]:
-    """`parse(row, number)` on every row of a JSONL or Parquet file; a row it rejects
-    (ValueError) is reported by number and skipped, or rejects the file (`on_bad_row: fail`)."""
-    tasks, bad = [], []
-    for number, row in _rows(path):
-        try:
-            if isinstance(row, Exception):
-                raise ValueError(f"invalid JSON ({row.msg})")
-            tasks.append(parse(row, number))
-        except ValueError as exc:
-            if on_bad_row == "fail":
-                raise BadTaskFile(f"{path}:{number}: {exc}") from None
-            bad.append(f"row {number}: {exc}")
-    if bad:
-        print(f"{path}: skipped {len(bad)} bad row(s); first: {bad[0]}", flush=True)
-    if not tasks:
-        raise BadTaskFile(f"{path}: no usable task" + (f" ({bad[0]})" if bad else " (empty file)"))
-    return tasks
+    """`parse(row, number)` on every row of a JSONL or Parquet file, through the row loop
+    every source shares (data/rows.py): a bad row is reported by its line number."""
+    return rows_to_tasks(
+        _rows(path), parse, on_bad_row, str(path), error=BadTaskFile, at="{where}:{number}", empty="empty file"
+    )
 
 
 def user_tasks(source: UserTasks) -> list[Task]:

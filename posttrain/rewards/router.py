@@ -68,20 +68,37 @@ def reward_router(stage, judge=None) -> RewardRouter:
         "agent": AgentVerifier(),
     }
     leaves = task_leaves(stage)
-    coding = [leaf for leaf in leaves if leaf.type == "coding"]
+    coding = [leaf for leaf in leaves if leaf.type == "coding" or getattr(leaf, "verifier", None) == "code"]
     if coding:
         from posttrain.rewards.code import CodeVerifier
 
         sources["code"] = CodeVerifier(max(c.workers for c in coding))  # each task carries its own timeout_s
-    user = [leaf for leaf in leaves if leaf.type == "user"]
+    user = [leaf for leaf in leaves if leaf.type == "user" or getattr(leaf, "verifier", None) == "user"]
     if len({u.reward for u in user}) > 1:
         raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
     if user:
         from posttrain.rewards.user import UserReward
 
         sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s)
+    sources.update(own_sources(leaves))
     if stage.reward.grm is not None:
         from posttrain.rewards.grm import GRM
 
         sources["grm"] = GRM(stage.reward.grm, shared=judge)
     return RewardRouter(sources)
+
+
+def own_sources(leaves: list) -> dict[str, RewardSource]:
+    """The reward sources of the user's own environments: `env` (each environment's
+    reward, run in its workers) and `verifiers` (a verifiers environment's rubric)."""
+    sources: dict[str, RewardSource] = {}
+    if any(leaf.type == "env" for leaf in leaves):
+        from posttrain.rewards.env import EnvReward
+
+        sources["env"] = EnvReward()
+    vf = [leaf for leaf in leaves if leaf.type == "verifiers"]
+    if vf:
+        from posttrain.rewards.vf import VerifiersReward
+
+        sources["verifiers"] = VerifiersReward(vf)
+    return sources

@@ -22,8 +22,9 @@ import numpy as np
 
 from posttrain.algo.advantages import grpo_advantages
 from posttrain.config import RLStage, RolloutStage
-from posttrain.data.chat import render_prompt, with_effort
-from posttrain.data.tasks import TaskSampler, load_tasks
+from posttrain.data.chat import with_effort
+from posttrain.data.hf import task_sampler
+from posttrain.data.tools import render_task
 from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
 from posttrain.records.rollouts import RolloutLog
@@ -93,7 +94,7 @@ class RLRun:
 
     def __init__(self, stage, infra: Infra, sampler=None, verifier=None):
         self.stage, self.infra = stage, infra
-        self.sampler = sampler or TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
+        self.sampler = sampler or task_sampler(stage.tasks, seed=infra.config.seed)
         self.verifier = verifier or reward_router(stage, infra.judge)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
@@ -112,7 +113,7 @@ class RLRun:
         rejected = 0
         while len(trajs) < size:
             task = self.sampler.draw(1)[0]
-            prompt = tuple(render_prompt(tok, with_effort(task.messages, stage.budget.effort)))
+            prompt = tuple(render_task(tok, with_effort(task.messages, stage.budget.effort), task.entry.get("tools")))
             if len(prompt) >= max_len:  # a prompt that cannot fit is counted, never a crash
                 self.queue.reject(stage.group_size, "prompt_too_long")
                 rejected += 1
@@ -361,7 +362,7 @@ def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
 
 
 def agent_metrics(samples: list[Sample]) -> dict:
-    episodes = [s.env for s in samples if s.task.verifier == "agent" and s.env]
+    episodes = [s.env for s in samples if s.task.verifier in ("agent", "env") and s.env]
     if not episodes:
         return {}
     calls = [c for e in episodes for c in e["calls"]]

@@ -25,6 +25,7 @@ from posttrain.config import TrainerConfig
 from posttrain.errors import CheckpointWriteError
 from posttrain.rollout.cores import pin_to_cores
 from posttrain.train.optim import build_optimizer, zero_settings
+from posttrain.train.sync import WeightSender
 from posttrain.types import LossSpec, TrainSequence
 
 # Stands in for a micro-batch on a rank that has run out of data: zero loss, but a full
@@ -74,7 +75,7 @@ def _writes_recorded(engine, failures: list):
             vars(owner).pop(name, None)
 
 
-class TrainerWorker:
+class TrainerWorker(WeightSender):
     """Create with `TrainerWorker.remote_actor(...)`; all ranks must get the same calls."""
 
     def __init__(self, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int):
