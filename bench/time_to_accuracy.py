@@ -170,6 +170,7 @@ def posttrain_config(args, model_dir: Path):
         "kv_cache_gib": 0.25,
     }
     trainer = {"workers": 1, "zero_stage": 2, "grad_clip": 1.0, "threads": 1 if overlap else os.cpu_count()}
+    trainer["micro_batch_tokens"] = 1024  # logits of 1024 positions x 49152 vocabulary: the rank stays near 3 GB
     if overlap and (os.cpu_count() or 1) >= 2:
         rollout["cores"], trainer["cores"] = [0], list(range(1, os.cpu_count()))
         trainer["threads"] = len(trainer["cores"])
