@@ -50,7 +50,7 @@ soak: setup
 # It leaves the environment as working as `setup` does (tests/test_bench_setup.py checks it on a
 # fresh clone): TRL's dependencies bring torchvision back, which is removed again.
 bench-setup: setup
-	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,bench]'
+	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,verifiers,bench]'
 	$(DROP_CUDA_WHEELS)
 	$(PY) -c "import transformers, trl, vllm; from transformers import AutoTokenizer, AutoModelForCausalLM"
 
