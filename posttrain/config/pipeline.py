@@ -387,7 +387,9 @@ class PipelineConfig(Base):
                         f"stages[{index}].partial.max_staleness: rollout.overlap trains on batches one policy "
                         "version old; max_staleness must be >= 1 (0 would drop every one)"
                     )
+        return self
 
+    @model_validator(mode="after")
     def _placeable(self) -> PipelineConfig:
         """On the cluster the file declares (ray.nodes, node_gpus, node_cpus), every slot and
         teacher must fit somewhere: an impossible placement group waits forever, silently."""
