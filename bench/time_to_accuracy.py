@@ -421,6 +421,7 @@ def report(args, ours: dict, trl: dict, head: dict, load: list[float]) -> str:
             + " |"
         )
     lines.append("")
+    lines.append(where_time_goes(ours, trl))
     lines.append(f"final accuracy: posttrain {head['posttrain_final']:.3f}, TRL {head['trl_final']:.3f}")
     if head["time_ratio"] is None:
         best = max(p["accuracy"] for p in ours["points"])
@@ -432,6 +433,25 @@ def report(args, ours: dict, trl: dict, head: dict, load: list[float]) -> str:
         )
         lines.append(f"time ratio: {head['time_ratio']:.3f}")
     return "\n".join(lines)
+
+
+def where_time_goes(ours: dict, trl: dict) -> str:
+    """Medians per step (the first step left out): posttrain's split, TRL's step time."""
+    import statistics
+
+    rows = ours["steps"][1:] or ours["steps"]
+
+    def med(key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in rows)
+
+    trl_steps = [s["step_time"] for s in trl["steps"][1:] or trl["steps"] if "step_time" in s]
+    return (
+        f"where the time goes (median per step): posttrain {med('time/step_s'):.1f} s = generate (waited) "
+        f"{med('time/generate_s'):.1f} + score {med('time/score_s'):.1f} + train {med('time/train_s'):.1f} + sync "
+        f"{med('sync/seconds'):.1f} (generation hidden behind training {med('time/overlap_hidden_s'):.1f} s; "
+        f"engine idle {med('engine/idle_frac'):.0%}, trainer idle {med('trainer/idle_frac'):.0%}); TRL "
+        f"{statistics.median(trl_steps) if trl_steps else float('nan'):.1f} s"
+    )
 
 
 def main() -> int:

@@ -73,7 +73,9 @@ class RolloutTiming:
     def add(self, timing: dict, overlapped: bool) -> None:
         self.generate += timing["waited"] if overlapped else timing["wall"]
         self.waited += timing["waited"] if overlapped else 0.0
-        self.hidden += timing["wall"] - timing["waited"] if overlapped else 0.0
+        # engine time (per engine) that ran while the driver scored and trained, not waited for
+        per_engine = timing["busy"] / max(timing["engines"], 1.0)
+        self.hidden += max(0.0, per_engine - timing["waited"]) if overlapped else 0.0
         self.busy += timing["busy"]
         self.requeued += timing["requeued_by_engine_death"]
         self.engines = timing["engines"]
