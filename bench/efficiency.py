@@ -101,20 +101,39 @@ def rl_rows(overlap: str, dtype: str, steps: int) -> tuple[list[dict], list[dict
     trainers.shutdown()
     pool.shutdown()
     ray.shutdown()
-    return rows, samples, {"weight_bytes_fp32": weights, "params": weights / 4}
+    return rows, samples, {"weight_bytes_fp32": weights, "params": weights / 4, "run_dir": str(run_dir)}
+
+
+def saved_run(run_dir: str) -> tuple[list[dict], list[dict], dict]:
+    """The rows, samples and facts of a run folder this script left (its path is printed)."""
+    from posttrain.config import ModelConfig
+    from posttrain.models import resolve_model
+
+    run = Path(run_dir)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    samples = [json.loads(line) for line in (run / "rollouts" / "grpo.jsonl").read_text().splitlines()]
+    model_dir = resolve_model(ModelConfig(name="smollm2-135m-instruct"))
+    weights = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
+    return rows, samples, {"weight_bytes_fp32": weights, "params": weights / 4, "run_dir": run_dir}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16")
+    parser.add_argument("--runs", nargs=2, metavar=("OFF_DIR", "ON_DIR"), help="tabulate run folders left before")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     load = [os.getloadavg()[0]]
     peak = {(dt, t): matmul_peak(dt, t) for dt in ("float32", "bfloat16") for t in (1, cores)}
     bw = memcpy_bandwidth()
     print(f"matmul peak GFLOP/s: {peak}; memcpy {bw:.1f} GB/s", flush=True)
-    runs = {mode: rl_rows(mode, args.dtype, args.steps) for mode in ("off", "on")}
+    if args.runs:
+        runs = {mode: saved_run(d) for mode, d in zip(("off", "on"), args.runs)}
+    else:
+        runs = {mode: rl_rows(mode, args.dtype, args.steps) for mode in ("off", "on")}
+    for mode, (_, _, info) in runs.items():
+        print(f"overlap {mode}: run folder {info['run_dir']}", flush=True)
     load.append(os.getloadavg()[0])
 
     bytes_per = 2 if args.dtype == "bfloat16" else 4
@@ -129,15 +148,13 @@ def main() -> int:
         for s in samples:
             by_step[s["step"]] = by_step.get(s["step"], 0) + s["prompt_tokens"] + s["response_tokens"]
         flops = [6 * n * by_step[r["step"]] / r["time/train_s"] / 1e9 for r in timed]
-        engine_tok = [
-            r["response_tokens/mean"] * len([s for s in samples if s["step"] == r["step"]]) / r["engine/busy_s"]
-            for r in timed
-        ]
+        # every generated sample is trained by the run's end (lambda 1): its tokens over the engines' busy time
+        engine_tok = sum(s["response_tokens"] for s in samples) / sum(r["engine/busy_s"] for r in rows)
         threads = 1 if mode == "on" else cores
         facts[mode] = {
             "trainer_gflops": statistics.median(flops),
             "trainer_threads": threads,
-            "engine_tok_s": statistics.median(engine_tok),
+            "engine_tok_s": engine_tok,
             "sync_s": statistics.median(r["sync/seconds"] for r in timed),
             "engine_idle": statistics.median(r["engine/idle_frac"] for r in timed),
             "trainer_idle": statistics.median(r["trainer/idle_frac"] for r in timed),
