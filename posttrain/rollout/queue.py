@@ -193,9 +193,7 @@ class PartialRolloutQueue:
                 Trajectory(**{"action_mask": [1] * len(t["response_ids"]), **t, "prompt_ids": tuple(t["prompt_ids"])})
                 for t in g["trajectories"]
             ]
-            queue.groups[g["group_id"]] = Group(
-                g["group_id"], _task_from(g["task"]), g["budget"], trajs
-            )
+            queue.groups[g["group_id"]] = Group(g["group_id"], _task_from(g["task"]), g["budget"], trajs)
         return queue
 
 
