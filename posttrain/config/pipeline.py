@@ -155,6 +155,9 @@ class TrainerConfig(Base):
     max_nonfinite_steps: int = Field(
         3, ge=1, le=1000, description="A NaN/inf loss skips its optimizer step; this many in a row stop the run."
     )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute each block's activations in the backward pass: less memory, more compute."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -260,6 +263,15 @@ class PipelineConfig(Base):
                         f"(earlier experts stages: {[n for n, s in seen.items() if isinstance(s, ExpertsStage)]})"
                     )
             seen[stage.name] = stage
+        return self
+
+    @model_validator(mode="after")
+    def _bf16_needs_zero(self) -> PipelineConfig:
+        if self.model.dtype == "bfloat16" and self.trainer.zero_stage == 0:
+            raise ValueError(
+                "trainer.zero_stage: model.dtype bfloat16 needs zero_stage >= 1: only DeepSpeed's ZeRO optimizers "
+                "keep fp32 master weights and accumulate gradients in fp32 (at stage 0 both would be bf16)"
+            )
         return self
 
     @staticmethod

@@ -38,6 +38,20 @@ def shard_balanced(seqs: list[TrainSequence], ranks: int) -> list[list[int]]:
     return shards
 
 
+def split_minibatches(seqs: list[TrainSequence], count: int) -> list[list[int]]:
+    """Batch indices in `count` contiguous runs of near-equal size (so a group's samples
+    stay together where the sizes allow), never an empty one; fewer when the batch holds
+    fewer sequences. The same split serves every epoch."""
+    count = max(1, min(count, len(seqs)))
+    size, extra = divmod(len(seqs), count)
+    runs, start = [], 0
+    for m in range(count):
+        end = start + size + (m < extra)
+        runs.append(list(range(start, end)))
+        start = end
+    return runs
+
+
 RESTART_BYTES = 256 * 2**20
 
 
@@ -120,26 +134,37 @@ class TrainerGroup:
         self.workers = self._start()
 
     def train_step(self, seqs: list[TrainSequence], spec: LossSpec) -> dict:
-        """One optimizer step on all ranks. Returns summed metrics and, per sequence, the
-        trainer's logprobs of its response tokens before the step."""
-        global_tokens = int(sum(sum(s.loss_mask) for s in seqs))
-        shards = shard_balanced(seqs, len(self.workers))
+        """One RL step on all ranks: `spec.minibatches` optimizer steps per epoch (one by
+        default), each minibatch sharded over the ranks. The policy version advances once
+        (one weight sync follows), if any step was applied. Returns summed metrics and,
+        per sequence, the trainer's logprobs of its response tokens before the first step
+        and their off-policy weights."""
+        per_rank: list[list[list[TrainSequence]]] = [[] for _ in self.workers]
+        order: list[list[int]] = [[] for _ in self.workers]  # batch index of each rank's results
+        tokens = []
+        for minibatch in split_minibatches(seqs, spec.minibatches):
+            tokens.append(int(sum(sum(seqs[i].loss_mask) for i in minibatch)))
+            for rank, idx in enumerate(shard_balanced([seqs[i] for i in minibatch], len(self.workers))):
+                per_rank[rank].append([seqs[minibatch[j]] for j in idx])
+                order[rank] += [minibatch[j] for j in idx]
         results = get_all(
-            [w.train_step.remote([seqs[i] for i in idx], spec, global_tokens) for w, idx in zip(self.workers, shards)]
+            [w.train_minibatches.remote(shards, spec, tokens) for w, shards in zip(self.workers, per_rank)]
         )
         logp: list[list[float]] = [[] for _ in seqs]
+        weights: list[list[float]] = [[] for _ in seqs]
         sums: dict[str, float] = {}
-        for idx, res in zip(shards, results):
-            for i, values in zip(idx, res["logp"]):
-                logp[i] = values
+        for idx, res in zip(order, results):
+            for i, values, w in zip(idx, res["logp"], res["weights"]):
+                logp[i], weights[i] = values, w
             for key, value in res["sums"].items():
                 sums[key] = sums.get(key, 0.0) + value
         skipped = results[0]["skipped"]
         self._count_nonfinite(skipped)
-        if not skipped:
+        if results[0]["applied"]:
             self.version += 1
         return {
             "logp": logp,
+            "weights": weights,
             "sums": sums,
             "grad_norm": results[0]["grad_norm"],
             "skipped": skipped,

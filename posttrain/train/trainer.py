@@ -7,12 +7,16 @@ with an exact token-level mean over the whole global batch:
 
     loss_rank = sum_{local tokens} l_t / N_global * world_size
 
-because DeepSpeed averages gradients over ranks.
+because DeepSpeed averages gradients over ranks. With PPO minibatches each optimizer
+step is such a mean over its own minibatch. A rank's device (its GPU, else the CPU) is
+decided once, from its resources; inputs, the reference model and every collective's
+tensors live there.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import shutil
 import time
@@ -25,6 +29,20 @@ from posttrain.config import TrainerConfig
 from posttrain.errors import CheckpointWriteError
 from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.types import LossSpec, TrainSequence
+
+# Sums over tokens that every train step returns (trained tokens, stale and fresh sampled
+# tokens with their weights, entropy) and over optimizer steps (loss, clip, kl).
+SUM_KEYS = (
+    "loss",
+    "clip_tokens",
+    "kl",
+    "tokens",
+    "stale_tokens",
+    "offpolicy_weight",
+    "fresh_tokens",
+    "fresh_weight",
+    "entropy",
+)
 
 # Stands in for a micro-batch on a rank that has run out of data: zero loss, but a full
 # backward, so the rank joins every gradient collective of the others.
@@ -73,6 +91,64 @@ def _writes_recorded(engine, failures: list):
             vars(owner).pop(name, None)
 
 
+def rank_device(num_gpus: float):
+    """The one place a rank's device is decided, from its Ray resources: with a GPU, its
+    CUDA device (Ray sets CUDA_VISIBLE_DEVICES to the rank's own GPU, so cuda:0), else the
+    CPU. DeepSpeed moves the model there but never the inputs: `collate` does."""
+    import torch
+
+    return torch.device("cuda", 0) if num_gpus > 0 else torch.device("cpu")
+
+
+def group_backend(device) -> str:
+    """The process group's backend for a rank on `device`: NCCL (CUDA tensors only) on a
+    GPU, gloo on the CPU. So every collective's tensors belong on the rank's device."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def collate(seqs: list[TrainSequence], device) -> dict:
+    """Right-padded token ids, and per-token tensors over the window of positions that
+    predict a response token (position t predicts token t+1, so response token j of a
+    sequence sits at prompt_len-1+j; `starts` are relative to the window's first
+    position). Logits are computed for the window only. Every tensor is on `device`."""
+    import torch
+
+    length = max(len(s.token_ids) for s in seqs)
+    lo = min(s.prompt_len - 1 for s in seqs)
+    hi = max(len(s.token_ids) - 1 for s in seqs)
+    ids = torch.zeros(len(seqs), length, dtype=torch.long)
+    attn = torch.zeros(len(seqs), length, dtype=torch.long)
+    # advantages, loss mask, engine logprobs, stale, has_engine (1 where the engine's logprobs came with it)
+    per_token = torch.zeros(5, len(seqs), max(hi - lo, 0))
+    starts = []
+    for row, s in enumerate(seqs):
+        n, start, end = len(s.token_ids), s.prompt_len - 1 - lo, s.prompt_len - 1 - lo + s.response_len
+        ids[row, :n] = torch.tensor(s.token_ids)
+        attn[row, :n] = 1
+        per_token[0, row, start:end] = torch.tensor(s.advantages, dtype=torch.float32)
+        per_token[1, row, start:end] = torch.tensor(s.loss_mask, dtype=torch.float32)
+        if s.logp_engine:
+            per_token[2, row, start:end] = torch.tensor(s.logp_engine, dtype=torch.float32)
+            per_token[4, row, start:end] = 1.0
+        if s.stale:
+            per_token[3, row, start:end] = torch.tensor(s.stale, dtype=torch.float32)
+        starts.append(start)
+    per_token = per_token.to(device)
+    ids, attn = ids.to(device), attn.to(device)
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "targets": ids[:, lo + 1 : hi + 1],
+        "window": (lo, hi),
+        "starts": starts,
+        "advantages": per_token[0],
+        "loss_mask": per_token[1],
+        "logp_engine": per_token[2],
+        "stale": per_token[3],
+        "has_engine": per_token[4],
+    }
+
+
 class TrainerWorker:
     """Create with `TrainerWorker.remote_actor(...)`; all ranks must get the same calls."""
 
@@ -89,7 +165,10 @@ class TrainerWorker:
 
         torch.set_num_threads(config.threads)
         torch.manual_seed(seed + rank)
-        deepspeed.init_distributed(dist_backend="nccl" if config.num_gpus else "gloo")
+        self.device = rank_device(config.num_gpus)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        deepspeed.init_distributed(dist_backend=group_backend(self.device))
         self.rank, self.world_size, self.config, self.seed = rank, world_size, config, seed
         self.engine = None
         self.ref_model = None
@@ -121,8 +200,11 @@ class TrainerWorker:
         torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         if kl_beta > 0:
-            self.ref_model = copy.deepcopy(model).to(torch_dtype).eval().requires_grad_(False)
+            self.ref_model = copy.deepcopy(model).to(self.device, torch_dtype).eval().requires_grad_(False)
         self.model_dir, self.dtype = model_dir, dtype
+        self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
         optimizer = build_optimizer(model, self.config, lr)
         schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -131,6 +213,8 @@ class TrainerWorker:
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=schedule, config=self._ds_config(dtype)
         )
+        if torch.device(self.engine.device) != self.device:
+            raise RuntimeError(f"DeepSpeed put the model on {self.engine.device}, the rank's device is {self.device}")
         if resume:
             path, _ = self.engine.load_checkpoint(
                 str(Path(model_dir) / "deepspeed"),
@@ -153,6 +237,9 @@ class TrainerWorker:
             "gradient_clipping": self.config.grad_clip,
             "zero_optimization": zero,
             "bf16": {"enabled": dtype == "bfloat16"},
+            # fp32 master weights are ZeRO's own; this makes gradients accumulate over
+            # micro-batches in fp32 too (ZeRO-1/2/3; DeepSpeed's default is the model dtype)
+            **({"data_types": {"grad_accum_dtype": "fp32"}} if dtype == "bfloat16" else {}),
             "zero_allow_untested_optimizer": True,
             # offload_optimizer with our client optimizers (torch AdamW, MuonWithAuxAdam): without
             # this DeepSpeed refuses any optimizer but its own CPU Adam
@@ -164,30 +251,61 @@ class TrainerWorker:
     # ------------------------------------------------------------ training
 
     def train_step(self, shard: list[TrainSequence], spec: LossSpec, global_tokens: int) -> dict:
-        """One optimizer step over this rank's shard. Returns the trainer's logprobs of every
-        response token under the weights *before* the step (for logp/mismatch), and sums."""
+        """One optimizer step over this rank's shard: `train_minibatches` with one minibatch."""
+        return self.train_minibatches([shard], spec, [global_tokens])
+
+    def train_minibatches(self, shards: list[list[TrainSequence]], spec: LossSpec, global_tokens: list[int]) -> dict:
+        """PPO over this rank's part of each minibatch: `spec.epochs` passes, one optimizer
+        step per minibatch, each an exact token mean over its minibatch on all ranks.
+        logp_old is the policy before the first step: with one minibatch and one epoch, the
+        training forward pass itself (ratio 1); otherwise one no-grad pass first. Returns,
+        per sequence (shards in order), logp_old of its response tokens (logp/mismatch) and
+        their off-policy weights, and sums in which every token counts once (the loss is the
+        token mean over the batch, averaged over epochs)."""
         import torch
 
         started = time.perf_counter()
+        plans = [self._aligned_micro_batches(shard) for shard in shards]
+        sums = dict.fromkeys(SUM_KEYS, 0.0)
+        records = [{"logp": [[] for _ in shard], "weights": [[] for _ in shard]} for shard in shards]
+        before = None
+        if (spec.minibatches, spec.epochs) != (1, 1):
+            before = [self._policy_before(s, p, spec, sums, r) for s, p, r in zip(shards, plans, records)]
         self.engine.train()
-        scale = self.world_size / max(global_tokens, 1)
-        logp_before: list[list[float]] = [[] for _ in shard]
-        sums = {"loss": 0.0, "clip_tokens": 0.0, "kl": 0.0, "tokens": 0.0, "stale_tokens": 0.0, "offpolicy_weight": 0.0}
-        nonfinite = False
-        for index_mb in self._aligned_micro_batches(shard):
-            seqs = [shard[i] for i in index_mb] or [_PAD_SEQUENCE]
-            batch = self._collate(seqs)
-            loss, logp_old = self._loss(batch, spec, sums)
-            if not torch.isfinite(loss.detach()):
-                nonfinite = True
-                # poison: NaN gradients make DeepSpeed's ZeRO optimizer discard the whole step
-                # (its grad-norm overflow check); finite partial gradients would be applied
-                loss = loss * float("nan")
-            self.engine.backward(loss * scale)
-            sums["loss"] += float(loss.detach()) * scale / self.world_size
-            for row, i in enumerate(index_mb):
-                start = batch["starts"][row]
-                logp_before[i] = logp_old[row, start : start + shard[i].response_len].tolist()
+        total = max(sum(global_tokens), 1) * spec.epochs
+        skipped, applied, norms = False, 0, []
+        for _ in range(spec.epochs):
+            for m, (shard, plan) in enumerate(zip(shards, plans)):
+                olds = before[m] if before is not None else [None] * len(plan)
+                scale = self.world_size / max(global_tokens[m], 1)
+                nonfinite = False
+                for index_mb, old in zip(plan, olds):
+                    batch = old["batch"] if old else self._collate([shard[i] for i in index_mb] or [_PAD_SEQUENCE])
+                    loss, old = self._loss(batch, spec, sums, old)
+                    if before is None:
+                        self._record(batch, index_mb, shard, old, records[m])
+                    if not torch.isfinite(loss.detach()):
+                        nonfinite = True
+                        # poison: NaN gradients make DeepSpeed's ZeRO optimizer discard the whole step
+                        # (its grad-norm overflow check); finite partial gradients would be applied
+                        loss = loss * float("nan")
+                    self.engine.backward(loss * scale)
+                    sums["loss"] += float(loss.detach()) / total
+                step_skipped, norm = self._optimizer_step(nonfinite)
+                skipped, applied = skipped or step_skipped, applied + (not step_skipped)
+                norms += [norm] if not step_skipped else []
+        return {
+            "logp": [values for r in records for values in r["logp"]],
+            "weights": [values for r in records for values in r["weights"]],
+            "sums": sums,
+            "seconds": time.perf_counter() - started,
+            "skipped": skipped,
+            "applied": applied,
+            "grad_norm": sum(norms) / len(norms) if norms else float("nan"),
+        }
+
+    def _optimizer_step(self, nonfinite: bool) -> tuple[bool, float]:
+        """Step on every rank, or on none when any rank's loss was NaN or inf; (skipped, grad norm)."""
         skipped = self._any_rank(nonfinite)
         if skipped and self.config.zero_stage == 0:
             self.engine.zero_grad()  # no ZeRO optimizer to catch the NaN gradients: drop them here
@@ -196,71 +314,126 @@ class TrainerWorker:
             if skipped and self.engine.was_step_applied():
                 raise RuntimeError("non-finite loss, but DeepSpeed applied the step: weights are corrupt")
         grad_norm = self.engine.get_global_grad_norm()
-        return {
-            "logp": logp_before,
-            "sums": sums,
-            "seconds": time.perf_counter() - started,
-            "skipped": skipped,
-            "grad_norm": float(grad_norm) if grad_norm is not None and not skipped else float("nan"),
-        }
+        return skipped, float(grad_norm) if grad_norm is not None and not skipped else float("nan")
+
+    def _policy_before(self, shard: list[TrainSequence], plan: list[list[int]], spec: LossSpec, sums, record) -> list:
+        """The no-grad pass before the first minibatch step: per micro-batch its batch,
+        logp_old, off-policy weights (and reference logprobs); token sums and records."""
+        import torch
+
+        self.engine.eval()
+        olds = []
+        with torch.no_grad():
+            for index_mb in plan:
+                batch = self._collate([shard[i] for i in index_mb] or [_PAD_SEQUENCE])
+                logp, entropy = self._forward_logp(self.engine, batch, spec.temperature)
+                old = {"batch": batch, "logp": logp, "weights": self._token_weights(batch, logp, spec)}
+                if self.ref_model is not None and spec.kl_beta > 0:
+                    old["ref"] = self._forward_logp(self.ref_model, batch, spec.temperature)[0]
+                self._add_token_sums(batch, old["weights"], entropy, sums)
+                self._record(batch, index_mb, shard, old, record)
+                olds.append(old)
+        return olds
 
     def _any_rank(self, flag: bool) -> bool:
+        return bool(self._max_over_ranks(int(flag)))
+
+    def _max_over_ranks(self, value: int) -> int:
+        """The largest `value` over the ranks (a collective: every rank must call it). Its
+        tensor lives on the rank's device, which is the process group's: NCCL reduces only
+        CUDA tensors, gloo CPU ones."""
         import torch
         import torch.distributed as dist
 
-        value = torch.tensor([int(flag)])
+        tensor = torch.tensor([value], device=self.device)
         if self.world_size > 1:
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item())
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
 
-    def _loss(self, batch: dict, spec: LossSpec, sums: dict):
-        """Summed (not averaged) loss of a micro-batch, and its detached logprobs."""
+    def _loss(self, batch: dict, spec: LossSpec, sums: dict, old: dict | None = None) -> tuple:
+        """Summed (not averaged) loss of a micro-batch. `old` holds logp_old and the
+        off-policy weights from the no-grad pass; without it they come from this pass,
+        which then adds the micro-batch's token sums. Returns the loss and `old`."""
         import torch
 
         from posttrain.algo.losses import k3_kl, nll_loss, policy_gradient_loss
-        from posttrain.algo.offpolicy import offpolicy_weights
 
-        logp = self._forward_logp(self.engine, batch, spec.temperature)
-        mask, logp_old = batch["loss_mask"], logp.detach()
+        logp, entropy = self._forward_logp(self.engine, batch, spec.temperature)
+        mask = batch["loss_mask"]
+        if old is None:
+            old = {"logp": logp.detach(), "weights": self._token_weights(batch, logp.detach(), spec)}
+            self._add_token_sums(batch, old["weights"], entropy, sums)
         if spec.kind == "pg":
             per_token, clipped = policy_gradient_loss(
-                logp, logp_old, batch["advantages"], spec.clip_eps_lo, spec.clip_eps_hi
+                logp, old["logp"], batch["advantages"], spec.clip_eps_lo, spec.clip_eps_hi
             )
-            weights = offpolicy_weights(
-                spec.correction,
-                logp_old,
-                batch["logp_engine"],
-                batch["stale"] * mask,
-                cap=spec.tis_cap,
-                lo=spec.mask_lo,
-                hi=spec.mask_hi,
-            )
-            per_token = per_token * weights
-            sums["clip_tokens"] += float((clipped * mask).sum())
-            sums["stale_tokens"] += float((batch["stale"] * mask).sum())
-            sums["offpolicy_weight"] += float((weights * batch["stale"] * mask).sum())
+            per_token = per_token * old["weights"]
+            sums["clip_tokens"] += float((clipped * mask).sum()) / spec.epochs
         else:
             per_token = nll_loss(logp)
         if self.ref_model is not None and spec.kl_beta > 0:
-            with torch.no_grad():
-                logp_ref = self._forward_logp(self.ref_model, batch, spec.temperature)
-            kl = k3_kl(logp, logp_ref)
+            if "ref" not in old:
+                with torch.no_grad():
+                    old["ref"] = self._forward_logp(self.ref_model, batch, spec.temperature)[0]
+            kl = k3_kl(logp, old["ref"])
             per_token = per_token + spec.kl_beta * kl
-            sums["kl"] += float((kl.detach() * mask).sum())
-        sums["tokens"] += float(mask.sum())
-        return (per_token * mask).sum(), logp_old
+            sums["kl"] += float((kl.detach() * mask).sum()) / spec.epochs
+        return (per_token * mask).sum(), old
+
+    @staticmethod
+    def _token_weights(batch: dict, logp_old, spec: LossSpec):
+        """Per-token correction weights (docs/recipe.md, Partial rollouts, step 4): on stale
+        tokens, and with `correct_fresh` on every sampled one (engine/trainer mismatch)."""
+        import torch
+
+        from posttrain.algo.offpolicy import offpolicy_weights
+
+        if spec.kind != "pg":
+            return torch.ones_like(logp_old)
+        sampled = batch["has_engine"] * batch["loss_mask"]
+        corrected = sampled if spec.correct_fresh else batch["stale"] * sampled
+        return offpolicy_weights(
+            spec.correction,
+            logp_old,
+            batch["logp_engine"],
+            corrected,
+            cap=spec.tis_cap,
+            lo=spec.mask_lo,
+            hi=spec.mask_hi,
+        )
+
+    @staticmethod
+    def _add_token_sums(batch: dict, weights, entropy, sums: dict) -> None:
+        import torch
+
+        mask = batch["loss_mask"]
+        stale = batch["stale"] * mask
+        fresh = batch["has_engine"] * mask * (1 - batch["stale"])
+        values = {
+            "tokens": mask.sum(),
+            "stale_tokens": stale.sum(),
+            "offpolicy_weight": (weights * stale).sum(),
+            "fresh_tokens": fresh.sum(),
+            "fresh_weight": (weights * fresh).sum(),
+            "entropy": (entropy * mask).sum(),
+        }
+        for key, value in zip(values, torch.stack(list(values.values())).tolist()):  # one device sync
+            sums[key] += value
+
+    @staticmethod
+    def _record(batch: dict, index_mb: list[int], shard: list[TrainSequence], old: dict, record: dict) -> None:
+        """logp_old and the weights of each sequence's response tokens, as lists."""
+        for row, i in enumerate(index_mb):
+            start, end = batch["starts"][row], batch["starts"][row] + shard[i].response_len
+            record["logp"][i] = old["logp"][row, start:end].tolist()
+            record["weights"][i] = old["weights"][row, start:end].tolist()
 
     def _aligned_micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
         """Micro-batches padded with empty ones to the largest count over ranks: ZeRO reduces
         gradients inside every backward, so all ranks must run the same number of them."""
-        import torch
-        import torch.distributed as dist
-
         batches = self._micro_batches(shard)
-        count = torch.tensor([len(batches)])
-        if self.world_size > 1:
-            dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        return batches + [[] for _ in range(int(count) - len(batches))]
+        count = self._max_over_ranks(len(batches))
+        return batches + [[] for _ in range(count - len(batches))]
 
     def _micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
         order = sorted(range(len(shard)), key=lambda i: len(shard[i].token_ids))
@@ -277,45 +450,24 @@ class TrainerWorker:
         return batches
 
     def _collate(self, seqs: list[TrainSequence]) -> dict:
-        """Right-pad; per-token tensors are aligned to the *shifted* targets (position t
-        predicts token t+1), so response token j of a sequence sits at prompt_len-1+j."""
+        return collate(seqs, self.device)
+
+    def _forward_logp(self, model, batch: dict, temperature: float):
+        """Logprobs of the batch's target tokens (differentiable) and the policy's entropy
+        at those positions. Logits are computed for the response window only (HF's
+        `logits_to_keep`), and never upcast whole (token_logprobs_entropy)."""
         import torch
 
-        length = max(len(s.token_ids) for s in seqs)
-        ids = torch.zeros(len(seqs), length, dtype=torch.long)
-        attn = torch.zeros(len(seqs), length, dtype=torch.long)
-        adv = torch.zeros(len(seqs), length - 1)
-        mask = torch.zeros(len(seqs), length - 1)
-        logp_engine = torch.zeros(len(seqs), length - 1)
-        stale = torch.zeros(len(seqs), length - 1)
-        starts = []
-        for row, s in enumerate(seqs):
-            n, start = len(s.token_ids), s.prompt_len - 1
-            ids[row, :n] = torch.tensor(s.token_ids)
-            attn[row, :n] = 1
-            adv[row, start : start + s.response_len] = torch.tensor(s.advantages, dtype=torch.float32)
-            mask[row, start : start + s.response_len] = torch.tensor(s.loss_mask, dtype=torch.float32)
-            if s.logp_engine:
-                logp_engine[row, start : start + s.response_len] = torch.tensor(s.logp_engine, dtype=torch.float32)
-            if s.stale:
-                stale[row, start : start + s.response_len] = torch.tensor(s.stale, dtype=torch.float32)
-            starts.append(start)
-        return {
-            "input_ids": ids,
-            "attention_mask": attn,
-            "advantages": adv,
-            "loss_mask": mask,
-            "starts": starts,
-            "logp_engine": logp_engine,
-            "stale": stale,
-        }
+        from posttrain.algo.losses import token_logprobs_entropy
 
-    @staticmethod
-    def _forward_logp(model, batch: dict, temperature: float):
-        from posttrain.algo.losses import token_logprobs
-
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
-        return token_logprobs(logits[:, :-1], batch["input_ids"][:, 1:], temperature)
+        lo, hi = batch["window"]
+        keep = {"logits_to_keep": torch.arange(lo, hi, device=self.device)} if self.keeps_logits else {}
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False, **keep
+        ).logits
+        if not self.keeps_logits:
+            logits = logits[:, lo:hi]
+        return token_logprobs_entropy(logits, batch["targets"], temperature)
 
     def logprobs(self, seqs: list[TrainSequence], temperature: float = 1.0) -> list[list[float]]:
         """Logprobs of the response tokens under the current weights, no gradient."""
@@ -326,7 +478,7 @@ class TrainerWorker:
         with torch.no_grad():
             for index_mb in self._aligned_micro_batches(seqs):
                 batch = self._collate([seqs[i] for i in index_mb] or [_PAD_SEQUENCE])
-                logp = self._forward_logp(self.engine, batch, temperature)
+                logp, _ = self._forward_logp(self.engine, batch, temperature)
                 for row, i in enumerate(index_mb):
                     out[i] = logp[row, batch["starts"][row] : batch["starts"][row] + seqs[i].response_len].tolist()
         return out
@@ -402,13 +554,7 @@ class TrainerWorker:
 
     def _all_ok(self, error: Exception | None) -> bool:
         """True when no rank has failed so far (a collective, so every rank must call it)."""
-        import torch
-        import torch.distributed as dist
-
-        failed = torch.tensor([int(error is not None)])
-        if self.world_size > 1:
-            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-        return not failed.item()
+        return not self._max_over_ranks(int(error is not None))
 
     def _write_error(self, target: Path, error: Exception | None) -> CheckpointWriteError:
         where = target.parent if target.parent.exists() else Path(".")
