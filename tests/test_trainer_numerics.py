@@ -128,3 +128,61 @@ def test_forward_gives_the_model_its_inputs_on_the_rank_device():
     assert logp.device.type == entropy.device.type == "meta" and logp.shape == (2, 5)
     with pytest.raises(RuntimeError, match="meta"):  # the bug: CPU inputs for a model on another device
         worker._forward_logp(model, collate(SEQS, torch.device("cpu")), 1.0)
+
+
+def _pipeline(**changes) -> dict:
+    rl = {
+        "name": "rl",
+        "type": "rl",
+        "steps": 1,
+        "lr": 1e-4,
+        "prompts_per_step": 2,
+        "group_size": 2,
+        "tasks": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}]},
+    }
+    raw = {"model": {"name": "tiny"}, "stages": [rl]}
+    for key, value in changes.items():
+        if key in ("algo", "partial"):
+            rl[key] = value
+        else:
+            raw[key] = value
+    return raw
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"model": {"name": "tiny", "dtype": "bfloat16"}, "trainer": {"zero_stage": 0}},
+            "p.yaml: trainer.zero_stage: model.dtype bfloat16 needs zero_stage >= 1",
+        ),
+        (
+            {"partial": {"correction": {"type": "exclude", "fresh": True}}},
+            "p.yaml: stages[0].partial.correction: fresh: exclude would drop every fresh token",
+        ),
+        ({"algo": {"minibatches": 5}}, "p.yaml: stages[0]: algo.minibatches (5) must be at most prompts_per_step"),
+        ({"algo": {"epochs": 0}}, "p.yaml: stages[0].algo.epochs: must be >= 1"),
+    ],
+)
+def test_trainer_config_errors_name_the_key(changes, message):
+    from posttrain.config.files import ConfigError, validate_pipeline
+
+    with pytest.raises(ConfigError) as info:
+        validate_pipeline(_pipeline(**changes), source="p.yaml")
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_trainer_options_validate():
+    from posttrain.config.files import validate_pipeline
+
+    config = validate_pipeline(
+        _pipeline(
+            model={"name": "tiny", "dtype": "bfloat16"},
+            trainer={"zero_stage": 2, "gradient_checkpointing": True},
+            algo={"minibatches": 4, "epochs": 2},
+            partial={"correction": {"type": "mask", "lo": 0.8, "hi": 1.25, "fresh": True}},
+        )
+    )
+    stage = config.stages[0]
+    assert config.trainer.gradient_checkpointing and (stage.algo.minibatches, stage.algo.epochs) == (4, 2)
+    assert stage.partial.correction.fresh

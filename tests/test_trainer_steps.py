@@ -64,15 +64,21 @@ def test_second_optimizer_step_is_clipped_and_the_loss_is_the_hand_derived_one(
         g.shutdown()
 
 
-def test_entropy_is_summed_exactly_over_micro_batches_and_ranks(ray_session, tiny_dir):
-    from transformers import AutoModelForCausalLM
-
+def random_batch() -> list[TrainSequence]:
     gen = torch.Generator().manual_seed(1)
     seqs = []
     for n, p in ((9, 3), (14, 5), (6, 2), (11, 4), (17, 6)):
         ids = tuple(torch.randint(3, 300, (n,), generator=gen).tolist())
         mask = tuple(float(j % 3 != 1) for j in range(n - p))  # some tokens out of the loss (tool messages)
-        seqs.append(TrainSequence(ids, p, (0.0,) * (n - p), mask))
+        advantages = tuple(torch.randn(n - p, generator=gen).tolist())
+        seqs.append(TrainSequence(ids, p, advantages, mask))
+    return seqs
+
+
+def test_entropy_is_summed_exactly_over_micro_batches_and_ranks(ray_session, tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    seqs = random_batch()
     model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
     total, tokens = 0.0, 0.0
     with torch.no_grad():
@@ -86,10 +92,25 @@ def test_entropy_is_summed_exactly_over_micro_batches_and_ranks(ray_session, tin
         out = g.train_step(seqs, LossSpec(kind="pg"))
         assert out["sums"]["tokens"] == tokens
         assert out["sums"]["entropy"] / out["sums"]["tokens"] == pytest.approx(total / tokens, rel=1e-5)
-        assert (
-            0
-            < total / tokens
-            < math.log(ray.get(g.workers[0].__ray_call__.remote(lambda w: w.engine.module.config.vocab_size)))
-        )
+        assert 0 < total / tokens < math.log(model.config.vocab_size)
     finally:
         g.shutdown()
+
+
+def test_gradient_checkpointing_changes_memory_not_the_step(ray_session, tiny_dir):
+    """The same loss and gradient norm with activations recomputed (under ZeRO-3, whose
+    parameters are gathered again for the recomputation) as without (ZeRO-2)."""
+    seqs = random_batch()
+    results = {}
+    for zero, checkpointing in ((2, False), (3, True)):
+        config = TrainerConfig(workers=2, zero_stage=zero, micro_batch_tokens=24, gradient_checkpointing=checkpointing)
+        g = TrainerGroup(config, seed=0)
+        try:
+            g.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
+            active = ray.get(g.workers[0].__ray_call__.remote(lambda w: w.engine.module.is_gradient_checkpointing))
+            assert active == checkpointing
+            out = g.train_step(seqs, LossSpec(kind="pg"))
+            results[checkpointing] = (out["sums"]["loss"], out["grad_norm"])
+        finally:
+            g.shutdown()
+    assert results[True] == pytest.approx(results[False], rel=1e-5)

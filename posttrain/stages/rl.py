@@ -288,6 +288,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "offpolicy/weight_mean": trained["sums"]["offpolicy_weight"] / max(trained["sums"]["stale_tokens"], 1.0),
         "offpolicy/fresh_weight_mean": fresh_weight_mean(trained["sums"]),
         "policy/entropy": trained["sums"]["entropy"] / max(tokens, 1.0),
+        "train/padding_frac": 1.0 - trained["sums"]["sequence_tokens"] / max(trained["sums"]["positions"], 1.0),
         "loss/policy": trained["sums"]["loss"],
         "loss/clip_frac": trained["sums"]["clip_tokens"] / max(tokens, 1.0),
         "loss/kl": trained["sums"]["kl"] / max(tokens, 1.0),

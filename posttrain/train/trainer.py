@@ -31,7 +31,8 @@ from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.types import LossSpec, TrainSequence
 
 # Sums over tokens that every train step returns (trained tokens, stale and fresh sampled
-# tokens with their weights, entropy) and over optimizer steps (loss, clip, kl).
+# tokens with their weights, entropy; positions through the model, padding included, and
+# the sequences' own tokens) and over optimizer steps (loss, clip, kl).
 SUM_KEYS = (
     "loss",
     "clip_tokens",
@@ -42,6 +43,8 @@ SUM_KEYS = (
     "fresh_tokens",
     "fresh_weight",
     "entropy",
+    "positions",
+    "sequence_tokens",
 )
 
 # Stands in for a micro-batch on a rank that has run out of data: zero loss, but a full
@@ -146,6 +149,7 @@ def collate(seqs: list[TrainSequence], device) -> dict:
         "logp_engine": per_token[2],
         "stale": per_token[3],
         "has_engine": per_token[4],
+        "positions": (len(seqs) * length, sum(len(s.token_ids) for s in seqs)),  # padded, real
     }
 
 
@@ -419,6 +423,8 @@ class TrainerWorker:
         }
         for key, value in zip(values, torch.stack(list(values.values())).tolist()):  # one device sync
             sums[key] += value
+        sums["positions"] += batch["positions"][0]
+        sums["sequence_tokens"] += batch["positions"][1]
 
     @staticmethod
     def _record(batch: dict, index_mb: list[int], shard: list[TrainSequence], old: dict, record: dict) -> None:
