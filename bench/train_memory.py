@@ -5,7 +5,9 @@ Each variant runs in a fresh process: one DeepSpeed rank (world size 1, ZeRO-2),
 step (Adam allocates its state there), then the measured step. Its figures are peak RSS
 (VmHWM, reset through /proc/self/clear_refs) above the RSS before the step, in its two
 phases: the forward and backward passes (what the logprob path and checkpointing change)
-and DeepSpeed's optimizer step (the same in every variant).
+and DeepSpeed's optimizer step (the same in every variant). The children run with
+MALLOC_MMAP_THRESHOLD_=65536, so glibc returns every freed tensor of 64 KiB or more to
+the system at once: RSS then follows the live tensors instead of memory malloc keeps.
 
     .venv/bin/python bench/train_memory.py --model smollm2-135m-instruct --seqs 8 --prompt 192 --response 64
 
@@ -20,8 +22,10 @@ Variants:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
+import os
 import subprocess
 import sys
 import time
@@ -117,6 +121,7 @@ def child(args) -> dict:
 
     worker._optimizer_step = timed_step
     gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
     before = _memory_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     started = time.perf_counter()
@@ -156,7 +161,8 @@ def main() -> int:
     rows = []
     for variant in args.variants.split(","):
         cmd = [sys.executable, __file__, *sys.argv[1:], "--variant", variant]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
         if out.returncode or not lines:
             print(out.stderr[-3000:], file=sys.stderr)

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.slow
 
 PROMPTS = [(1, 40, 41, 42, 43), (1, 50, 51), (1, 60, 61, 62, 63, 64, 65)]
 # Mean |logp_trainer - logp_engine| per token. Both compute in bf16 (8 mantissa bits) with
-# different kernels (vLLM's oneDNN, torch's) and orders of summation; fp32 agrees to 1e-6.
-BF16_MEAN_BOUND = 0.05
+# different kernels (vLLM's, torch's) and orders of summation: measured 0.0008 before and
+# 0.0009 after a step and push on this tiny model (fp32 agrees to 1e-6); 10x that margin.
+BF16_MEAN_BOUND = 0.01
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +66,11 @@ def test_trainer_is_bf16_over_fp32_master_weights_and_fp32_gradient_accumulation
 def test_engine_and_trainer_agree_in_bf16_and_fresh_tokens_get_the_correction(bf16_stack):
     engine, group = bf16_stack
     seqs = sample(engine)
-    before = mean_abs_diff(seqs, group.logprobs(seqs))
+    trainer_logp = group.logprobs(seqs)
+    before = mean_abs_diff(seqs, trainer_logp)
     assert 0 < before < BF16_MEAN_BOUND  # not equal (different kernels), but close
-    cap = 1.02  # below the largest pi_old / mu of some token, so the cap shows too
+    ratios = sorted(math.exp(a - b) for s, lp in zip(seqs, trainer_logp) for a, b in zip(lp, s.logp_engine))
+    cap = ratios[3 * len(ratios) // 4]  # a quarter of the tokens' pi_old / mu lie above it: the cap shows
     out = group.train_step(seqs, LossSpec(kind="pg", correction="tis", tis_cap=cap, correct_fresh=True))
     weights = [w for ws in out["weights"] for w in ws]
     expected = [min(math.exp(lp - mu), cap) for s, lps in zip(seqs, out["logp"]) for lp, mu in zip(lps, s.logp_engine)]
