@@ -10,7 +10,7 @@ import torch
 import posttrain.algo.losses as losses
 from posttrain.algo.losses import token_logprobs_entropy
 from posttrain.config import TrainerConfig
-from posttrain.train.trainer import TrainerWorker, collate, group_backend, rank_device
+from posttrain.train.trainer import TrainerWorker, collate, collate_shared, group_backend, prompt_rows, rank_device
 from posttrain.types import TrainSequence
 
 
@@ -186,3 +186,51 @@ def test_trainer_options_validate():
     stage = config.stages[0]
     assert config.trainer.gradient_checkpointing and (stage.algo.minibatches, stage.algo.epochs) == (4, 2)
     assert stage.partial.correction.fresh
+
+
+def _group_batch() -> list[TrainSequence]:
+    """Two groups (3 and 2 samples) of different prompts, responses of different lengths."""
+    gen = torch.Generator().manual_seed(3)
+    seqs = []
+    for prompt_len, lengths in ((6, (4, 2, 5)), (3, (3, 6))):
+        prompt = tuple(torch.randint(3, 500, (prompt_len,), generator=gen).tolist())
+        for n in lengths:
+            response = tuple(torch.randint(3, 500, (n,), generator=gen).tolist())
+            mask = tuple(float(j != 1) for j in range(n))
+            seqs.append(TrainSequence(prompt + response, prompt_len, tuple(torch.randn(n).tolist()), mask))
+    return seqs
+
+
+def test_prompt_rows_share_a_prompt_within_the_cap():
+    seqs = _group_batch()
+    assert prompt_rows(seqs, cap=10_000) == [[0, 1, 2], [3, 4]]
+    # a row: the prompt (6) + sample 0 (4 + 1) + sample 1 (2 + 1) = 14; sample 2 would make 20
+    assert prompt_rows(seqs, cap=14) == [[0, 1], [2], [3, 4]]
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_shared_prompt_rows_give_the_same_logprobs_entropy_and_gradient(tiny_dir, attention):
+    """Each group's prompt computed once (a 4-D mask, positions as if alone) against one
+    padded row per sample: the same token logprobs, entropies and parameter gradient."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation=attention)
+    worker = TrainerWorker.__new__(TrainerWorker)
+    worker.device, worker.keeps_logits = torch.device("cpu"), True
+    seqs = _group_batch()
+    results = []
+    for batch in (collate(seqs, worker.device), collate_shared(seqs, worker.device, 14, attention == "eager")):
+        model.zero_grad()
+        logp, entropy = worker._forward_logp(model, batch, 0.8)
+        (logp * batch["advantages"] * batch["loss_mask"]).sum().backward()
+        per_seq = [
+            (logp[r, c : c + s.response_len].tolist(), entropy[r, c : c + s.response_len].tolist())
+            for s, (r, c) in zip(seqs, batch["where"])
+        ]
+        grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+        results.append((per_seq, grad, batch["positions"]))
+    (padded, grad_padded, pos_padded), (shared, grad_shared, pos_shared) = results
+    for (lp_a, h_a), (lp_b, h_b) in zip(padded, shared):
+        assert lp_b == pytest.approx(lp_a, abs=1e-5) and h_b == pytest.approx(h_a, abs=1e-5)
+    assert torch.allclose(grad_shared, grad_padded, atol=1e-6, rtol=1e-4)
+    assert pos_shared[1] < pos_padded[1]  # fewer real positions: the first prompt twice, not three times

@@ -114,3 +114,38 @@ def test_gradient_checkpointing_changes_memory_not_the_step(ray_session, tiny_di
         finally:
             g.shutdown()
     assert results[True] == pytest.approx(results[False], rel=1e-5)
+
+
+def test_shared_prompts_give_the_same_step_on_ranks(ray_session, tiny_dir):
+    """`trainer.share_prompts` (groups kept whole on a rank, each prompt computed once per
+    row): the same logprobs, entropy, loss and gradient norm as one row per sample."""
+    gen = torch.Generator().manual_seed(2)
+    seqs = []
+    for group in range(5):
+        prompt = tuple(torch.randint(3, 300, (3 + group,), generator=gen).tolist())
+        for _ in range(4):
+            n = int(torch.randint(1, 9, (1,), generator=gen))
+            seqs.append(
+                TrainSequence(
+                    prompt + tuple(torch.randint(3, 300, (n,), generator=gen).tolist()),
+                    len(prompt),
+                    tuple(torch.randn(n, generator=gen).tolist()),
+                    (1.0,) * n,
+                    tuple((-torch.rand(n, generator=gen)).tolist()),
+                )
+            )
+    results = {}
+    for share in (False, True):
+        config = TrainerConfig(workers=2, zero_stage=2, micro_batch_tokens=40, share_prompts=share)
+        g = TrainerGroup(config, seed=0)
+        try:
+            g.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
+            results[share] = g.train_step(seqs, LossSpec(kind="pg", minibatches=2))
+        finally:
+            g.shutdown()
+    a, b = results[False], results[True]
+    assert [x for row in b["logp"] for x in row] == pytest.approx([x for row in a["logp"] for x in row], abs=1e-5)
+    for key in ("loss", "entropy", "clip_tokens", "tokens"):
+        assert b["sums"][key] == pytest.approx(a["sums"][key], rel=1e-5, abs=1e-7), key
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+    assert b["sums"]["sequence_tokens"] < a["sums"]["sequence_tokens"]  # the prompts' repeats are gone

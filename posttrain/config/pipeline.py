@@ -158,6 +158,10 @@ class TrainerConfig(Base):
     gradient_checkpointing: bool = Field(
         False, description="Recompute each block's activations in the backward pass: less memory, more compute."
     )
+    share_prompts: bool = Field(
+        False,
+        description="Compute a group's prompt once per row (a 4-D attention mask), not once per sample.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -38,6 +38,21 @@ def shard_balanced(seqs: list[TrainSequence], ranks: int) -> list[list[int]]:
     return shards
 
 
+def shard_by_prompt(seqs: list[TrainSequence], ranks: int) -> list[list[int]]:
+    """As `shard_balanced`, but a group (the sequences sharing a prompt) stays on one rank,
+    so that its prompt is computed once (`trainer.share_prompts`)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, s in enumerate(seqs):
+        groups.setdefault(s.token_ids[: s.prompt_len], []).append(i)
+    shards: list[list[int]] = [[] for _ in range(ranks)]
+    loads = [0] * ranks
+    for members in sorted(groups.values(), key=lambda m: -sum(len(seqs[i].token_ids) for i in m)):
+        r = loads.index(min(loads))
+        shards[r] += members
+        loads[r] += sum(len(seqs[i].token_ids) for i in members)
+    return shards
+
+
 def split_minibatches(seqs: list[TrainSequence], count: int) -> list[list[int]]:
     """Batch indices in `count` contiguous runs of near-equal size (so a group's samples
     stay together where the sizes allow), never an empty one; fewer when the batch holds
@@ -144,7 +159,8 @@ class TrainerGroup:
         tokens = []
         for minibatch in split_minibatches(seqs, spec.minibatches):
             tokens.append(int(sum(sum(seqs[i].loss_mask) for i in minibatch)))
-            for rank, idx in enumerate(shard_balanced([seqs[i] for i in minibatch], len(self.workers))):
+            shard = shard_by_prompt if self.config.share_prompts else shard_balanced
+            for rank, idx in enumerate(shard([seqs[i] for i in minibatch], len(self.workers))):
                 per_rank[rank].append([seqs[minibatch[j]] for j in idx])
                 order[rank] += [minibatch[j] for j in idx]
         results = get_all(

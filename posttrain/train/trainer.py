@@ -112,8 +112,8 @@ def group_backend(device) -> str:
 def collate(seqs: list[TrainSequence], device) -> dict:
     """Right-padded token ids, and per-token tensors over the window of positions that
     predict a response token (position t predicts token t+1, so response token j of a
-    sequence sits at prompt_len-1+j; `starts` are relative to the window's first
-    position). Logits are computed for the window only. Every tensor is on `device`."""
+    sequence sits at prompt_len-1+j; `where` holds each sequence's (row, first column) in
+    the window). Logits are computed for the window only. Every tensor is on `device`."""
     import torch
 
     length = max(len(s.token_ids) for s in seqs)
@@ -125,16 +125,10 @@ def collate(seqs: list[TrainSequence], device) -> dict:
     per_token = torch.zeros(5, len(seqs), max(hi - lo, 0))
     starts = []
     for row, s in enumerate(seqs):
-        n, start, end = len(s.token_ids), s.prompt_len - 1 - lo, s.prompt_len - 1 - lo + s.response_len
+        n, start = len(s.token_ids), s.prompt_len - 1 - lo
         ids[row, :n] = torch.tensor(s.token_ids)
         attn[row, :n] = 1
-        per_token[0, row, start:end] = torch.tensor(s.advantages, dtype=torch.float32)
-        per_token[1, row, start:end] = torch.tensor(s.loss_mask, dtype=torch.float32)
-        if s.logp_engine:
-            per_token[2, row, start:end] = torch.tensor(s.logp_engine, dtype=torch.float32)
-            per_token[4, row, start:end] = 1.0
-        if s.stale:
-            per_token[3, row, start:end] = torch.tensor(s.stale, dtype=torch.float32)
+        _fill_per_token(per_token, row, start, s)
         starts.append(start)
     per_token = per_token.to(device)
     ids, attn = ids.to(device), attn.to(device)
@@ -143,7 +137,7 @@ def collate(seqs: list[TrainSequence], device) -> dict:
         "attention_mask": attn,
         "targets": ids[:, lo + 1 : hi + 1],
         "window": (lo, hi),
-        "starts": starts,
+        "where": [(row, start) for row, start in enumerate(starts)],
         "advantages": per_token[0],
         "loss_mask": per_token[1],
         "logp_engine": per_token[2],
@@ -151,6 +145,101 @@ def collate(seqs: list[TrainSequence], device) -> dict:
         "has_engine": per_token[4],
         "positions": (len(seqs) * length, sum(len(s.token_ids) for s in seqs)),  # padded, real
     }
+
+
+def prompt_rows(seqs: list[TrainSequence], cap: int) -> list[list[int]]:
+    """Indices of `seqs` in shared-prompt rows: consecutive sequences with the same prompt
+    share a row (the prompt once) while it holds at most `cap` positions."""
+    rows: list[list[int]] = []
+    size = 0
+    for i, s in enumerate(seqs):
+        prompt = s.token_ids[: s.prompt_len]
+        last = seqs[rows[-1][0]] if rows else None
+        same = last is not None and last.token_ids[: last.prompt_len] == prompt
+        if same and size + s.response_len + 1 <= cap:
+            rows[-1].append(i)
+            size += s.response_len + 1
+        else:
+            rows.append([i])
+            size = len(s.token_ids)
+    return rows
+
+
+def collate_shared(seqs: list[TrainSequence], device, cap: int, additive_mask: bool = False) -> dict:
+    """The layout of `collate` (same keys), with each group's prompt computed once: a row
+    holds the prompt but its last token, then per sequence its last prompt token and its
+    response. Each such segment attends to the shared part and causally to itself (a 4-D
+    mask), with the positions it would have alone, so every logprob is the separate
+    sequence's. The window starts at the earliest segment of any row."""
+    import torch
+
+    rows = prompt_rows(seqs, cap)
+    layouts = []  # per row: shared length, [(sequence, offset)]
+    for row in rows:
+        shared = seqs[row[0]].prompt_len - 1
+        offsets, at = [], shared
+        for i in row:
+            offsets.append((i, at))
+            at += seqs[i].response_len + 1
+        layouts.append((shared, offsets, at))
+    length = max(end for _, _, end in layouts)
+    lo = min(shared for shared, _, _ in layouts)
+    hi = length - 1
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    targets = torch.zeros(len(rows), max(hi - lo, 0), dtype=torch.long)
+    positions = torch.zeros(len(rows), length, dtype=torch.long)
+    allowed = torch.zeros(len(rows), length, length, dtype=torch.bool)
+    per_token = torch.zeros(5, len(rows), max(hi - lo, 0))
+    where: list[tuple[int, int]] = [(0, 0)] * len(seqs)
+    for b, (shared, offsets, end) in enumerate(layouts):
+        first = seqs[offsets[0][0]]
+        ids[b, :shared] = torch.tensor(first.token_ids[:shared])
+        positions[b, :shared] = torch.arange(shared)
+        allowed[b, :shared, :shared] = torch.ones(shared, shared, dtype=torch.bool).tril()
+        for i, at in offsets:
+            s = seqs[i]
+            n = s.response_len + 1
+            ids[b, at : at + n] = torch.tensor(s.token_ids[shared:])
+            positions[b, at : at + n] = torch.arange(shared, shared + n)
+            allowed[b, at : at + n, :shared] = True
+            allowed[b, at : at + n, at : at + n] = torch.ones(n, n, dtype=torch.bool).tril()
+            col = at - lo
+            targets[b, col : col + n - 1] = torch.tensor(s.token_ids[s.prompt_len :])
+            _fill_per_token(per_token, b, col, s)
+            where[i] = (b, col)
+        allowed[b, end:, end:] = torch.eye(length - end, dtype=torch.bool)  # padding sees itself: no empty row
+    mask = allowed.unsqueeze(1)
+    if additive_mask:  # eager attention adds its mask to the scores
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    per_token = per_token.to(device)
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": mask.to(device),
+        "position_ids": positions.to(device),
+        "targets": targets.to(device),
+        "window": (lo, hi),
+        "where": where,
+        "advantages": per_token[0],
+        "loss_mask": per_token[1],
+        "logp_engine": per_token[2],
+        "stale": per_token[3],
+        "has_engine": per_token[4],
+        "positions": (len(rows) * length, sum(end for _, _, end in layouts)),
+    }
+
+
+def _fill_per_token(per_token, row: int, col: int, s: TrainSequence) -> None:
+    """advantages, loss mask, engine logprobs, stale, has_engine of `s` from column `col`."""
+    import torch
+
+    end = col + s.response_len
+    per_token[0, row, col:end] = torch.tensor(s.advantages, dtype=torch.float32)
+    per_token[1, row, col:end] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    if s.logp_engine:
+        per_token[2, row, col:end] = torch.tensor(s.logp_engine, dtype=torch.float32)
+        per_token[4, row, col:end] = 1.0
+    if s.stale:
+        per_token[3, row, col:end] = torch.tensor(s.stale, dtype=torch.float32)
 
 
 class TrainerWorker:
@@ -207,6 +296,7 @@ class TrainerWorker:
             self.ref_model = copy.deepcopy(model).to(self.device, torch_dtype).eval().requires_grad_(False)
         self.model_dir, self.dtype = model_dir, dtype
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.additive_mask = self._check_shared_prompts(model)
         if self.config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
@@ -229,6 +319,16 @@ class TrainerWorker:
             if path is None:
                 raise FileNotFoundError(f"no DeepSpeed state in {model_dir}/deepspeed")
         return {"parameters": sum(p.numel() for p in model.parameters()), "tied_embeddings": self.tied}
+
+    def _check_shared_prompts(self, model) -> bool:
+        """`share_prompts` gives the model a 4-D mask: boolean for SDPA, additive for eager
+        attention; other kernels (flash attention) take no such mask. True: additive."""
+        attention = getattr(model.config, "_attn_implementation", "sdpa")
+        if self.config.share_prompts and attention not in ("sdpa", "eager"):
+            raise ValueError(
+                f"trainer.share_prompts needs sdpa or eager attention (4-D masks); the model uses {attention}"
+            )
+        return attention == "eager"
 
     def _ds_config(self, dtype: str) -> dict:
         zero = {"stage": self.config.zero_stage, **zero_settings(self.config)}
@@ -266,8 +366,6 @@ class TrainerWorker:
         per sequence (shards in order), logp_old of its response tokens (logp/mismatch) and
         their off-policy weights, and sums in which every token counts once (the loss is the
         token mean over the batch, averaged over epochs)."""
-        import torch
-
         started = time.perf_counter()
         plans = [self._aligned_micro_batches(shard) for shard in shards]
         sums = dict.fromkeys(SUM_KEYS, 0.0)
@@ -280,22 +378,10 @@ class TrainerWorker:
         skipped, applied, norms = False, 0, []
         for _ in range(spec.epochs):
             for m, (shard, plan) in enumerate(zip(shards, plans)):
-                olds = before[m] if before is not None else [None] * len(plan)
-                scale = self.world_size / max(global_tokens[m], 1)
-                nonfinite = False
-                for index_mb, old in zip(plan, olds):
-                    batch = old["batch"] if old else self._collate([shard[i] for i in index_mb] or [_PAD_SEQUENCE])
-                    loss, old = self._loss(batch, spec, sums, old)
-                    if before is None:
-                        self._record(batch, index_mb, shard, old, records[m])
-                    if not torch.isfinite(loss.detach()):
-                        nonfinite = True
-                        # poison: NaN gradients make DeepSpeed's ZeRO optimizer discard the whole step
-                        # (its grad-norm overflow check); finite partial gradients would be applied
-                        loss = loss * float("nan")
-                    self.engine.backward(loss * scale)
-                    sums["loss"] += float(loss.detach()) / total
-                step_skipped, norm = self._optimizer_step(nonfinite)
+                olds = before[m] if before is not None else None
+                step_skipped, norm = self._minibatch_step(
+                    shard, plan, spec, global_tokens[m], total, sums, olds, records[m]
+                )
                 skipped, applied = skipped or step_skipped, applied + (not step_skipped)
                 norms += [norm] if not step_skipped else []
         return {
@@ -307,6 +393,31 @@ class TrainerWorker:
             "applied": applied,
             "grad_norm": sum(norms) / len(norms) if norms else float("nan"),
         }
+
+    def _minibatch_step(
+        self, shard, plan, spec: LossSpec, tokens: int, total: int, sums: dict, olds: list | None, record: dict
+    ) -> tuple[bool, float]:
+        """Forward and backward of every micro-batch of one minibatch (its loss scaled to the
+        token mean over the minibatch's `tokens` on all ranks), then the optimizer step.
+        Without `olds` (no no-grad pass) logp_old comes from this pass and is recorded."""
+        import torch
+
+        scale = self.world_size / max(tokens, 1)
+        nonfinite = False
+        for k, index_mb in enumerate(plan):
+            old = olds[k] if olds is not None else None
+            batch = old["batch"] if old else self._collate([shard[i] for i in index_mb] or [_PAD_SEQUENCE])
+            loss, old = self._loss(batch, spec, sums, old)
+            if olds is None:
+                self._record(batch, index_mb, shard, old, record)
+            if not torch.isfinite(loss.detach()):
+                nonfinite = True
+                # poison: NaN gradients make DeepSpeed's ZeRO optimizer discard the whole step
+                # (its grad-norm overflow check); finite partial gradients would be applied
+                loss = loss * float("nan")
+            self.engine.backward(loss * scale)
+            sums["loss"] += float(loss.detach()) / total
+        return self._optimizer_step(nonfinite)
 
     def _optimizer_step(self, nonfinite: bool) -> tuple[bool, float]:
         """Step on every rank, or on none when any rank's loss was NaN or inf; (skipped, grad norm)."""
@@ -429,8 +540,8 @@ class TrainerWorker:
     @staticmethod
     def _record(batch: dict, index_mb: list[int], shard: list[TrainSequence], old: dict, record: dict) -> None:
         """logp_old and the weights of each sequence's response tokens, as lists."""
-        for row, i in enumerate(index_mb):
-            start, end = batch["starts"][row], batch["starts"][row] + shard[i].response_len
+        for (row, start), i in zip(batch["where"], index_mb):
+            end = start + shard[i].response_len
             record["logp"][i] = old["logp"][row, start:end].tolist()
             record["weights"][i] = old["weights"][row, start:end].tolist()
 
@@ -442,6 +553,8 @@ class TrainerWorker:
         return batches + [[] for _ in range(count - len(batches))]
 
     def _micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
+        if self.config.share_prompts:
+            return self._shared_micro_batches(shard)
         order = sorted(range(len(shard)), key=lambda i: len(shard[i].token_ids))
         batches, current, longest = [], [], 0
         for i in order:
@@ -455,7 +568,29 @@ class TrainerWorker:
             batches.append(current)
         return batches
 
+    def _shared_micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
+        """Shared-prompt rows (a group's sequences together), sorted by length and padded
+        to the longest in micro-batches of at most `micro_batch_tokens` positions; each
+        micro-batch lists its rows' sequences in row order (`collate_shared` rebuilds them)."""
+        order = sorted(range(len(shard)), key=lambda i: shard[i].token_ids[: shard[i].prompt_len])
+        cap = self.config.micro_batch_tokens
+        rows = [[order[k] for k in row] for row in prompt_rows([shard[i] for i in order], cap)]
+        size = {id(row): len(shard[row[0]].token_ids) + sum(shard[i].response_len + 1 for i in row[1:]) for row in rows}
+        batches, current, longest = [], [], 0
+        for row in sorted(rows, key=lambda r: size[id(r)]):
+            longest_if = max(longest, size[id(row)])
+            if current and longest_if * (len(current) + 1) > cap:
+                batches.append([i for r in current for i in r])
+                current, longest_if = [], size[id(row)]
+            current.append(row)
+            longest = longest_if
+        if current:
+            batches.append([i for r in current for i in r])
+        return batches
+
     def _collate(self, seqs: list[TrainSequence]) -> dict:
+        if self.config.share_prompts:
+            return collate_shared(seqs, self.device, self.config.micro_batch_tokens, self.additive_mask)
         return collate(seqs, self.device)
 
     def _forward_logp(self, model, batch: dict, temperature: float):
@@ -468,6 +603,8 @@ class TrainerWorker:
 
         lo, hi = batch["window"]
         keep = {"logits_to_keep": torch.arange(lo, hi, device=self.device)} if self.keeps_logits else {}
+        if "position_ids" in batch:
+            keep["position_ids"] = batch["position_ids"]
         logits = model(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False, **keep
         ).logits
@@ -485,8 +622,8 @@ class TrainerWorker:
             for index_mb in self._aligned_micro_batches(seqs):
                 batch = self._collate([seqs[i] for i in index_mb] or [_PAD_SEQUENCE])
                 logp, _ = self._forward_logp(self.engine, batch, temperature)
-                for row, i in enumerate(index_mb):
-                    out[i] = logp[row, batch["starts"][row] : batch["starts"][row] + seqs[i].response_len].tolist()
+                for (row, start), i in zip(batch["where"], index_mb):
+                    out[i] = logp[row, start : start + seqs[i].response_len].tolist()
         return out
 
     # ------------------------------------------------------------ weights out
