@@ -63,10 +63,11 @@ def test_collate_puts_every_input_on_the_device_and_aligns_the_window():
     tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
     assert set(tensors) >= {"input_ids", "attention_mask", "targets", "advantages", "loss_mask", "logp_engine"}
     assert {v.device.type for v in tensors.values()} == {"meta"}
+    shared = collate_shared(SEQS, torch.device("meta"), cap=64)  # the shared-prompt layout too
+    assert {v.device.type for v in shared.values() if isinstance(v, torch.Tensor)} == {"meta"}
     cpu = collate(SEQS, torch.device("cpu"))
     assert cpu["window"] == (1, 6)  # positions 1..5 predict every response token of both
-    for row, s in enumerate(SEQS):
-        start = cpu["starts"][row]
+    for s, (row, start) in zip(SEQS, cpu["where"]):
         span = slice(start, start + s.response_len)
         assert cpu["targets"][row, span].tolist() == list(s.token_ids[s.prompt_len :])
         assert cpu["advantages"][row, span].tolist() == list(s.advantages)
@@ -121,7 +122,7 @@ class _SpyLM(torch.nn.Module):
 
 def test_forward_gives_the_model_its_inputs_on_the_rank_device():
     worker = TrainerWorker.__new__(TrainerWorker)
-    worker.device, worker.keeps_logits = torch.device("meta"), True
+    worker.device, worker.keeps_logits, worker.config = torch.device("meta"), True, TrainerConfig()
     model = _SpyLM().to("meta")
     logp, entropy = worker._forward_logp(model, worker._collate(SEQS), 1.0)
     assert set(model.seen) == {torch.device("meta")}

@@ -159,7 +159,7 @@ class TrainerConfig(Base):
         False, description="Recompute each block's activations in the backward pass: less memory, more compute."
     )
     share_prompts: bool = Field(
-        False,
+        True,
         description="Compute a group's prompt once per row (a 4-D attention mask), not once per sample.",
     )
 

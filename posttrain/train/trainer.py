@@ -589,8 +589,12 @@ class TrainerWorker:
         return batches
 
     def _collate(self, seqs: list[TrainSequence]) -> dict:
-        if self.config.share_prompts:
-            return collate_shared(seqs, self.device, self.config.micro_batch_tokens, self.additive_mask)
+        """With `share_prompts`, the shared-prompt layout where a micro-batch has a prompt to
+        share; otherwise (SFT, and always without it) one padded row per sequence, whose
+        2-D mask lets attention skip masking when nothing is padded."""
+        cap = self.config.micro_batch_tokens
+        if self.config.share_prompts and any(len(row) > 1 for row in prompt_rows(seqs, cap)):
+            return collate_shared(seqs, self.device, cap, self.additive_mask)
         return collate(seqs, self.device)
 
     def _forward_logp(self, model, batch: dict, temperature: float):
