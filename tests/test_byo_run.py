@@ -8,13 +8,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import start_cli
 from test_hf_tasks import cached_dataset, hub_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,15 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def cli(*args, env=None):
-    return subprocess.Popen(
-        [sys.executable, "-m", "posttrain.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-    )
+    return start_cli(*args, env={"PYTHONPATH": str(ROOT), **(env or {})}, cwd=ROOT)
 
 
 def wait_for(proc, ready, seconds: float):
