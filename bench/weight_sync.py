@@ -1,12 +1,15 @@
-"""Weight sync against its physical limit: one memory copy of the same bytes.
+"""Weight sync against its physical limit: one memory copy of the same bytes, by both
+modes (`rollout.weight_sync`).
 
 SmolLM2-135M-Instruct (fp32) on a DeepSpeed rank and a vLLM engine, each a Ray actor,
-as in a pipeline. `TrainerGroup.sync_weights` is timed end to end, then split into its
-two halves: the trainer packing its state dict into Ray's object store, and the engine
-loading the packet in place. The limit is one memcpy of the packet's bytes (numpy copy
-into a preallocated buffer, measured in this process in the same run).
+as in a pipeline. `TrainerGroup.sync_weights` is timed end to end in each mode on the
+same rank and engine: `object_store` (also split into its two halves: the trainer packing
+its state dict into Ray's object store, the engine loading the packet in place) and
+`collective` (rank 0 broadcasts buckets of `--bucket-mib` over a gloo group straight into
+the engine's worker, which loads them in place). The limit is one memcpy of the packet's
+bytes (numpy copy into a preallocated buffer, measured in this process in the same run).
 
-    .venv/bin/python bench/weight_sync.py [--reps 5] [--workers 1]
+    .venv/bin/python bench/weight_sync.py [--reps 5] [--workers 1] [--mode both] [--bucket-mib 256]
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--workers", type=int, default=1, help="DeepSpeed ranks (rank 0 sends)")
     parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--mode", choices=["both", "object_store", "collective"], default="both")
+    parser.add_argument("--bucket-mib", type=float, default=256, help="collective: MiB per broadcast bucket")
     args = parser.parse_args()
 
     import ray
@@ -53,7 +58,7 @@ def main() -> int:
         {
             "name": "bench-sync",
             "model": {"name": args.model},
-            "rollout": {"engines": 1, "max_model_len": 256},
+            "rollout": {"engines": 1, "max_model_len": 256, "sync_bucket_mib": args.bucket_mib},
             "trainer": {"workers": args.workers, "zero_stage": 2},
             "stages": [
                 {
@@ -69,26 +74,36 @@ def main() -> int:
     model_dir = resolve_model(config.model)
     start_ray(config, verbose=False)
     engine = RolloutEngine.remote_actor(str(model_dir), config.rollout, "float32", 0)
-    trainers = TrainerGroup(config.trainer, config.seed)
+    trainers = TrainerGroup(config.trainer, config.seed, rollout=config.rollout)
     facts = trainers.load(str(model_dir), "float32", 1e-6, 0)
     ray.get(engine.info.remote())
-    trainers.sync_weights([engine])  # untimed: first call warms both sides
+    modes = ["object_store", "collective"] if args.mode == "both" else [args.mode]
 
-    total, pack, load, nbytes = [], [], [], 0
-    for rep in range(args.reps):
+    total: dict[str, list[float]] = {m: [] for m in modes}
+    pack, load, nbytes, collective_bytes, first_s = [], [], 0, 0, {}
+    for mode in modes:
+        trainers.weight_sync = mode  # the same rank and engine, the other path
         trainers.version += 1
-        total.append(trainers.sync_weights([engine])["sync/seconds"])
-        started = time.perf_counter()
-        ref = trainers.workers[0].get_weights.remote(trainers.version)
-        ray.get([w.get_weights.remote(trainers.version) for w in trainers.workers[1:]])
-        ray.wait([ref], fetch_local=False)
-        pack.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        ray.get(engine.update_weights.remote(ref))
-        load.append(time.perf_counter() - started)
-        if not nbytes:
-            nbytes = ray.get(ref).nbytes
-        del ref
+        first_s[mode] = trainers.sync_weights([engine])["sync/seconds"]  # untimed: warms both sides (forms the group)
+        for rep in range(args.reps):
+            trainers.version += 1
+            total[mode].append(trainers.sync_weights([engine])["sync/seconds"])
+            if mode != "object_store":
+                continue
+            started = time.perf_counter()
+            ref = trainers.workers[0].get_weights.remote(trainers.version)
+            ray.get([w.get_weights.remote(trainers.version) for w in trainers.workers[1:]])
+            ray.wait([ref], fetch_local=False)
+            pack.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            ray.get(engine.update_weights.remote(ref))
+            load.append(time.perf_counter() - started)
+            if not nbytes:
+                nbytes = ray.get(ref).nbytes
+            del ref
+        if mode == "collective":
+            collective_bytes = trainers.sync_manifest.nbytes
+    nbytes = nbytes or collective_bytes
     copy_best, copy_median = memcpy_seconds(nbytes, args.reps)
     trainers.shutdown()
     ray.kill(engine)
@@ -99,21 +114,32 @@ def main() -> int:
         f"load average at the end {os.getloadavg()[0]:.2f}"
     )
     print(
-        f"model: {args.model}, {facts['parameters'] / 1e6:.1f} M parameters, packet {nbytes / 2**20:.0f} MiB "
-        f"(fp32, tied lm_head sent as its own name), {args.workers} trainer rank(s), 1 engine, "
-        f"median of {args.reps} syncs after one warm-up"
+        f"model: {args.model}, {facts['parameters'] / 1e6:.1f} M parameters, object-store packet "
+        f"{nbytes / 2**20:.0f} MiB (fp32, tied lm_head sent as its own name), collective "
+        f"{collective_bytes / 2**20:.0f} MiB in buckets of {args.bucket_mib:g} MiB (tied head sent once), "
+        f"{args.workers} trainer rank(s), 1 engine, median of {args.reps} syncs after one warm-up per mode"
     )
     print()
     print("| what | seconds (median) | GB/s | x one memcpy |")
     print("|---|---|---|---|")
-    for name, seconds in (
-        ("sync_weights, end to end", med(total)),
-        ("  trainer: state dict -> object store", med(pack)),
-        ("  engine: object store -> model (reload_weights)", med(load)),
-        ("one memcpy of the same bytes (limit)", copy_median),
-    ):
-        print(f"| {name} | {seconds:.3f} | {nbytes / seconds / 1e9:.1f} | {seconds / copy_median:.1f}x |")
-    print(f"\nbest memcpy {copy_best:.3f} s; ratio sync/memcpy = {med(total) / copy_median:.1f}x (target <= 3x)")
+    rows = []
+    if "object_store" in total:
+        rows += [
+            ("object_store: sync_weights, end to end", med(total["object_store"]), nbytes),
+            ("  trainer: state dict -> object store", med(pack), nbytes),
+            ("  engine: object store -> model (reload_weights)", med(load), nbytes),
+        ]
+    if "collective" in total:
+        rows.append(("collective (gloo): sync_weights, end to end", med(total["collective"]), collective_bytes))
+    rows.append(("one memcpy of the object-store packet (limit)", copy_median, nbytes))
+    for name, seconds, size in rows:
+        print(f"| {name} | {seconds:.3f} | {size / seconds / 1e9:.1f} | {seconds / copy_median:.1f}x |")
+    print(
+        f"\nbest memcpy {copy_best:.3f} s; first sync per mode (warm-up, the collective forms its group): "
+        + ", ".join(f"{m} {s:.2f} s" for m, s in first_s.items())
+    )
+    if len(total) == 2:
+        print(f"collective / object_store = {med(total['collective']) / med(total['object_store']):.2f}")
     return 0
 
 

@@ -1,11 +1,12 @@
 """Screenshots of `posttrain dashboard` for the README, taken by Playwright in Debian's
 chromium from a real run folder:
 
-    python docs/screenshot.py runs/quickstart docs/
+    python docs/screenshot.py runs/quickstart docs/ [JOB]
 
-writes dashboard-pipeline.png, dashboard-job.png and dashboard-rewards.png (the stages
-and expert grid; the GRPO stage's plots, or another stage's with a third argument; the
-reward debugger with the first GRM sample that has a rubric)."""
+writes dashboard-pipeline.png (stages and the expert grid), dashboard-job.png (every plot of
+JOB, by default experts/general-max), dashboard-health.png (the health flags),
+dashboard-eval.png (the eval heatmaps) and dashboard-rewards.png (the reward debugger with
+the first GRM sample that has a rubric)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 ARGS = [
     "--headless",
@@ -28,7 +30,7 @@ ARGS = [
 ]
 
 
-def main(run_dir: str, out: str, stage: str = "grpo") -> None:
+def main(run_dir: str, out: str, job: str = "experts/general-max") -> None:
     from playwright.sync_api import sync_playwright
 
     with socket.socket() as s:
@@ -36,6 +38,13 @@ def main(run_dir: str, out: str, stage: str = "grpo") -> None:
         port = s.getsockname()[1]
     server = subprocess.Popen([sys.executable, "-m", "posttrain.cli", "dashboard", run_dir, "--port", str(port)])
     url = f"http://127.0.0.1:{port}/"
+    stage, _, name = job.partition("/")
+    views = [  # name, view, whole page (the job view: its first rows of plots, the curated ones)
+        ("pipeline", "pipeline", True),
+        ("job", f"job?stage={quote(stage)}&job={quote(name)}&runs=0", False),
+        ("health", "health", True),
+        ("eval", "eval", True),
+    ]
     try:
         for _ in range(100):
             try:
@@ -47,11 +56,12 @@ def main(run_dir: str, out: str, stage: str = "grpo") -> None:
         judged = [e for e in map(json.loads, board.read_text().splitlines()) if e["rubric"]] if board.exists() else []
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            for name, view in [("pipeline", "pipeline"), ("job", f"job?stage={stage}&runs=0")]:
+            page = browser.new_page(viewport={"width": 1400, "height": 1240})
+            for name, view, whole in views:
                 page.goto(f"{url}#{view}")
                 page.wait_for_timeout(3000)
-                page.screenshot(path=str(Path(out) / f"dashboard-{name}.png"), full_page=True)
+                page.screenshot(path=str(Path(out) / f"dashboard-{name}.png"), full_page=whole)
+            page.set_viewport_size({"width": 1400, "height": 900})
             if judged:
                 page.goto(f"{url}#rewards?run=0&stage={judged[0]['stage']}&source=grm")
                 page.wait_for_timeout(2500)

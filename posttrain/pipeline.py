@@ -18,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from posttrain.config import PipelineConfig, ReasoningGymTasks, UserTasks
+from posttrain.config import CodingTasks, PipelineConfig, ReasoningGymTasks, UserTasks
 from posttrain.config.files import ConfigError, dump_config
 from posttrain.records.run_state import STATE_FILES, claim_run_dir, latest_checkpoint, set_aside_metrics
 
@@ -32,6 +32,10 @@ def preflight(config: PipelineConfig, source: str) -> None:
         for where, leaf in _leaves(stage):
             if isinstance(leaf, UserTasks):
                 _preflight_user(leaf, f"{source}: stages[{i}].{where}")
+            if isinstance(leaf, CodingTasks) and leaf.path is not None:
+                _preflight_file(leaf, f"{source}: stages[{i}].{where}")
+            if leaf.type in ("hf", "env", "verifiers"):
+                _preflight_own(stage, leaf, f"{source}: stages[{i}].{where}")
             if not isinstance(leaf, ReasoningGymTasks):
                 continue
             for j, family in enumerate(leaf.families):
@@ -60,13 +64,34 @@ def _leaves(stage) -> list[tuple[str, object]]:
     return out
 
 
-def _preflight_user(leaf: UserTasks, where: str) -> None:
+def _preflight_own(stage, leaf, where: str) -> None:
+    """Your own data and environments, read once: a missing column, a bad file, an
+    environment that cannot be built or gives no tasks is a config error naming the key."""
+    from posttrain.data.hf import StreamSampler
+    from posttrain.data.tasks import load_tasks
+
+    if getattr(leaf, "streaming", False) and stage.type not in ("rl", "experts"):
+        raise ConfigError(f"{where}.streaming: a {stage.type} stage reads its tasks whole; streaming is for RL stages")
+    if getattr(leaf, "streaming", False) and ".sources[" in where:
+        raise ConfigError(f"{where}.streaming: a streamed source cannot be mixed; give it as the stage's `tasks`")
+    try:
+        StreamSampler(leaf, seed=0) if getattr(leaf, "streaming", False) else load_tasks(leaf)
+    except (ValueError, ImportError, AttributeError, TypeError, NotImplementedError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _preflight_file(leaf, where: str) -> None:
+    """A task file (user or coding) read whole: a broken file is a config error."""
     from posttrain.data.tasks import load_tasks
 
     try:
         load_tasks(leaf)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def _preflight_user(leaf: UserTasks, where: str) -> None:
+    _preflight_file(leaf, where)
     if leaf.reward:
         from posttrain.rewards.user import _load
 
@@ -74,6 +99,26 @@ def _preflight_user(leaf: UserTasks, where: str) -> None:
             _load(leaf.reward)
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
+
+
+def resolved_model(config: PipelineConfig, source: str) -> Path:
+    """The model's local folder; a hub id neither cached nor downloadable is a config error."""
+    from posttrain.models import ModelNotFound, resolve_model
+
+    try:
+        return resolve_model(config.model)
+    except ModelNotFound as exc:
+        raise ConfigError(f"{source}: model.name: {exc}") from None
+
+
+def model_line(config: PipelineConfig, source: str) -> str:
+    """`posttrain validate`'s report of the model: folder, parameter count, dtype."""
+    from posttrain.models import ModelNotFound, model_report
+
+    try:
+        return model_report(config.model)
+    except ModelNotFound as exc:
+        raise ConfigError(f"{source}: model.name: {exc}") from None
 
 
 def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str, Path]:
@@ -121,15 +166,15 @@ def run_pipeline(
 
     from transformers import AutoTokenizer
 
-    from posttrain.models import resolve_model
     from posttrain.records.metrics import MetricsLog, write_json_atomic
     from posttrain.runtime.infra import Infra, start_ray
-    from posttrain.runtime.placement import open_slot, reserve, wait_ready
+    from posttrain.runtime.placement import check_placeable, open_slot, reserve, wait_ready
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
-    model_dir = resolve_model(config.model)
+    model_dir = resolved_model(config, source)
     state["model"] = str(model_dir)
     start_ray(config, verbose)
+    check_placeable(config, source)  # a slot or teachers no node can hold: exit 2 now, not a silent wait
     pg = reserve(config, 0)
     wait_ready(pg, config)
     slot = open_slot(config, model_dir, 0, pg)

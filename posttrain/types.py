@@ -54,13 +54,15 @@ class Completion:
 
 @dataclass(frozen=True)
 class RewardResult:
-    """A reward with its reason; `ok=False` flags a sample that could not be scored."""
+    """A reward with its reason; `ok=False` flags a sample that could not be scored;
+    `over_budget` marks a response longer than its token budget (scored -1 for it)."""
 
     score: float
     reason: str
     source: str
     details: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     ok: bool = True
+    over_budget: bool = False
 
 
 @dataclass(frozen=True)

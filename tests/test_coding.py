@@ -18,7 +18,7 @@ def sample(task, text):
 
 @pytest.fixture(scope="module")
 def verifier():
-    v = CodeVerifier(workers=2, timeout_s=5)
+    v = CodeVerifier(workers=2)
     yield v
     v.close()
 
@@ -56,8 +56,11 @@ def test_fraction_reward_and_hostile_answer(verifier):
     )
     (result,) = score_sync(verifier, [sample(task, half)])
     assert result.score == pytest.approx(3 / 5) and result.details["passed"] == 3
-    (loop,) = score_sync(verifier, [sample(task, "```python\nwhile True:\n    pass\n```")])
-    assert loop.score == 0.0 and loop.reason.startswith("timeout")
+    loop_task = type(task)(
+        task.task_id, task.family, task.messages, task.answer, dict(task.entry, timeout_s=1.5), "code"
+    )
+    (loop,) = score_sync(verifier, [sample(loop_task, "```python\nwhile True:\n    pass\n```")])
+    assert loop.score == 0.0 and "time limit" in loop.reason, loop.reason
 
 
 def test_humaneval_tasks(verifier):
@@ -82,8 +85,8 @@ def test_router_sends_each_sample_to_its_source(verifier):
 def test_identical_programs_run_once_per_call(verifier, monkeypatch):
     tasks = load_tasks(CodingTasks(type="coding", size=2, seed=4))
     runs = []
-    real_map = verifier.pool.map
-    monkeypatch.setattr(verifier.pool, "map", lambda jobs: runs.append(len(jobs)) or real_map(jobs))
+    real_run = verifier.pool.run
+    monkeypatch.setattr(verifier.pool, "run", lambda fn, jobs: runs.append(len(jobs)) or real_run(fn, jobs))
     group = [sample(tasks[0], tasks[0].answer)] * 3 + [sample(tasks[0], "wrong")] + [sample(tasks[1], tasks[0].answer)]
     results = score_sync(verifier, group)
     assert runs == [3]  # three distinct (program, tests) pairs among five samples

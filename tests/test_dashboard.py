@@ -1,7 +1,8 @@
 """`posttrain dashboard` in a real headless browser (Debian's chromium driven by
 Playwright), on the run folder of a real short pipeline run through the CLI: SFT, the
 nine experts (general: writing prompts the GRM scores with a tiny random-weight judge),
-MOPD from the experts. Also: the wandb offline files of that run, and the refusal of a
+MOPD from the experts; its pipeline file sets a tiny `health.logp_mismatch_max`, so the
+health flag fires. Also: the wandb offline files of that run, and the refusal of a
 non-loopback bind without a token."""
 
 import json
@@ -47,6 +48,9 @@ JOB_PLOTS = {
 }
 
 
+MISMATCH_BOUND = 1e-9
+
+
 def pipeline(judge: Path) -> dict:
     """SFT, the nine experts (general: writing prompts, scored by the GRM), MOPD from them."""
     arithmetic = {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic", "params": {"max_digits": 1}}]}
@@ -76,6 +80,7 @@ def pipeline(judge: Path) -> dict:
     return {
         "name": "dash",
         "model": {"name": "tiny"},
+        "health": {"logp_mismatch_max": MISMATCH_BOUND},  # fp32 engines agree to ~1e-7: over this bound
         "rollout": {"max_model_len": 256, "kv_cache_gib": 0.25},
         "trainer": {"workers": 2},
         "stages": [
@@ -113,6 +118,7 @@ def run_dir(tmp_path_factory):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Ray dashboard: off (ray.dashboard: true starts it)" in proc.stdout
+    (root / "run" / "console.txt").write_text(proc.stdout + proc.stderr)  # for the health warnings' test
     return root / "run"
 
 
@@ -351,7 +357,7 @@ def test_a_non_loopback_bind_needs_a_token(run_dir):
         proc.wait(10)
 
 
-# ------------------------------------------------------------ job states and the eval table
+# ------------------------------------------------------------ job states and the eval heatmaps
 # A real short run ends with every job done and, to stay short, has no eval stage: a copy
 # of its folder gets other job states in run_state.json and an eval.json as the eval stage
 # writes it (posttrain/stages/evaluate.py).
@@ -382,7 +388,23 @@ def states_dir(run_dir, tmp_path_factory):
             "mean_tokens": 9.0,
             "n": 3,
             "unscored": 0,
+            "score_se": 0.04,
+            "overlap": 0.0,
         }
+        for d, e in CELLS
+    ]
+    rows += [
+        {
+            "checkpoint": "sft",
+            "role": "sft",
+            "path": "x",
+            "domain": d,
+            "effort": e,
+            "score": 0.25,
+            "mean_tokens": 7.0,
+            "n": 3,
+            "unscored": 0,
+        }  # as an older eval.json: no score_se or overlap
         for d, e in CELLS
     ]
     rows += [
@@ -396,6 +418,8 @@ def states_dir(run_dir, tmp_path_factory):
             "mean_tokens": 12.0,
             "n": 3,
             "unscored": 0,
+            "score_se": 0.03,
+            "overlap": 0.0,
         }
         for d, e in CELLS
     ]
@@ -404,7 +428,7 @@ def states_dir(run_dir, tmp_path_factory):
 
 
 @needs_browser
-def test_job_states_and_the_eval_table(page, states_dir):
+def test_job_states_and_the_eval_heatmaps(page, states_dir):
     proc, port = start_dashboard(str(states_dir))
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -415,9 +439,94 @@ def test_job_states_and_the_eval_table(page, states_dir):
         assert page.locator(".expert-grid .cell.failed").count() == 1
         assert page.locator(".expert-grid .cell.pending").count() == 1
         open_view(page, url, "eval")
-        first = page.locator("table.eval tbody tr").first.inner_text().split("\t")
-        assert first[:5] == ["general", "max", "0.500 9 tok", "0.750 12 tok", "–"]
-        assert page.locator("table.eval tbody tr").count() == 9
+        for role in ("sft", "expert", "student", "difference"):
+            grid = page.locator(f".heat[data-role={role}]")
+            assert grid.count() == 1, role
+            assert grid.locator(".heat-cell").count() == 9 and grid.locator(".heat-cell .value").count() == 9, role
+        cell = page.locator(".heat[data-role=student] .heat-cell[data-domain=general][data-effort=max]")
+        assert cell.locator(".value").inner_text() == "0.500" and cell.locator(".se").inner_text() == "± 0.040"
+        assert "9 tok" in cell.inner_text()
+        assert page.locator(".heat[data-role=sft] .se").count() == 0  # rows without score_se: no ± shown
+        diff = page.locator(".heat[data-role=difference] .heat-cell[data-domain=agent][data-effort=low]")
+        assert diff.locator(".value").inner_text() == "-0.250" and diff.locator(".se").inner_text() == "± 0.050"
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# ------------------------------------------------------------ every series, health
+
+
+def jobs_of(run: Path) -> dict[str, list[str]]:
+    """Each job's numeric keys, as metrics.jsonl has them."""
+    keys: dict[str, set] = {}
+    for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()):
+        numeric = {k for k, v in row.items() if isinstance(v, (int, float)) and k not in ("step", "time")}
+        keys.setdefault(row["stage"], set()).update(numeric)
+    return {job: sorted(k) for job, k in keys.items()}
+
+
+def job_view(stage: str) -> str:
+    name, _, job = stage.partition("/")
+    return f"job?stage={quote(name)}&job={quote(job)}&runs=0"
+
+
+TRACE_NAMES = """() => [...document.querySelectorAll('.plot')].flatMap((d) => (d.data || []).map((t) => t.name))"""
+
+
+@needs_browser
+def test_the_sft_job_view_draws_its_loss_and_grad_norm(page, server, run_dir):
+    open_view(page, server, job_view("sft"))
+    page.wait_for_function("document.querySelector('.plot[data-title=\"grad norm\"]') !== null")
+    drawn = points(page)
+    steps = len(metrics(run_dir, "sft"))
+    assert drawn["loss"] == steps and drawn["grad norm"] == steps
+    titles = page.evaluate("() => [...document.querySelectorAll('.plot')].map((d) => d.dataset.title)")
+    assert titles[:2] == ["loss", "grad norm"]  # the curated plots first
+
+
+@needs_browser
+def test_every_series_of_every_job_is_drawn(page, server, run_dir):
+    jobs = jobs_of(run_dir)
+    assert len(jobs) == 11  # sft, nine experts, mopd
+    for stage, keys in jobs.items():
+        open_view(page, server, job_view(stage))
+        page.wait_for_function(
+            f"(keys) => {{ const n = new Set(({TRACE_NAMES})()); return keys.every((k) => n.has(k)); }}",
+            arg=keys,
+            timeout=15_000,
+        )
+        assert sorted(set(page.evaluate(TRACE_NAMES))) == keys, stage
+
+
+def fired_steps(run: Path, job: str) -> list[int]:
+    return [r["step"] for r in metrics(run, job) if r["logp/mismatch"] > MISMATCH_BOUND]
+
+
+def test_the_run_logged_and_printed_its_health_flags(run_dir):
+    rows = metrics(run_dir, "experts/general-max")
+    assert rows and all("health/flags" in r for r in rows)
+    assert [r["step"] for r in rows if "health/logp_mismatch" in r] == fired_steps(run_dir, "experts/general-max") != []
+    console = (run_dir / "console.txt").read_text()
+    first = fired_steps(run_dir, "experts/general-max")[0]
+    assert f"warning: [experts/general-max] step {first} health/logp_mismatch: logp/mismatch " in console
+
+
+@needs_browser
+def test_the_health_panel_flags_the_mismatch_and_links_to_its_samples(page, server, run_dir):
+    job = "experts/general-max"
+    steps = fired_steps(run_dir, job)
+    open_view(page, server, "health")
+    card = page.locator(".health-job[data-stage=experts][data-job=general-max]").first
+    flag = card.locator("tr.flag[data-flag=logp_mismatch]")
+    assert flag.count() == 1
+    assert f"{len(steps)} step" in flag.inner_text() and f"> {MISMATCH_BOUND}" in flag.inner_text()
+    flag.locator("a.samples-link").click()
+    saved = [json.loads(line) for line in (run_dir / "rollouts" / f"{job}.jsonl").read_text().splitlines()]
+    wanted = sorted(r["sample"] for r in saved if r["step"] in steps)
+    page.wait_for_function(f"document.querySelectorAll('#samples tbody tr').length === {len(wanted)}")
+    shown = page.locator("#samples tbody tr").evaluate_all("(rows) => rows.map((r) => r.dataset.sample)")
+    assert sorted(shown) == wanted
+    assert page.locator("#f-stage").input_value() == job
+    open_view(page, server, "pipeline")
+    assert page.locator(".run-column").first.locator("tr[data-stage=experts] a.flagged").count() == 1

@@ -1,13 +1,20 @@
 """The dashboard's JSON endpoints and guards, through Starlette's test client (no browser):
-missing files are named, torn lines skipped, bad queries answered 400, the token enforced,
-and a non-loopback bind refused without one."""
+missing files are named, torn lines skipped, files read incrementally (appended, replaced,
+rewritten), series downsampled with their extremes, every key plotted, the eval grids, the
+reward debugger's pages and filters, bad queries answered 400, the token enforced, and a
+non-loopback bind refused without one."""
 
 import json
+import os
 
+import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
 from posttrain.dashboard.app import DashboardError, check_bind, create_app
+from posttrain.dashboard.data import eval_grids
+from posttrain.dashboard.series import CURATED, downsample, plot_groups
+from posttrain.dashboard.tail import CHUNK, JsonlTail
 
 
 def client(*folders, token=None) -> TestClient:
@@ -31,10 +38,213 @@ def test_a_torn_last_line_is_skipped_and_the_series_follow_the_file(tmp_path):
     series = c.get("/api/job?stage=grpo").json()[0]
     assert series["last_step"] == 2
     assert series["plots"]["reward"] == {"reward/mean": {"x": [1, 2], "y": [0.1, 0.2]}}
-    assert series["plots"]["reverse KL (MOPD)"] == {}
+    assert list(series["plots"]) == ["reward", "logp mismatch"]  # plots without data are left out
     with (tmp_path / "metrics.jsonl").open("a") as f:
         f.write('ep": 3, "time": 0.0, "reward/mean": 0.3}\n')
     assert c.get("/api/job?stage=grpo").json()[0]["plots"]["reward"]["reward/mean"]["y"] == [0.1, 0.2, 0.3]
+
+
+def lines(tail: JsonlTail) -> list[bytes]:
+    reset, found = tail.poll()
+    return ["reset"] * reset + [line for _, line in found]
+
+
+def test_only_appended_bytes_are_read_and_a_torn_line_waits(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a"')
+    tail = JsonlTail(path)
+    assert lines(tail) == [b'{"a": 1}', b'{"a": 2}'] and tail.offset == 18
+    assert lines(tail) == []
+    with path.open("ab") as f:
+        f.write(b': 3}\n\n{"a": 4}\n')
+    assert lines(tail) == [b'{"a": 3}', b'{"a": 4}']
+    big = b'{"a": "' + b"x" * (CHUNK + 10) + b'"}'  # a line longer than a read chunk
+    with path.open("ab") as f:
+        f.write(big + b"\n")
+    assert lines(tail) == [big] and tail.offset == path.stat().st_size
+
+
+def test_a_file_replaced_or_rewritten_is_read_again(tmp_path):
+    from posttrain.records.run_state import set_aside_rows
+
+    path = tmp_path / "metrics.jsonl"
+    rows = [{"stage": "grpo", "step": s} for s in range(1, 6)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tail = JsonlTail(path)
+    assert len(lines(tail)) == 5
+    set_aside_rows(path, tmp_path / "metrics.replaced.jsonl", "grpo", 3)  # a resume from step 3: a new file
+    assert lines(tail) == ["reset", *[json.dumps(r).encode() for r in rows[:3]]]
+    path.write_text("".join(json.dumps(dict(r, stage="sft")) + "\n" for r in rows))  # rewritten in place, longer
+    assert lines(tail)[:2] == ["reset", json.dumps(dict(rows[0], stage="sft")).encode()]
+    os.truncate(path, 0)
+    assert lines(tail) == ["reset"]
+
+
+def test_a_resume_set_aside_redraws_the_series(tmp_path):
+    from posttrain.records.metrics import MetricsLog
+    from posttrain.records.run_state import set_aside_rows
+
+    log = MetricsLog(tmp_path)
+    for step in range(1, 6):
+        log.log("grpo", step, {"reward/mean": float(step)})
+    c = client(tmp_path)
+    assert c.get("/api/job?stage=grpo").json()[0]["plots"]["reward"]["reward/mean"]["x"] == [1, 2, 3, 4, 5]
+    set_aside_rows(tmp_path / "metrics.jsonl", tmp_path / "metrics.replaced.jsonl", "grpo", 2)
+    log.log("grpo", 3, {"reward/mean": 30.0})
+    series = c.get("/api/job?stage=grpo").json()[0]
+    assert series["plots"]["reward"]["reward/mean"] == {"x": [1, 2, 3], "y": [1.0, 2.0, 30.0]}
+
+
+def test_downsampling_keeps_every_buckets_extremes():
+    rng = np.random.default_rng(0)
+    x = np.arange(1, 100_001, dtype=float)
+    y = rng.normal(size=x.size)
+    y[[123, 45_678, 99_998]] = [50.0, -40.0, 30.0]  # spikes anywhere, the last one near the end
+    dx, dy = downsample(x, y, 2000)
+    assert len(dx) <= 2000 and np.all(np.diff(dx) > 0)  # in step order
+    assert dx[0] == 1 and dx[-1] == 100_000  # the first and the newest point
+    assert {50.0, -40.0, 30.0} <= set(dy.tolist())
+    # each bucket's min and max: the downsampled envelope matches the full one over any window
+    for lo in range(0, 100_000, 10_000):
+        full, kept = y[lo : lo + 10_000], dy[(dx > lo) & (dx <= lo + 10_000)]
+        assert full.max() == kept.max() and full.min() == kept.min()
+    short_x, short_y = downsample(x[:50], y[:50], 2000)
+    assert short_x.tolist() == x[:50].tolist() and short_y.tolist() == y[:50].tolist()
+
+
+def test_every_key_lands_in_exactly_one_plot_curated_first():
+    keys = [
+        "reward/mean",
+        "reward/std",
+        "reward_source/code",
+        "grad/norm",
+        "policy/entropy",
+        "policy/version",
+        "time/generate_s",
+        "time/train_s",
+        "agent/turns_mean",
+        "grm/unscored",
+        "samples/dropped/empty_response",
+        "samples/drawn",
+        "tokens",
+        "health/logp_mismatch",
+    ]
+    plots = plot_groups(sorted(keys))
+    placed = [k for ks in plots.values() for k in ks]
+    assert sorted(placed) == sorted(keys)  # each key once
+    curated = [t for t in plots if t in CURATED]
+    assert list(plots)[: len(curated)] == curated
+    assert curated == ["reward", "policy entropy", "grad norm", "time split (s)", "health flags"]
+    assert plots["reward"] == ["reward/mean", "reward_source/code"] and plots["reward/*"] == ["reward/std"]
+    assert plots["samples/dropped/*"] == ["samples/dropped/empty_response"] and plots["tokens"] == ["tokens"]
+    assert plots["agent/*"] == ["agent/turns_mean"] and plots["policy/*"] == ["policy/version"]
+
+
+def eval_row(checkpoint, role, domain, effort, score, **extra):
+    return {
+        "checkpoint": checkpoint,
+        "role": role,
+        "path": "x",
+        "domain": domain,
+        "effort": effort,
+        "score": score,
+        "mean_tokens": 10.0,
+        "n": 32,
+        "unscored": 0,
+        **extra,
+    }
+
+
+CELLS = [(d, e) for d in ("general", "coding", "agent") for e in ("max", "high", "low")]
+
+
+def test_eval_grids_per_role_and_student_minus_teacher():
+    rows = [eval_row("sft", "sft", d, e, 0.2) for d, e in CELLS]  # an older eval.json: no score_se, no overlap
+    rows += [eval_row(f"experts/{d}-{e}", "expert", d, e, 0.6, score_se=0.03, overlap=0.0) for d, e in CELLS]
+    rows += [eval_row("mopd", "student", d, e, 0.5, score_se=0.04, overlap=0.0) for d, e in CELLS]
+    grids = eval_grids(rows)
+    assert [(g["title"], g["kind"]) for g in grids] == [
+        ("SFT: sft", "score"),
+        ("experts (each on its own cell)", "score"),
+        ("student: mopd", "score"),
+        ("student: mopd minus teacher", "difference"),
+    ]
+    assert all(len(g["cells"]) == 9 for g in grids)
+    sft, experts, _, diff = grids
+    assert sft["cells"][0]["score_se"] is None and sft["cells"][0]["overlap"] is None
+    assert experts["cells"][4] == {
+        "domain": "coding",
+        "effort": "high",
+        "checkpoint": "experts/coding-high",
+        "score": 0.6,
+        "score_se": 0.03,
+        "mean_tokens": 10.0,
+        "n": 32,
+        "unscored": 0,
+        "overlap": 0.0,
+    }
+    assert diff["cells"][0]["diff"] == pytest.approx(-0.1) and diff["cells"][0]["diff_se"] == pytest.approx(0.05)
+    assert eval_grids(rows[:9] + rows[18:])[-1]["kind"] == "score"  # no experts: no difference grid
+
+
+def rollouts_folder(tmp_path, steps: int = 30, per_step: int = 10):
+    """A run folder with saved samples written by RolloutLog, as the RL driver writes them."""
+    from posttrain.records.metrics import MetricsLog
+    from posttrain.records.rollouts import RolloutLog
+    from posttrain.types import Completion, Message, RewardResult, Sample, Task
+
+    task = Task("t/1", "writing", (Message("user", "Write a haiku."),), None, {}, "grm")
+    sample = Sample(task, 0, (1, 2, 3), Completion((4, 5), (0.0, 0.0), "a haiku", "stop"), 0)
+    log, metrics = RolloutLog(tmp_path, "grpo"), MetricsLog(tmp_path)
+    for step in range(1, steps + 1):
+        results = []
+        for i in range(per_step):
+            rubric = [
+                {"text": f"mentions the {'moon' if (step + i) % 3 == 0 else 'sea'}", "kind": "essential", "weight": 1.0}
+            ]
+            details = {"status": "scored", "rubric": rubric, "verdicts": [], "judge_model": "j"} if i < 5 else {}
+            results.append(RewardResult(i / 10, f"reason {step}-{i}", "grm" if i < 5 else "rg", details, ok=i != 9))
+        log.write(step, [sample] * per_step, results, [None] * per_step)
+        metrics.log("grpo", step, {"logp/mismatch": 0.2 if step in (4, 5, 6, 20) else 1e-6})
+    return tmp_path
+
+
+def test_the_reward_debugger_pages_and_filters_on_the_server(tmp_path):
+    c = client(rollouts_folder(tmp_path))
+    first = c.get("/api/samples?stage=grpo").json()
+    assert (first["total"], first["matched"], first["page"], first["pages"]) == (300, 300, 0, 2)
+    assert first["samples"][0]["sample"] == "11-0" and first["samples"][-1]["sample"] == "30-9"  # the newest 200
+    older = c.get("/api/samples?stage=grpo&page=1").json()["samples"]
+    assert [s["sample"] for s in older] == [f"{s}-{i}" for s in range(1, 11) for i in range(10)]
+    assert c.get("/api/samples?stage=grpo&page=7").json()["samples"] == []
+    steps = c.get("/api/samples?stage=grpo&steps=3,7-8").json()
+    assert sorted({s["step"] for s in steps["samples"]}) == [3, 7, 8] and steps["matched"] == 30
+    rewards = c.get("/api/samples?stage=grpo&min=0.25&max=0.45&source=grm").json()
+    assert {s["sample"].split("-")[1] for s in rewards["samples"]} == {"3", "4"} and rewards["matched"] == 60
+    assert c.get("/api/samples?stage=grpo&min=0.85").json()["matched"] == 0  # i = 9 is unscored
+    moon = c.get("/api/samples?stage=grpo&criterion=MOON").json()
+    wanted = {f"{s}-{i}" for s in range(1, 31) for i in range(5) if (s + i) % 3 == 0}
+    assert {s["sample"] for s in moon["samples"]} == wanted and all(s["criteria"] == 1 for s in moon["samples"])
+    flagged = c.get("/api/samples?stage=grpo&flag=logp_mismatch").json()
+    assert sorted({s["step"] for s in flagged["samples"]}) == [4, 5, 6, 20]  # recomputed for a run that logged none
+    assert flagged["steps"] == [[4, 6], [20, 20]]
+    assert c.get("/api/samples?stage=grpo&flag=entropy_floor").json()["matched"] == 0  # never fired
+    detail = c.get("/api/sample?stage=grpo&id=12-3").json()
+    assert detail["row"]["reason"] == "reason 12-3" and detail["scoreboard"]["rubric"][0]["text"] == "mentions the moon"
+    assert c.get("/api/samples?stage=grpo&steps=4-x").json() == {"error": "steps: '4-x' is not a step or a range A-B"}
+
+
+def test_the_health_api_lists_each_check_with_its_steps(tmp_path):
+    folder = rollouts_folder(tmp_path)
+    (folder / "config.resolved.yaml").write_text("name: h\nhealth: {logp_mismatch_max: 0.1}\nstages: []\n")
+    (job,) = client(folder).get("/api/health").json()[0]["jobs"]
+    assert (job["stage"], job["job"], job["rollouts"], job["source"]) == ("grpo", None, "grpo", "recomputed")
+    fired = {c["name"]: c for c in job["checks"] if c["count"]}
+    assert list(fired) == ["logp_mismatch"]
+    assert fired["logp_mismatch"]["steps"] == [[4, 6], [20, 20]] and fired["logp_mismatch"]["last_value"] == 0.2
+    assert fired["logp_mismatch"]["rule"] == "> 0.1 (health.logp_mismatch_max)"
+    (folder / "config.resolved.yaml").write_text("health: {window: 1}\n")
+    assert "health" in client(folder).get("/api/health").json()[0]["config_problem"]
 
 
 def test_bad_queries_get_a_clear_400(tmp_path):
@@ -89,3 +299,14 @@ def test_a_run_prints_the_ray_dashboard_url():
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("Ray dashboard"))
     assert line.startswith("Ray dashboard (local): http://127.0.0.1:"), line
+
+
+def test_a_nan_that_json_dumps_wrote_is_read_and_served(tmp_path):
+    (tmp_path / "rollouts").mkdir()
+    row = {"stage": "grpo", "step": 1, "sample": "1-0", "reward": float("nan"), "ok": False, "source": "user"}
+    (tmp_path / "rollouts" / "grpo.jsonl").write_text(json.dumps(row) + "\n")  # json.dumps writes NaN
+    c = client(tmp_path)
+    found = c.get("/api/samples?stage=grpo").json()
+    assert found["total"] == 1 and found["samples"][0]["reward"] == "nan"
+    assert c.get("/api/samples?stage=grpo&min=-1").json()["matched"] == 0  # unscored: no reward bound passes
+    assert c.get("/api/sample?stage=grpo&id=1-0").json()["row"]["reward"] == "nan"

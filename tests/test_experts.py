@@ -11,13 +11,12 @@ run without rerunning finished jobs, and eval.json has every cell.
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 import yaml
+from cli_process import start_cli
 
 from posttrain.config import PipelineConfig
 from posttrain.config.files import ConfigError, load_pipeline
@@ -114,6 +113,16 @@ def test_jobs_chain_efforts_and_anneal_budgets():
     assert (low.budget.anneal.start, low.budget.anneal.end) == (8, 4) and low.steps == 4
     no_anneal = expert_jobs(config(**{"stages.1.anneal": None}).stages[1])
     assert no_anneal["general-high"].stage.budget.tokens == 8 and no_anneal["general-high"].stage.budget.anneal is None
+    assert all(j.stage.budget.margin == 0.25 for j in jobs.values())  # the default
+
+
+def test_experts_budget_takes_a_margin_and_nothing_else():
+    from posttrain.config.jobs import expert_jobs
+
+    jobs = expert_jobs(config(**{"stages.1.budget": {"margin": 0.5}}).stages[1])
+    assert {j.stage.budget.margin for j in jobs.values()} == {0.5}
+    with pytest.raises(ValueError, match="takes `margin` only"):
+        config(**{"stages.1.budget": {"tokens": 10}})
 
 
 def test_placement_plan_spreads_slots_over_nodes():
@@ -168,15 +177,7 @@ def test_eval_needs_an_experts_stage(tmp_path):
 def cli(*args):
     # Ray's memory monitor watches the whole machine: other programs' memory would get this
     # run's actors killed (as faults this test did not plan)
-    env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "posttrain.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=env,
-    )
+    return start_cli(*args, env={"RAY_memory_monitor_refresh_ms": "0"})
 
 
 def wait_for(predicate, proc, seconds, what):

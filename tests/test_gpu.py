@@ -1,5 +1,6 @@
-"""The same stack on a CUDA device: NCCL ranks and a GPU vLLM engine sharing one GPU.
-Skipped without a GPU (conftest); run on one with `bash bench/gpu_check.sh`."""
+"""The same stack on a CUDA device: an NCCL rank and a GPU vLLM engine sharing one GPU,
+weights pushed by both modes. Skipped without a GPU (conftest); `bash bench/gpu_check.sh`
+runs the wider GPU check."""
 
 import numpy as np
 import pytest
@@ -13,15 +14,20 @@ from posttrain.types import GenerationRequest, LossSpec, SamplingSettings, Train
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("weight_sync", ["collective", "object_store"])
 @pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-4), ("bfloat16", 5e-2)])
-def test_weight_push_and_logprob_agreement_on_gpu(ray_session, tiny_dir, dtype, tolerance):
+def test_weight_push_and_logprob_agreement_on_gpu(ray_session, tiny_dir, dtype, tolerance, weight_sync):
     engine = RolloutEngine.remote_actor(
         str(tiny_dir),
         RolloutConfig(max_model_len=128, num_gpus=0.4, num_cpus=0, gpu_memory_utilization=0.3),
         dtype,
         seed=0,
     )
-    group = TrainerGroup(TrainerConfig(workers=1, zero_stage=2, num_gpus=0.4, num_cpus=0), seed=0)
+    group = TrainerGroup(
+        TrainerConfig(workers=1, zero_stage=2, num_gpus=0.4, num_cpus=0),
+        seed=0,
+        rollout=RolloutConfig(weight_sync=weight_sync),  # collective: gloo on device tensors (one GPU)
+    )
     try:
         group.load(str(tiny_dir), dtype, lr=1e-3, warmup_steps=0)
         (outs,) = ray.get(engine.generate.remote([GenerationRequest((1, 40, 41), 8, 12)], SamplingSettings()))
@@ -32,7 +38,7 @@ def test_weight_push_and_logprob_agreement_on_gpu(ray_session, tiny_dir, dtype, 
             for c in outs
         ]
         group.train_step(seqs, LossSpec(kind="pg"))
-        group.sync_weights([engine])
+        assert group.sync_weights([engine])["sync/collective"] == float(weight_sync == "collective")
         (fresh,) = ray.get(engine.generate.remote([GenerationRequest((1, 40, 41), 8, 12)], SamplingSettings()))
         fresh_seqs = [
             TrainSequence(

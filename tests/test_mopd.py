@@ -36,8 +36,10 @@ def test_config_rejects_unknown_domains_duplicate_cells_and_other_temperatures()
         MOPDStage(**{**base, "teachers": [{"domain": "coding", "effort": "max", "checkpoint": "/x"}]})
     with pytest.raises(ValueError, match="second teacher for cell general-max"):
         MOPDStage(**{**base, "teachers": base["teachers"] * 2})
-    with pytest.raises(ValueError, match="temperature must be 1.0"):
+    with pytest.raises(ValueError, match="temperature and top_p must be 1.0"):
         MOPDStage(**{**base, "temperature": 0.7})
+    with pytest.raises(ValueError, match="nucleus truncation biases"):
+        MOPDStage(**{**base, "top_p": 0.9})
 
 
 def make_teacher(base_dir, target, answers: list[str], steps: int = 80):

@@ -48,6 +48,25 @@ def test_budget_reward():
     assert apply_budget(right, 10**6, None) is right
 
 
+def test_over_budget_is_a_flag_that_every_reader_uses():
+    """rl step metrics and eval's cell score read `over_budget`, never the reason text."""
+    import time
+
+    from posttrain.stages.evaluate import cell_score
+    from posttrain.stages.rl import step_metrics
+    from posttrain.types import Completion, Message, Sample, Task
+
+    over = apply_budget(RewardResult(1.0, "correct", "v"), 11, 10)
+    assert over.over_budget and not apply_budget(RewardResult(1.0, "correct", "v"), 10, 10).over_budget
+    words = RewardResult(1.0, "correct: 'over budget' vs expected 'over budget'", "reasoning_gym")  # not a flag
+    assert cell_score(None, over) == 0.0 and cell_score(None, words) == 1.0
+    sample = Sample(Task("t", "f", (Message("user", "q"),)), 0, (1,), Completion((1, 2), (0.0, 0.0), "x", "stop"))
+    sums = dict.fromkeys(("tokens", "stale_tokens", "offpolicy_weight", "loss", "clip_tokens", "kl"), 1.0)
+    trained = {"sums": sums, "logp": [], "grad_norm": 0.0}
+    metrics = step_metrics([sample] * 4, [over, words, words, words], [], trained, time.perf_counter(), 0.0)
+    assert metrics["reward/over_budget_frac"] == 0.25
+
+
 def test_task_budget_absolute_or_multiple():
     assert task_budget(100, None, 7) == 100
     assert task_budget(100, 1.5, 7) == 11  # ceil(10.5)

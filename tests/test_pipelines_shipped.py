@@ -13,7 +13,7 @@ from posttrain.config.files import ConfigError, dump_config, expand_env, load_pi
 
 PIPELINES = Path(__file__).parent.parent / "pipelines"
 SHIPPED = sorted(p.name for p in PIPELINES.glob("*.yaml"))
-CLUSTER_VARS = ("POSTTRAIN_MODEL_DIR", "POSTTRAIN_JUDGE_DIR", "RAY_ADDRESS")
+CLUSTER_VARS = ("POSTTRAIN_MODEL_DIR", "POSTTRAIN_JUDGE_DIR", "RAY_ADDRESS", "POSTTRAIN_NODES", "POSTTRAIN_NODE_CPUS")
 
 GOOD = {
     "name": "t",
@@ -142,13 +142,14 @@ def test_validate_and_dry_run(name):
     assert resolved["stages"][-1]["domains"]["coding"]["split"] == "humaneval"
     plan = cli("run", "--dry-run", f"pipelines/{name}")
     assert plan.returncode == 0, plan.stderr
-    assert "local Ray (started by `posttrain run`)" in plan.stdout  # no cluster named: nothing started
     assert "stage experts (experts): 9 jobs" in plan.stdout and "stage mopd (mopd)" in plan.stdout
-    if name == "smollm2.yaml":
+    if name == "smollm2.yaml":  # no cluster named: a local Ray, nothing started
+        assert "local Ray (started by `posttrain run`)" in plan.stdout
         assert resolved["model"]["name"] == "smollm2-135m-instruct" and "slot 0: node local" in plan.stdout
-    else:  # no GPUs here: the 8-GPU slots wait, and the plan still exits 0
+    else:  # no cluster to read: the plan is on the cluster the file declares (3 nodes of 8 GPUs)
         assert resolved["model"]["name"] == "smollm2-135m-instruct" and resolved["ray"]["address"] == ""
-        assert "'GPU': 8.0" in plan.stdout and "slot 0: waits" in plan.stdout
+        assert "on the declared cluster" in plan.stdout
+        assert "'GPU': 8.0" in plan.stdout and "slot 0: node node1" in plan.stdout
 
 
 def test_cluster_template_takes_model_and_cluster_from_the_environment(tmp_path, monkeypatch):

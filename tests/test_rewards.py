@@ -85,3 +85,104 @@ def test_math_verify_accepts_equivalent_forms():
     assert [r.score for r in results] == [1.0] * 3 and all("math-verify" in r.reason for r in results)
     assert math_equivalent("\\frac{1}{2}", "0.5") and not math_equivalent("13", "14")
     assert not math_equivalent("apple", "apple pie")
+
+
+HEDGES = [
+    "<answer>{a}</answer> or perhaps <answer>{b}</answer>",
+    "\\boxed{{{b}}} ... on reflection \\boxed{{{a}}}",
+    "Answer: {a}\nAnswer: {b}",
+    "The answer is {b}.\nFinal answer: {a}",
+    "<answer>{a} or {b}</answer>",
+    "It is {b} or {a}",
+    "<answer>{b}, {a}</answer>",
+    "<answer>{a}</answer>\n\\boxed{{{b}}}",
+]
+
+
+@pytest.mark.parametrize("template", HEDGES)
+def test_every_answer_verifier_scores_a_hedge_0(template):
+    """The right answer among others is never credited: reasoning-gym, math, user."""
+    from posttrain.rewards.math_verifier import MathVerifier
+    from posttrain.rewards.user import UserReward
+    from posttrain.types import Message, Task
+
+    (rg_task,) = reasoning_gym_tasks(ReasoningGymTasks(families=[ReasoningGymFamily(name="chain_sum")], size=1))
+    gold = rg_task.answer
+    text = template.format(a=gold, b=int(gold) + 1)
+    math_task = Task("m", "math", (Message("user", "q"),), answer=gold, verifier="math")
+    user_task = Task("u", "user", (Message("user", "q"),), answer=gold, entry={"answer": gold}, verifier="user")
+    results = [
+        score_sync(ReasoningGymVerifier(), [sample_for(rg_task, text)])[0],
+        score_sync(MathVerifier(), [sample_for(math_task, text)])[0],
+        score_sync(UserReward(None), [sample_for(user_task, text)])[0],
+    ]
+    assert all(r.ok and r.score == 0.0 and r.reason.startswith("hedged: ") for r in results), [
+        r.reason for r in results
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<answer>{a}</answer> and again <answer>{a}</answer>",
+        "Answer: {a}\n\\boxed{{{a}}}",
+        "so it is {a}.\nAnswer: {a}",
+    ],
+)
+def test_the_same_answer_stated_twice_is_not_a_hedge(text):
+    (task,) = reasoning_gym_tasks(ReasoningGymTasks(families=[ReasoningGymFamily(name="chain_sum")], size=1))
+    (result,) = score_sync(ReasoningGymVerifier(), [sample_for(task, text.format(a=task.answer))])
+    assert result.score == 1.0, result.reason
+
+
+@pytest.mark.parametrize(
+    "gold, response, score",
+    [
+        ("42", "<answer>42</answer>", 1.0),
+        ("0.5", "so \\boxed{\\frac{1}{2}}", 1.0),
+        ("13", "Final answer: 13.0", 1.0),
+        ("1000", "<answer>1,000</answer>", 1.0),
+        ("\\{1, 2\\}", "<answer>\\{2, 1\\}</answer>", 1.0),
+        ("(1, 2)", "<answer>(1, 2)</answer>", 1.0),
+        ("12", "<answer>12 legs</answer>", 1.0),
+        ("(1, 2)", "<answer>(3, 2)</answer>", 0.0),  # a weak parse would read both as 2
+        ("6", "<answer>5 6</answer>", 0.0),
+        ("6", "<answer>\\{5, 6\\}</answer>", 0.0),  # a set holding the answer is not the answer
+        ("43", "<answer>42</answer>", 0.0),
+    ],
+)
+def test_math_verifier(gold, response, score):
+    from posttrain.rewards.math_verifier import MathVerifier
+    from posttrain.types import Message, Task
+
+    task = Task("m", "math", (Message("user", "q"),), answer=gold, verifier="math")
+    (result,) = score_sync(MathVerifier(), [sample_for(task, response)])
+    assert result.ok and result.score == score, result.reason
+
+
+def test_math_verifier_is_in_every_router_and_flags_a_task_without_answer():
+    from posttrain.config.files import validate_pipeline
+    from posttrain.rewards.router import reward_router
+    from posttrain.types import Message, Task
+
+    config = validate_pipeline(
+        {
+            "name": "m",
+            "model": {"name": "tiny"},
+            "stages": [
+                {
+                    "name": "g",
+                    "type": "rl",
+                    "lr": 1e-4,
+                    "steps": 1,
+                    "tasks": {"type": "reasoning_gym", "families": [{"name": "chain_sum"}]},
+                }
+            ],
+        },
+        "p.yaml",
+    )
+    router = reward_router(config.stages[0])
+    no_answer = Task("m", "math", (Message("user", "q"),), verifier="math")
+    right = Task("m", "math", (Message("user", "q"),), answer="7", verifier="math")
+    results = score_sync(router, [sample_for(no_answer, "7"), sample_for(right, "<answer>7</answer>")])
+    assert not results[0].ok and results[1].source == "math" and results[1].score == 1.0

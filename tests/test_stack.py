@@ -6,6 +6,7 @@ import pytest
 import ray
 
 from posttrain.config import RolloutConfig, TrainerConfig
+from posttrain.config.placement import weight_sync_mode
 from posttrain.rollout.engine import RolloutEngine
 from posttrain.train.group import TrainerGroup
 from posttrain.types import GenerationRequest, LossSpec, SamplingSettings, TrainSequence
@@ -58,7 +59,11 @@ def test_trainer_and_engine_agree_before_training(engine, trainers):
     assert mean_abs_diff(seqs, trainers.logprobs(seqs)) < 1e-4
 
 
-def test_step_changes_parameters_and_push_keeps_engine_in_agreement(engine, trainers):
+@pytest.mark.parametrize("weight_sync", ["object_store", "collective"])
+def test_step_changes_parameters_and_push_keeps_engine_in_agreement(engine, trainers, weight_sync):
+    """Both weight paths (rollout.weight_sync): one packet through Ray's object store, or a
+    bucketed broadcast from rank 0 over a gloo group into the engine's worker."""
+    trainers.weight_sync = weight_sync_mode(RolloutConfig(weight_sync=weight_sync))
     seqs = sample(engine)
     before = ray.get(trainers.workers[0].parameter_checksum.remote())
     out = trainers.train_step(seqs, LossSpec(kind="pg"))
@@ -68,7 +73,7 @@ def test_step_changes_parameters_and_push_keeps_engine_in_agreement(engine, trai
     stale = trainers.logprobs(seqs)
     assert mean_abs_diff(seqs, stale) > 1e-3  # the step moved the policy away from the engine
     sync = trainers.sync_weights([engine])
-    assert sync["sync/seconds"] > 0
+    assert sync["sync/seconds"] > 0 and sync["sync/collective"] == float(weight_sync == "collective")
     assert ray.get(engine.info.remote())["version"] == trainers.version
     engine_logp = ray.get(engine.prompt_logprobs.remote([list(s.token_ids) for s in seqs]))
     diffs = [abs(a - b) for s, lt, le in zip(seqs, stale, engine_logp) for a, b in zip(lt, le[s.prompt_len - 1 :])]
@@ -103,13 +108,15 @@ def test_two_ranks_with_micro_batches_match_one_rank(ray_session, tiny_dir, engi
     assert diffs.mean() < 1e-6 and diffs.max() < 0.05 * 1e-2, (diffs.mean(), diffs.max())
 
 
-def test_zero3_gathers_full_weights_for_the_engine(ray_session, tiny_dir, engine):
-    group = TrainerGroup(TrainerConfig(workers=2, zero_stage=3), seed=0)
+@pytest.mark.parametrize("weight_sync", ["object_store", "collective"])
+def test_zero3_gathers_full_weights_for_the_engine(ray_session, tiny_dir, engine, weight_sync):
+    rollout = RolloutConfig(weight_sync=weight_sync, sync_bucket_mib=0.25)  # collective: several buckets
+    group = TrainerGroup(TrainerConfig(workers=2, zero_stage=3), seed=0, rollout=rollout)
     try:
         group.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
         seqs = sample(engine)
         group.train_step(seqs, LossSpec(kind="pg"))
-        group.sync_weights([engine])
+        assert group.sync_weights([engine])["sync/collective"] == float(weight_sync == "collective")
         fresh = sample(engine)
         assert mean_abs_diff(fresh, group.logprobs(fresh)) < 1e-4
     finally:

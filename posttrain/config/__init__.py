@@ -11,10 +11,12 @@ checks that.
 from posttrain.config.base import (  # noqa: F401
     BUILTIN_MODELS,
     Base,
+    is_hub_id,
     model_name,
 )
 from posttrain.config.pipeline import (  # noqa: F401
     AdamWOptimizer,
+    HealthConfig,
     ModelConfig,
     MuonOptimizer,
     Optimizer,
@@ -73,6 +75,8 @@ from posttrain.config.tasks import (  # noqa: F401
     AgentTasks,
     ChatJsonl,
     CodingTasks,
+    EnvTasks,
+    HFTasks,
     LeafSource,
     MixtureTasks,
     ReasoningGymFamily,
@@ -81,5 +85,6 @@ from posttrain.config.tasks import (  # noqa: F401
     SynthesisData,
     TaskSource,
     UserTasks,
+    VerifiersTasks,
     WritingTasks,
 )

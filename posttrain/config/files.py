@@ -59,6 +59,9 @@ TAGS = {
     "muon",
     "muon_per_head",
     "synthesis",
+    "hf",
+    "env",
+    "verifiers",
 }
 UNION_FIELDS = {"stages", "data", "tasks", "sources", "judge", "correction", "algo", "optimizer"}
 DICT_UNION_FIELDS = {"domains"}  # {name: task source}: the key, then the source's tag

@@ -43,7 +43,12 @@ class TinyModelConfig(Base):
 class ModelConfig(Base):
     """Which model the pipeline starts from."""
 
-    name: str = Field(description="`tiny`, `smollm2-135m-instruct`, or a local Hugging Face model folder.")
+    name: str = Field(
+        description=(
+            "`tiny`, `smollm2-135m-instruct`, a hub id (`org/name`, from the local Hugging Face cache or "
+            "downloaded), or a local Hugging Face model folder."
+        )
+    )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape when name is `tiny`.")
     seed: int = Field(0, description="Seed of the tiny model's initial weights.")
     dtype: Literal["float32", "bfloat16"] = Field(
@@ -90,6 +95,26 @@ class RolloutConfig(Base):
             "cores an engine has to itself while the trainer waits."
         ),
     )
+    weight_sync: Literal["auto", "collective", "object_store"] = Field(
+        "auto",
+        description=(
+            "How new weights reach the engines: collective (trainer rank 0 broadcasts bucketed tensors over a "
+            "process group: NCCL on GPU, gloo on CPU), object_store (one packet through Ray's object store); "
+            "auto: collective when the engines have GPUs, object_store on CPU."
+        ),
+    )
+    sync_bucket_mib: float = Field(
+        256, gt=0, le=65536, description="Collective weight sync: MiB per broadcast bucket (tensors packed together)."
+    )
+
+    @model_validator(mode="after")
+    def _tensor_parallel_fits(self) -> RolloutConfig:
+        from posttrain.config.placement import tensor_parallel_problem
+
+        problem = tensor_parallel_problem(self.num_gpus, self.tensor_parallel)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class AdamWOptimizer(Base):
@@ -208,6 +233,22 @@ class RayConfig(Base):
         1.0, gt=0, le=4096, description="Object store of a local Ray (weights travel through it)."
     )
     dashboard: bool = Field(False, description="Start the Ray dashboard with a local Ray.")
+    nodes: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Nodes of the cluster the pipeline is meant for; with node_gpus/node_cpus, validation checks "
+        "that MOPD's teachers fit beside slot 0.",
+    )
+    node_gpus: float | None = Field(
+        None,
+        ge=0,
+        description="GPUs of each node of that cluster (nodes alike); set, validation refuses a slot or teacher "
+        "that no node could hold (it would wait for Ray forever).",
+    )
+    node_cpus: float | None = Field(
+        None, ge=0, description="Ray CPUs of each node of that cluster (nodes alike); checked like node_gpus."
+    )
 
 
 class WandbConfig(Base):
@@ -220,6 +261,58 @@ class WandbConfig(Base):
     mode: Literal["auto", "offline", "online", "disabled"] = Field(
         "auto", description="auto: offline unless WANDB_MODE or WANDB_API_KEY is set in the environment."
     )
+
+
+class HealthConfig(Base):
+    """Thresholds of the RL health checks (posttrain/records/health.py): each RL, expert and
+    MOPD step is checked, a check that fires prints a one-line warning and logs
+    `health/NAME` (the measured value) in metrics.jsonl, and the dashboard's Health view
+    lists the steps. A threshold set to null turns its check off."""
+
+    enabled: bool = Field(True, description="Run the checks at every RL step.")
+    logp_mismatch_max: float | None = Field(
+        0.05, ge=0, description="Flag `logp/mismatch` (mean |logp trainer - logp engine|) above this."
+    )
+    entropy_min: float | None = Field(
+        0.05, ge=0, description="Flag `policy/entropy` (nats per trained token) below this floor."
+    )
+    entropy_fall: float | None = Field(
+        0.5, gt=0, lt=1, description="Flag `policy/entropy` below (1 - this) x its highest of the last `window` steps."
+    )
+    truncated_frac_max: float | None = Field(
+        0.25, ge=0, le=1, description="Flag `response/truncated_frac` (responses cut at max_tokens) above this."
+    )
+    over_budget_frac_max: float | None = Field(
+        0.25, ge=0, le=1, description="Flag `reward/over_budget_frac` (responses over the token budget) above this."
+    )
+    hack_reward_jump: float | None = Field(
+        0.3,
+        gt=0,
+        description=(
+            "Flag a rise of mean reward by this much (last `window` steps vs the `window` before) that comes "
+            "with a fall of `hack_length_drop` in length or in coding tests counted."
+        ),
+    )
+    hack_length_drop: float = Field(
+        0.3, gt=0, lt=1, description="The fall (fraction) of response length per budget token, or of tests counted."
+    )
+    queue_growth_steps: int | None = Field(
+        5, ge=2, description="Flag `queue/depth` that rose at each of this many steps in a row."
+    )
+    staleness_cap_frac: float | None = Field(
+        1.0, gt=0, le=1, description="Flag `staleness/max` at or above this fraction of the stage's max_staleness."
+    )
+    staleness_cap_steps: int = Field(
+        3, ge=1, description="... for this many steps in a row (now and then is what partial rollouts do)."
+    )
+    grm_unscored_max: float | None = Field(
+        0, ge=0, description="Flag `grm/unscored` (GRM samples without a score) above this many per step."
+    )
+    nonfinite: bool = Field(True, description="Flag steps skipped for a NaN/inf loss (`train/skipped_nonfinite`).")
+    engine_deaths: bool = Field(
+        True, description="Flag steps whose trajectories were requeued by an engine death (`engine/requeued_by_death`)."
+    )
+    window: int = Field(10, ge=2, le=10_000, description="Steps of history the entropy and reward-jump checks compare.")
 
 
 # ---------------------------------------------------------------- pipeline
@@ -235,6 +328,7 @@ class PipelineConfig(Base):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig, description="RL health checks and their thresholds.")
     stages: list[Stage] = Field(min_length=1, description="Stages, run in order.")
 
     @model_validator(mode="after")
@@ -278,6 +372,19 @@ class PipelineConfig(Base):
             )
         return self
 
+    @model_validator(mode="after")
+    def _placeable(self) -> PipelineConfig:
+        """On the cluster the file declares (ray.nodes, node_gpus, node_cpus), every slot and
+        teacher must fit somewhere: an impossible placement group waits forever, silently."""
+        from posttrain.config.placement import declared_nodes, placement_problems
+
+        nodes = declared_nodes(self.ray)
+        if nodes is not None:
+            problems = placement_problems(self, nodes, whole=self.ray.nodes is not None)
+            if problems:
+                raise ValueError(f"{problems[0]} (declared cluster: {_declared(self.ray)})")
+        return self
+
     @staticmethod
     def _checkpoint_ref(seen: dict, ref: str, where: str, whole_experts: bool = False) -> None:
         """`ref` must name an earlier stage with a checkpoint: an sft, rl or mopd stage, one
@@ -303,3 +410,9 @@ class PipelineConfig(Base):
 
     def stage(self, name: str) -> SFTStage | RLStage:
         return next(s for s in self.stages if s.name == name)
+
+
+def _declared(ray: RayConfig) -> str:
+    sizes = (("node_gpus", ray.node_gpus), ("node_cpus", ray.node_cpus))
+    size = ", ".join(f"{key}: {value:g}" for key, value in sizes if value is not None)
+    return f"ray.nodes: {ray.nodes}, {size}" if ray.nodes else size

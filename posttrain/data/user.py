@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from posttrain.config import UserTasks
+from posttrain.data.rows import rows_to_tasks
 from posttrain.types import Message, Task
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -42,15 +43,9 @@ def _rows(path: Path):
                 yield number, exc
 
 
-def _task(row, number: int, source: UserTasks) -> Task:
-    if isinstance(row, Exception):
-        raise ValueError(f"invalid JSON ({row.msg})")
-    if not isinstance(row, dict):
-        raise ValueError(f"a row must be an object, got {type(row).__name__}")
-    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata"}
-    if unknown:
-        raise ValueError(f"unknown field(s) {sorted(unknown)}")
-    if "messages" in row:
+def row_messages(row: dict, system_prompt: str | None) -> tuple[Message, ...]:
+    """A row's `messages` list, or its `prompt` (after the system prompt, if any)."""
+    if row.get("messages") is not None:
         msgs = row["messages"]
         if (
             not isinstance(msgs, list)
@@ -60,12 +55,22 @@ def _task(row, number: int, source: UserTasks) -> Task:
             )
         ):
             raise ValueError("messages must be a non-empty list of {role, content} with a known role")
-        messages = tuple(Message(m["role"], m["content"]) for m in msgs)
-    elif isinstance(row.get("prompt"), str) and row["prompt"].strip():
-        system = (Message("system", source.system_prompt),) if source.system_prompt else ()
-        messages = system + (Message("user", row["prompt"]),)
-    else:
-        raise ValueError("needs a non-empty string `prompt` or a `messages` list")
+        return tuple(Message(m["role"], m["content"]) for m in msgs)
+    if isinstance(row.get("prompt"), str) and row["prompt"].strip():
+        system = (Message("system", system_prompt),) if system_prompt else ()
+        return system + (Message("user", row["prompt"]),)
+    raise ValueError("needs a non-empty string `prompt` or a `messages` list")
+
+
+def _task(row, number: int, source: UserTasks) -> Task:
+    if isinstance(row, Exception):
+        raise ValueError(f"invalid JSON ({row.msg})")
+    if not isinstance(row, dict):
+        raise ValueError(f"a row must be an object, got {type(row).__name__}")
+    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata"}
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    messages = row_messages(row, source.system_prompt)
     answer = row.get("answer")
     if answer is not None and not isinstance(answer, (str, int, float)):
         raise ValueError("answer must be a string or a number")
@@ -77,18 +82,14 @@ def _task(row, number: int, source: UserTasks) -> Task:
     return Task(task_id=task_id, family="user", messages=messages, answer=entry["answer"], entry=entry, verifier="user")
 
 
+def tasks_from_file(path: Path, on_bad_row: str, parse) -> list[Task]:
+    """`parse(row, number)` on every row of a JSONL or Parquet file, through the row loop
+    every source shares (data/rows.py): a bad row is reported by its line number."""
+    return rows_to_tasks(
+        _rows(path), parse, on_bad_row, str(path), error=BadTaskFile, at="{where}:{number}", empty="empty file"
+    )
+
+
 def user_tasks(source: UserTasks) -> list[Task]:
     path = Path(source.path).expanduser()
-    tasks, bad = [], []
-    for number, row in _rows(path):
-        try:
-            tasks.append(_task(row, number, source))
-        except ValueError as exc:
-            if source.on_bad_row == "fail":
-                raise BadTaskFile(f"{path}:{number}: {exc}") from None
-            bad.append(f"row {number}: {exc}")
-    if bad:
-        print(f"{path}: skipped {len(bad)} bad row(s); first: {bad[0]}", flush=True)
-    if not tasks:
-        raise BadTaskFile(f"{path}: no usable task" + (f" ({bad[0]})" if bad else " (empty file)"))
-    return tasks
+    return tasks_from_file(path, source.on_bad_row, lambda row, number: _task(row, number, source))

@@ -6,7 +6,7 @@ in transformers (`hf`) or a prompt-logprobs pass in a vLLM engine (`vllm`). With
 teachers live in one shared worker process (a `TeacherHost`), so the runtime's memory
 (Python, torch, transformers: about 0.5 GiB) is paid once rather than per teacher; with
 `vllm`, each teacher is its own engine actor. The pool loads a teacher when a batch needs
-it and, when the next one would not fit in `memory_gib`, unloads the least recently used
+it and, when the next one would not fit in `memory_gib` (or `max_resident` are loaded), unloads the least recently used
 first. Requests are batched by teacher, and teachers already resident are served first,
 so a step loads each missing teacher once. What a worker really takes is measured after
 every load and unload (its process's resident memory) and counted whenever it is more
@@ -24,6 +24,7 @@ from pathlib import Path
 import ray
 
 from posttrain.config import RolloutConfig, TeacherPoolConfig
+from posttrain.config.placement import device_of
 
 GIB = 2**30
 LOAD_TIMEOUT_S = 600
@@ -40,12 +41,12 @@ class TeacherHost:
     """One worker process holding any number of teachers (transformers models), each
     scoring token sequences. Create with `remote_actor`."""
 
-    def __init__(self, dtype: str, micro_batch_tokens: int):
+    def __init__(self, dtype: str, micro_batch_tokens: int, device: str = "cpu"):
         import torch
 
         torch.set_num_threads(1)
         self.dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device  # from the actor's resources (config.placement.device_of)
         self.models: dict[str, object] = {}
         self.micro_batch_tokens = micro_batch_tokens
 
@@ -56,7 +57,7 @@ class TeacherHost:
             num_gpus=config.num_gpus,
             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}},
         )
-        return ray.remote(cls).options(**options).remote(dtype, config.micro_batch_tokens)
+        return ray.remote(cls).options(**options).remote(dtype, config.micro_batch_tokens, device_of(config.num_gpus))
 
     def load(self, teacher_id: str, model_dir: str) -> int:
         """Load a teacher; returns the process's resident bytes afterwards."""
@@ -110,6 +111,20 @@ class TeacherHost:
                 out[i] = logp[r, : len(token_ids[i]) - 1].cpu().tolist()
             start += rows
         return out  # type: ignore[return-value]
+
+
+def teacher_engine_config(pool: TeacherPoolConfig, rollout: RolloutConfig | None) -> RolloutConfig:
+    """A vllm teacher's engine: the rollout engines' settings (context length, cache, eager)
+    on the teacher pool's own resources, one GPU or a share of one (tensor_parallel 1)."""
+    return (rollout or RolloutConfig()).model_copy(
+        update={
+            "engines": 1,
+            "num_gpus": pool.num_gpus,
+            "num_cpus": pool.num_cpus,
+            "gpu_memory_utilization": pool.gpu_memory_utilization,
+            "tensor_parallel": 1,
+        }
+    )
 
 
 def weights_bytes(model_dir: str | Path, dtype: str) -> int:
@@ -204,7 +219,9 @@ class TeacherPool:
         if teacher_id in self.resident:
             self.resident.move_to_end(teacher_id)
             return self.resident[teacher_id]
-        while self.resident and self._needed(teacher_id) > self.budget:
+        while self.resident and (
+            self._needed(teacher_id) > self.budget or len(self.resident) >= (self.config.max_resident or 1 << 30)
+        ):
             self._unload(next(iter(self.resident)))
         started = time.perf_counter()
         actor = self._start(teacher_id)
@@ -226,7 +243,7 @@ class TeacherPool:
             return self.host
         from posttrain.rollout.engine import RolloutEngine
 
-        actor = RolloutEngine.remote_actor(path, self.rollout or RolloutConfig(), self.dtype, seed=0)
+        actor = RolloutEngine.remote_actor(path, teacher_engine_config(self.config, self.rollout), self.dtype, seed=0)
         measured = ray.get(actor.memory_bytes.remote(), timeout=LOAD_TIMEOUT_S)
         self.overhead = max(self.overhead, measured - self.weights[teacher_id])
         self.measured[teacher_id] = measured

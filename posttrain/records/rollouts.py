@@ -78,6 +78,7 @@ def sample_row(
         "budget": budget,
         "reward": result.score,
         "ok": result.ok,
+        "over_budget": result.over_budget,
         "reason": result.reason,
         "source": result.source,
         "details": result.details,

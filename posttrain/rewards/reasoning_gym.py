@@ -1,29 +1,15 @@
 """Verifier for reasoning-gym tasks: extract the answer, score it with the family's own
 scoring function, and, for mathematical answers, with math-verify too (so that `0.5`
-matches `\\frac{1}{2}` and `13.0` matches `13`); say why."""
+matches `\\frac{1}{2}` and `13.0` matches `13`); say why. A response that hedges (several
+different final answers, or alternatives) scores 0."""
 
 from __future__ import annotations
 
-import re
-import threading
-
 from posttrain.rewards.extract import extract_answer
+from posttrain.rewards.math_verifier import hedge, math_equivalent
 from posttrain.types import RewardResult, Sample
 
-_MATHY = re.compile(r"^[-+*/^().,=\s\d\\{}a-zA-Z]*\d[-+*/^().,=\s\d\\{}a-zA-Z]*$")
-
-
-def math_equivalent(gold: str, answer: str) -> bool:
-    """math-verify's verdict on two answers; False when either is not mathematical."""
-    if not (_MATHY.match(gold.strip()) and _MATHY.match(answer.strip())):
-        return False
-    from math_verify import parse, verify
-
-    # math-verify times out with SIGALRM, which only the main thread may use
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    gold_parsed = parse(gold, parsing_timeout=timeout)
-    answer_parsed = parse(answer, parsing_timeout=timeout)
-    return bool(gold_parsed and answer_parsed and verify(gold_parsed, answer_parsed, timeout_seconds=timeout))
+__all__ = ["ReasoningGymVerifier", "math_equivalent"]
 
 
 class ReasoningGymVerifier:
@@ -45,6 +31,10 @@ class ReasoningGymVerifier:
         details = {"extracted": answer, "extracted_by": how, "expected": entry.get("answer")}
         if answer is None:
             return RewardResult(0.0, f"no answer found ({how})", self.name, details)
+        gold = None if entry.get("answer") is None else str(entry["answer"])
+        hedged = hedge(response, self.answer_format, gold)
+        if hedged:  # never partial credit for listing the right answer among others
+            return RewardResult(0.0, hedged, self.name, details)
         score = float(self._scorer(family)(answer, entry))
         if score < 1.0 and entry.get("answer") is not None and math_equivalent(str(entry["answer"]), answer):
             details["matched_by"] = "math-verify"

@@ -8,6 +8,7 @@ import asyncio
 
 from posttrain.rewards.agent import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
+from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 from posttrain.types import RewardResult, Sample
 
@@ -61,22 +62,43 @@ def task_leaves(stage) -> list:
 
 def reward_router(stage, judge=None) -> RewardRouter:
     """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
-    sources = {"reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format), "agent": AgentVerifier()}
+    sources = {
+        "reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format),
+        "math": MathVerifier(stage.reward.answer_format),
+        "agent": AgentVerifier(),
+    }
     leaves = task_leaves(stage)
-    coding = [leaf for leaf in leaves if leaf.type == "coding"]
+    coding = [leaf for leaf in leaves if leaf.type == "coding" or getattr(leaf, "verifier", None) == "code"]
     if coding:
         from posttrain.rewards.code import CodeVerifier
 
-        sources["code"] = CodeVerifier(max(c.workers for c in coding), max(c.timeout_s for c in coding))
-    user = [leaf for leaf in leaves if leaf.type == "user"]
+        sources["code"] = CodeVerifier(max(c.workers for c in coding))  # each task carries its own timeout_s
+    user = [leaf for leaf in leaves if leaf.type == "user" or getattr(leaf, "verifier", None) == "user"]
     if len({u.reward for u in user}) > 1:
         raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
     if user:
         from posttrain.rewards.user import UserReward
 
         sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s)
+    sources.update(own_sources(leaves))
     if stage.reward.grm is not None:
         from posttrain.rewards.grm import GRM
 
         sources["grm"] = GRM(stage.reward.grm, shared=judge)
     return RewardRouter(sources)
+
+
+def own_sources(leaves: list) -> dict[str, RewardSource]:
+    """The reward sources of the user's own environments: `env` (each environment's
+    reward, run in its workers) and `verifiers` (a verifiers environment's rubric)."""
+    sources: dict[str, RewardSource] = {}
+    if any(leaf.type == "env" for leaf in leaves):
+        from posttrain.rewards.env import EnvReward
+
+        sources["env"] = EnvReward()
+    vf = [leaf for leaf in leaves if leaf.type == "verifiers"]
+    if vf:
+        from posttrain.rewards.vf import VerifiersReward
+
+        sources["verifiers"] = VerifiersReward(vf)
+    return sources

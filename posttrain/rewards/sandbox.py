@@ -1,21 +1,26 @@
 """Running model-written Python in a sandbox, and the verdict.
 
-Each program runs in its own process, in namespaces of its own (mount, network, IPC, UTS),
-chrooted into a private root that holds only read-only system and Python files and a
-size-limited tmpfs work folder; with rlimits on CPU time, address space, processes, file
-size and open files; as an unprivileged uid that belongs to its worker slot alone, leased
-machine-wide (`UidLease`), so no other pool or run on the machine uses it. The parent
-enforces wall time and output size, and on the way out kills every process of that uid
-(a fork bomb that called setsid included).
+Each program runs in its own process, in namespaces of its own (mount, network, IPC, UTS,
+PID), chrooted into a private root that holds only read-only system and Python files and
+a size-limited tmpfs work folder; with rlimits on CPU time, address space, processes,
+file size and open files; as an unprivileged uid leased machine-wide (`UidLease`), so no
+other pool or run on the machine uses it. The parent enforces wall time and output size,
+and on the way out kills every process of the uids (a fork bomb that called setsid too).
 
-What it guarantees and what it does not is in the README (Sandbox).
+`run_program` runs a program alone (stdin given, stdout returned). `run_function` runs a
+candidate program and, on another uid in other namespaces, the trusted test harness that
+calls the candidate's function through pipes (`sandbox_harness.py`); the harness's report
+comes back over a pipe of this process that the candidate never holds.
+What it guarantees and what it does not is in the README (What a reward guarantees).
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import marshal
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -24,13 +29,17 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 UID_BASE = 61100  # 61000..61099 were slot uids before leases: a run of an older version may still use them
 UID_COUNT = 900  # sandbox uids are 61100..61999, each leased to one worker slot at a time
 LEASE_DIR = Path(tempfile.gettempdir()) / "posttrain-sandbox-uids"
 SETUP_ERROR = "POSTTRAIN_SANDBOX_SETUP_ERROR"
+HERE = Path(__file__).parent
+LAUNCHER = str(HERE / "sandbox_exec.py")
+RUNNER = (HERE / "sandbox_runner.py").read_text()
+REPORT_GRACE_S = 2.0  # the harness reports at the time limit; the parent kills this much later
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Limits:
     file_bytes: int = 8 * 2**20
     disk_bytes: int = 32 * 2**20
     output_bytes: int = 64 * 1024
+    reply_bytes: int = 2**20  # one reply of the candidate to the harness
+    report_bytes: int = 4 * 2**20  # the harness's report
 
 
 @dataclass(frozen=True)
@@ -53,25 +64,50 @@ class Verdict:
     wall_seconds: float
     peak_memory_bytes: int
     returncode: int | None
+    stdout: bytes = field(default=b"", repr=False)  # all of it (up to the output cap); not in to_json
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({k: v for k, v in asdict(self).items() if k != "stdout"})
+
+
+@dataclass(frozen=True)
+class FunctionRun:
+    """A candidate checked by the harness: the harness's report (None if it sent none),
+    how the launcher saw both sides end, and the run as a whole (limits, output tails)."""
+
+    report: dict | None
+    launcher: dict | None
+    process: Verdict
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The uids of one worker slot: the candidate's and the harness's."""
+
+    candidate: int
+    harness: int
 
 
 def _tail(data: bytes, n: int = 2000) -> str:
     return data[-n:].decode("utf-8", "replace")
 
 
-def _read_capped(stream, sink: bytearray, cap: int, over: threading.Event) -> None:
+def _read_capped(stream, sink: bytearray, cap: int, over: threading.Event, on_over=None) -> None:
     while chunk := stream.read(65536):
         if len(sink) < cap:
             sink += chunk[: cap - len(sink)]
-        if len(sink) >= cap:
+        if len(sink) >= cap and not over.is_set():
             over.set()
+            if on_over is not None:
+                on_over()
 
 
 def kill_uid(uid: int) -> int:
-    """SIGKILL every process owned by `uid`, until none is left (forks race the scan)."""
+    return kill_uids({uid})
+
+
+def kill_uids(uids: set[int]) -> int:
+    """SIGKILL every process owned by one of `uids`, until none is left (forks race the scan)."""
     killed = 0
     for _ in range(50):
         found = []
@@ -79,10 +115,10 @@ def kill_uid(uid: int) -> int:
             try:
                 with open(f"/proc/{pid}/status") as f:
                     fields = dict(line.split(":", 1) for line in f if ":" in line)
-            except OSError:
+            except (OSError, ValueError):
                 continue
             # zombies are already dead: they wait for init to reap them
-            if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            if int(fields["Uid"].split()[0]) in uids and not fields["State"].strip().startswith("Z"):
                 found.append(int(pid))
         if not found:
             return killed
@@ -139,81 +175,147 @@ class UidLease:
         self.release()
 
 
-def run_program(program: str, tests: str | None = None, limits: Limits = Limits(), uid: int | None = None) -> Verdict:
-    """Run `program` (then `tests`, in the same module) and judge it, as `uid` (one this
-    process leased), or as a uid leased for this one run."""
-    if uid is None:
-        with UidLease(1) as lease:
-            return run_program(program, tests, limits, lease.uids[0])
-    root = tempfile.mkdtemp(prefix="posttrain-sandbox-")
-    source = program if tests is None else f"{program}\n\n{tests}\n"
-    spec = {
-        "root": root,
-        "uid": uid,
+def _spec(limits: Limits, mode: str, root: str, **sides) -> dict:
+    return {
+        "mode": mode,
         "python": os.path.realpath(sys._base_executable),
         "python_prefix": sys.base_prefix,
-        "files": {"main.py": source},
         **{k: int(v) for k, v in asdict(limits).items() if k not in ("wall_seconds", "output_bytes")},
+        **{name: dict(side, root=os.path.join(root, name)) for name, side in sides.items()},
     }
-    started = time.perf_counter()
+
+
+def _launch(spec: dict, limits: Limits, uids: set[int], wall: float, pass_fds=()) -> tuple:
+    """Start the launcher on `spec`, wait for it (killing it and all of `uids` past `wall`
+    seconds or the output cap). Returns (returncode, cause, stdout, stderr, wall, peak)."""
+    started, cause = time.perf_counter(), None
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", os.path.join(os.path.dirname(__file__), "sandbox_exec.py"), json.dumps(spec)],
-        stdin=subprocess.DEVNULL,
+        # -S: the launcher is stdlib-only, and Python starts 4x faster without site
+        [sys.executable, "-I", "-S", "-B", LAUNCHER],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
+        pass_fds=pass_fds,
     )
     out, err, over = bytearray(), bytearray(), threading.Event()
+    stop = lambda: _kill(proc.pid, uids)  # noqa: E731  past the output cap, from the reader thread
     readers = [
-        threading.Thread(target=_read_capped, args=(s, b, limits.output_bytes, over), daemon=True)
+        threading.Thread(target=_read_capped, args=(s, b, limits.output_bytes, over, stop), daemon=True)
         for s, b in ((proc.stdout, out), (proc.stderr, err))
     ]
     for r in readers:
         r.start()
-    status, rusage, cause = None, None, None
-    while status is None:
-        pid, status_raw, rusage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            status = status_raw
-            break
-        if time.perf_counter() - started > limits.wall_seconds:
+    try:
+        proc.stdin.write(marshal.dumps(spec))
+        proc.stdin.close()
+    except BrokenPipeError:  # the launcher died at start: its stderr says why
+        pass
+    exited = os.pidfd_open(proc.pid)  # readable once the launcher exits: no polling
+    try:
+        if not select.select([exited], [], [], max(started + wall - time.perf_counter(), 0))[0]:
+            _kill(proc.pid, uids)
             cause = "timeout"
-        elif over.is_set():
-            cause = "output"
-        if cause:
-            _kill(proc.pid, uid)
-            _, status, rusage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.002)
+    finally:
+        os.close(exited)
+    _, status, rusage = os.wait4(proc.pid, 0)
+    if cause is None and over.is_set():
+        cause = "output"
     proc.returncode = os.waitstatus_to_exitcode(status)
-    kill_uid(uid)
+    if cause or proc.returncode != 0:
+        # the launcher waited for each namespace's PID 1, whose exit kills all inside:
+        # only a launcher that was killed or failed can leave a process behind
+        kill_uids(uids)
     for r in readers:
         r.join(timeout=2)
-    shutil.rmtree(root, ignore_errors=True)
-    wall = time.perf_counter() - started
-    return _judge(proc.returncode, cause, bytes(out), bytes(err), wall, rusage.ru_maxrss * 1024, limits, tests)
+    seconds = time.perf_counter() - started
+    return proc.returncode, cause, bytes(out), bytes(err), seconds, rusage.ru_maxrss * 1024
 
 
-def _kill(pid: int, uid: int) -> None:
+def run_program(program: str, limits: Limits = Limits(), uid: int | None = None, stdin: str = "") -> Verdict:
+    """Run `program` alone as `uid` (one this process leased, or one leased for this run),
+    with `stdin` as its standard input, and judge how it ended."""
+    if uid is None:
+        with UidLease(1) as lease:
+            return run_program(program, limits, lease.uids[0], stdin)
+    root = tempfile.mkdtemp(prefix="posttrain-sandbox-")
+    try:
+        side = {"uid": uid, "files": {"main.py": program}, "argv": ["main.py"], "stdin": stdin}
+        spec = _spec(limits, "program", root, candidate=side)
+        code, cause, out, err, wall, peak = _launch(spec, limits, {uid}, limits.wall_seconds)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return _judge(code, cause, out, err, wall, peak, limits)
+
+
+def run_function(program: str, harness: dict, limits: Limits, slot: Slot) -> FunctionRun:
+    """Run `program` as the candidate (module `solution`, stdin /dev/null) and the harness
+    with `harness` (its spec: tests, entry point, time limit) on the slot's two uids."""
+    candidate = {"uid": slot.candidate, "files": {"runner.py": RUNNER, "solution.py": program}, "argv": ["runner.py"]}
+    tester = {"uid": slot.harness, "spec": dict(harness, reply_bytes=limits.reply_bytes)}
+    root = tempfile.mkdtemp(prefix="posttrain-sandbox-")
+    report_r, report_w = os.pipe()
+    report, over, stream = bytearray(), threading.Event(), os.fdopen(report_r, "rb")
+    reader = threading.Thread(target=_read_capped, args=(stream, report, limits.report_bytes, over), daemon=True)
+    reader.start()
+    wall = limits.wall_seconds + REPORT_GRACE_S
+    try:
+        spec = dict(_spec(limits, "function", root, candidate=candidate, harness=tester), report_fd=report_w)
+        launched = _launch(spec, limits, {slot.candidate, slot.harness}, wall, pass_fds=(report_w,))
+    finally:
+        os.close(report_w)  # with every sandboxed holder gone too, the reader sees the end
+        reader.join(timeout=5)
+        if not reader.is_alive():
+            stream.close()
+        shutil.rmtree(root, ignore_errors=True)
+    code, cause, out, err, seconds, peak = launched
+    harness_report, launcher = _parse_report(b"" if over.is_set() else bytes(report))
+    return FunctionRun(harness_report, launcher, _judge(code, cause, out, err, seconds, peak, limits, wall))
+
+
+def _parse_report(data: bytes) -> tuple[dict | None, dict | None]:
+    """The harness's report line and the launcher's line; anything unreadable counts as none."""
+    report = launcher = None
+    for line in data.splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and "launcher" in item:
+            launcher = {side: ended(status) for side, status in item["launcher"].items()}
+        elif isinstance(item, dict):
+            report = item
+    return report, launcher
+
+
+def ended(status: int | None) -> str:
+    """How a process with this wait status ended (None: killed after the tests)."""
+    if status is None:
+        return "still running after the tests: killed"
+    code = os.waitstatus_to_exitcode(status)
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+
+
+def _kill(pid: int, uids: set[int]) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    kill_uid(uid)
+    kill_uids(uids)
 
 
 def _judge(
-    code: int, cause: str | None, out: bytes, err: bytes, wall: float, peak: int, limits: Limits, tests: str | None
+    code: int, cause: str | None, out: bytes, err: bytes, wall: float, peak: int, limits: Limits, limit=None
 ) -> Verdict:
     def verdict(status: str, reason: str) -> Verdict:
-        return Verdict(status, reason, _tail(out), _tail(err), round(wall, 4), peak, code)
+        return Verdict(status, reason, _tail(out), _tail(err), round(wall, 4), peak, code, out)
 
     text = err.decode("utf-8", "replace")
     if SETUP_ERROR in text:
-        return verdict("error", "sandbox setup failed" + text.split(SETUP_ERROR, 1)[1].strip()[:300])
+        return verdict("error", "sandbox setup failed" + text.split(SETUP_ERROR, 1)[1].splitlines()[0][:300])
     if cause == "timeout":
-        return verdict("timeout", f"wall clock over {limits.wall_seconds}s: killed with all its processes")
+        return verdict("timeout", f"wall clock over {limit or limits.wall_seconds}s: killed with all its processes")
     if cause == "output":
         return verdict("killed", f"output over {limits.output_bytes} bytes: killed")
     if code == -signal.SIGXCPU:
@@ -225,35 +327,39 @@ def _judge(
     if code is not None and code < 0:
         return verdict("killed", f"killed by signal {signal.Signals(-code).name}")
     if code == 0:
-        return verdict("passed", "all tests passed" if tests else "exited 0")
+        return verdict("passed", "exited 0")
     last = text.strip().splitlines()[-1] if text.strip() else f"exit code {code}"
-    if "AssertionError" in last:
-        return verdict("failed", f"a test failed: {last[:300]}")
-    return verdict("failed" if tests else "error", last[:300])
+    return verdict("error", last[:300])
 
 
 class SandboxPool:
-    """Runs checks in parallel; each worker slot has its own uid, so slots never see,
-    signal or exhaust the process limit of each other."""
+    """Runs checks in parallel; each worker slot has its own two uids (candidate and
+    harness), so slots never see, signal or exhaust the process limit of each other."""
 
     def __init__(self, workers: int = 2, limits: Limits = Limits()):
         self.limits = limits
-        self._lease = UidLease(workers)
-        self._slots = self._lease.uids
+        self._lease = UidLease(2 * workers)
+        uids = self._lease.uids
+        self._slots = [Slot(uids[2 * i], uids[2 * i + 1]) for i in range(workers)]
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(max_workers=workers)
 
-    def _run(self, program: str, tests: str | None) -> Verdict:
+    def _run(self, fn, item):
         with self._lock:
-            uid = self._slots.pop()
+            slot = self._slots.pop()
         try:
-            return run_program(program, tests, self.limits, uid)
+            return fn(item, slot)
         finally:
             with self._lock:
-                self._slots.append(uid)
+                self._slots.append(slot)
 
-    def map(self, jobs: list[tuple[str, str | None]]) -> list[Verdict]:
-        return list(self._executor.map(lambda job: self._run(*job), jobs))
+    def run(self, fn, items: list) -> list:
+        """`fn(item, slot)` for each item, in parallel slots; results in order."""
+        return list(self._executor.map(lambda item: self._run(fn, item), items))
+
+    def map(self, programs: list[str]) -> list[Verdict]:
+        """Each program alone (`run_program`)."""
+        return self.run(lambda program, slot: run_program(program, self.limits, slot.candidate), programs)
 
     def close(self) -> None:
         self._executor.shutdown()

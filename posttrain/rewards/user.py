@@ -16,7 +16,7 @@ import math
 import multiprocessing
 
 from posttrain.rewards.extract import extract_answer
-from posttrain.rewards.reasoning_gym import math_equivalent
+from posttrain.rewards.math_verifier import hedge, math_equivalent
 from posttrain.types import RewardResult, Sample
 
 _FN = None
@@ -104,6 +104,9 @@ class UserReward:
         answer, how = extract_answer(sample.completion.text)
         if answer is None:
             return RewardResult(0.0, f"no answer found ({how})", self.name)
+        hedged = hedge(sample.completion.text, "auto", gold)
+        if hedged:
+            return RewardResult(0.0, hedged, self.name)
         if answer.strip() == gold.strip() or math_equivalent(gold, answer):
             return RewardResult(1.0, f"correct: {answer!r} ({how})", self.name)
         return RewardResult(0.0, f"wrong: {answer!r} vs expected {gold!r} ({how})", self.name)

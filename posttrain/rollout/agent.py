@@ -22,7 +22,10 @@ MIN_TURN_ROOM = 4  # fewer free tokens than this after a tool message ends the e
 
 class AgentLoop:
     def __init__(self, tokenizer, max_model_len: int):
+        from posttrain.rollout.env import EnvEpisodes
+
         self.tokenizer, self.max_model_len = tokenizer, max_model_len
+        self.envs = EnvEpisodes(tokenizer, max_model_len, MIN_TURN_ROOM)  # your own environments (`env` tasks)
 
     def advance(self, queue: PartialRolloutQueue, trajs: list[Trajectory], version: int) -> int:
         """Let the environment answer every agent turn that just ended; returns how many
@@ -36,7 +39,7 @@ class AgentLoop:
                 except Exception as exc:  # a broken task or environment ends its episode, flagged
                     traj.finish_reason = "env_error"
                     traj.env = {**(traj.env or {}), "done": True, "error": f"{type(exc).__name__}: {exc}"}
-        return continued
+        return continued + self.envs.advance(queue, trajs, version, tool_turn_ids)
 
     def turn_ended(self, traj: Trajectory, entry: dict, version: int) -> bool:
         state = agent.EnvState.from_dict(traj.env) if traj.env else agent.initial_state(entry)

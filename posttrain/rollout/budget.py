@@ -33,7 +33,8 @@ def task_budget(budget: int | None, multiple: float | None, reference_tokens: in
 
 
 def apply_budget(result: RewardResult, response_tokens: int, budget: int | None) -> RewardResult:
-    """Over budget -> -1, with the reason; within budget -> unchanged. Flagged results stay flagged."""
+    """Over budget -> -1 with `over_budget` set and the reason; within budget -> unchanged.
+    Flagged results stay flagged."""
     if budget is None or response_tokens <= budget or not result.ok:
         return result
     details = dict(result.details, budget=budget, response_tokens=response_tokens, score_before_budget=result.score)
@@ -43,4 +44,5 @@ def apply_budget(result: RewardResult, response_tokens: int, budget: int | None)
         result.source,
         details,
         ok=True,
+        over_budget=True,
     )

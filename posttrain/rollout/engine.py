@@ -2,9 +2,12 @@
 behaviour logprobs out; new weights loaded in place, without a restart.
 
 The engine runs in-process in its actor (no extra engine-core process), so a weight
-update is a direct call on the worker: the packet comes zero-copy out of Ray's object
-store and `reload_weights` copies it into the model. Logprobs are the processed ones
-(after temperature), the distribution the tokens were actually drawn from.
+update is a direct call on the worker: either the packet comes zero-copy out of Ray's
+object store, or the worker receives bucket after bucket from trainer rank 0 over a
+process group (collective.py); `reload_weights` copies them into the model. Logprobs are
+the processed ones (after temperature), the distribution the tokens were drawn from.
+What depends on the device (CPU or GPU) is decided in `vllm_args`, from the engine's
+resources.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 import ray
 
 from posttrain.config import RolloutConfig
+from posttrain.config.placement import Device, device_of
 from posttrain.rollout.weights import WeightPacket, unpack_tensors
 from posttrain.types import Completion, GenerationRequest, SamplingSettings
 
@@ -32,9 +36,74 @@ def engine_env(config: RolloutConfig) -> dict[str, str]:
     }
 
 
+def vllm_args(
+    device: Device,
+    max_model_len: int,
+    enforce_eager: bool,
+    gpu_memory_utilization: float,
+    kv_cache_gib: float,
+    tensor_parallel: int = 1,
+) -> dict:
+    """The `vllm.LLM` arguments that depend on the device. GPU: the KV cache is what
+    `gpu_memory_utilization` leaves, and tensor-parallel workers run as processes of the
+    engine actor on the GPUs it holds (vLLM's Ray executor would ask the slot's placement
+    group for bundles it has not got, and wait forever). CPU: the KV cache is exactly
+    `kv_cache_gib` (fractions too; VLLM_CPU_KVCACHE_SPACE takes whole GiB)."""
+    args = {"max_model_len": max_model_len, "enforce_eager": enforce_eager, "tensor_parallel_size": tensor_parallel}
+    if device == "cuda":
+        args["gpu_memory_utilization"] = gpu_memory_utilization
+        if tensor_parallel > 1:
+            args["distributed_executor_backend"] = "mp"
+    else:
+        args["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+    return args
+
+
 def _reload(worker, packet: WeightPacket) -> int:
     worker.reload_weights(weights_iterator=unpack_tensors(packet))
     return packet.version
+
+
+def _device_id(worker) -> str:
+    from posttrain.rollout.collective import device_id
+
+    return device_id()
+
+
+def _join(worker, host: str, port: int, size: int, offset: int, backend: str, timeout_s: float, manifest) -> int:
+    """Join the weight-sync group as rank offset + this worker's tensor-parallel rank
+    (leaving the group it was in: a group is rebuilt whenever its members change)."""
+    from posttrain.rollout.collective import SyncGroup
+
+    old = getattr(worker, "posttrain_sync", None)
+    worker.posttrain_sync = None
+    if old is not None:
+        old[0].close()
+    rank = offset + worker.rank
+    worker.posttrain_sync = (SyncGroup.join(host, port, rank, size, backend, timeout_s), manifest)
+    return rank
+
+
+def _receive(worker, version: int) -> int:
+    """Receive the buckets and load them as they come. The first bucket is received before
+    the model is touched: a push that fails at once (a peer already dead) leaves it intact."""
+    import itertools
+
+    from posttrain.rollout.collective import receive
+
+    if getattr(worker, "posttrain_sync", None) is None:
+        raise RuntimeError("weight sync: this engine is in no weight-sync group (join_weight_group first)")
+    group, manifest = worker.posttrain_sync
+    stream = receive(group, manifest, worker.device, version)
+    first = next(stream, None)
+    worker.posttrain_touched = True
+    worker.reload_weights(weights_iterator=itertools.chain([first] if first else [], stream))
+    worker.posttrain_touched = False
+    return version
+
+
+def _touched(worker) -> bool:
+    return bool(getattr(worker, "posttrain_touched", False))
 
 
 class RolloutEngine:
@@ -44,23 +113,27 @@ class RolloutEngine:
         from vllm import LLM
 
         started = time.perf_counter()
+        self.device = device_of(config.num_gpus)
         self.llm = LLM(
             model=model_dir,
             dtype=dtype,
             seed=seed,
-            max_model_len=config.max_model_len,
-            enforce_eager=config.enforce_eager,
-            tensor_parallel_size=config.tensor_parallel,
-            gpu_memory_utilization=config.gpu_memory_utilization,
             logprobs_mode="processed_logprobs",
             enable_prefix_caching=True,
-            # CPU: the KV cache is exactly kv_cache_gib (fractions too; VLLM_CPU_KVCACHE_SPACE is whole GiB)
-            **({} if config.num_gpus else {"kv_cache_memory_bytes": int(config.kv_cache_gib * 2**30)}),
+            **vllm_args(
+                self.device,
+                config.max_model_len,
+                config.enforce_eager,
+                config.gpu_memory_utilization,
+                config.kv_cache_gib,
+                config.tensor_parallel,
+            ),
         )
         self.max_model_len = config.max_model_len
         self.version = 0
         self.start_seconds = time.perf_counter() - started
         self.busy_seconds = 0.0
+        self.half_loaded = False
         self._requests = 0
 
     @classmethod
@@ -79,6 +152,8 @@ class RolloutEngine:
         return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed)
 
     def info(self) -> dict:
+        if self.half_loaded:
+            raise RuntimeError("this engine's weight reload was cut short: its weights are a mix, replace it")
         return {"version": self.version, "start_seconds": self.start_seconds, "busy_seconds": self.busy_seconds}
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[list[Completion]]:
@@ -158,6 +233,30 @@ class RolloutEngine:
     def update_weights(self, packet: WeightPacket) -> int:
         """Load new weights in place; returns the version now served."""
         versions = self.llm.collective_rpc(_reload, args=(packet,))
+        self.llm.reset_prefix_cache()
+        self.version = versions[0]
+        return self.version
+
+    def device_ids(self) -> list[str]:
+        """Each worker's device (GPU UUID or `cpu`), in tensor-parallel rank order."""
+        return self.llm.collective_rpc(_device_id)
+
+    def join_weight_group(
+        self, host: str, port: int, size: int, offset: int, backend: str, timeout_s: float, manifest
+    ) -> list[int]:
+        """Join trainer rank 0's weight-sync group; returns this engine's ranks in it."""
+        return self.llm.collective_rpc(_join, args=(host, port, size, offset, backend, timeout_s, manifest))
+
+    def receive_weights(self, version: int) -> int:
+        """Receive rank 0's broadcast and load it in place; returns the version now served."""
+        try:
+            versions = self.llm.collective_rpc(_receive, args=(version,))
+        except BaseException:
+            # A reload cut short (a peer died mid-broadcast) leaves vLLM's layerwise loader half
+            # applied: the next reload fails and the weights are a mix. `info` then fails, so
+            # EnginePool.revive replaces this engine before the push is repeated.
+            self.half_loaded = any(self.llm.collective_rpc(_touched))
+            raise
         self.llm.reset_prefix_cache()
         self.version = versions[0]
         return self.version

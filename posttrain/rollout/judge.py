@@ -11,7 +11,8 @@ import time
 import ray
 
 from posttrain.config import VLLMJudge
-from posttrain.rollout.engine import engine_env
+from posttrain.config.placement import device_of
+from posttrain.rollout.engine import engine_env, vllm_args
 
 
 def judge_env() -> dict[str, str]:
@@ -19,6 +20,20 @@ def judge_env() -> dict[str, str]:
     from posttrain.config import RolloutConfig
 
     return engine_env(RolloutConfig())
+
+
+def judge_args(config: VLLMJudge) -> dict:
+    """The judge's device-dependent engine arguments, decided as the rollout engines' are:
+    on GPU its KV cache is what `gpu_memory_utilization` leaves (a byte size there would
+    starve a judge at 8k context) and `enforce_eager` is the config's; on CPU the cache is
+    `kv_cache_gib`."""
+    return vllm_args(
+        device_of(config.num_gpus),
+        config.max_model_len,
+        config.enforce_eager,
+        config.gpu_memory_utilization,
+        config.kv_cache_gib,
+    )
 
 
 class JudgeSlot:
@@ -57,13 +72,10 @@ class JudgeEngine:
             model=model_dir,
             dtype=config.dtype,
             seed=config.seed,
-            max_model_len=config.max_model_len,
-            enforce_eager=True,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            kv_cache_memory_bytes=int(config.kv_cache_gib * 2**30),
             enable_prefix_caching=True,
             # compact JSON: no free whitespace between tokens, so replies take fewer decode steps
             structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+            **judge_args(config),
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = config.max_model_len

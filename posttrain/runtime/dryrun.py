@@ -1,52 +1,62 @@
 """`posttrain run --dry-run`: the placement plan, without starting anything.
 
 Which resources a slot (one placement group: engines, trainer ranks, judge) takes, which
-node each slot would go on, and which expert jobs would run on which slot, in order
-(assuming jobs of equal length). On a cluster (`ray.address`, or RAY_ADDRESS) the nodes
-and their free resources are read from it as a client; locally, the one node that
-`posttrain run` would start.
+node each slot would go on, where MOPD's teachers would go, and which expert jobs would
+run on which slot, in order (assuming jobs of equal length). The nodes: on a cluster
+(`ray.address`, or RAY_ADDRESS) read from it as a client; else the cluster the file
+declares (`ray.nodes` x `node_gpus`/`node_cpus`); else this machine. A pipeline those
+nodes could never place is reported in one line (exit 2), not left to wait.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from posttrain.config import PipelineConfig
+from posttrain.config.placement import declared_nodes
 
 
-def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict]]:
+def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict], bool]:
+    """(where, nodes with `node`, `total` and free `resources`, whether they are the whole cluster)."""
     address = config.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         import ray
 
+        from posttrain.runtime.placement import live_nodes
+
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         try:
-            from ray._private.state import available_resources_per_node
-
-            free = available_resources_per_node()  # node id -> resources not yet reserved
-            nodes = [
-                {
-                    "node": f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}",
-                    "resources": _free(free.get(n["NodeID"], n.get("Resources", {}))),
-                }
-                for n in ray.nodes()
-                if n.get("Alive")
-            ]
+            nodes = live_nodes()
         finally:
             ray.shutdown()
-        return f"Ray cluster at {address}", nodes
+        return f"Ray cluster at {address}", nodes, True
+    declared = declared_nodes(config.ray)
+    if declared is not None:
+        nodes = [{"node": f"node{i + 1}", "total": n, "resources": dict(n)} for i, n in enumerate(declared)]
+        count = f"{config.ray.nodes} nodes" if config.ray.nodes else "nodes"
+        return (
+            f"the declared cluster ({count} of {_size(declared[0])}; no ray.address or RAY_ADDRESS to read a live one)",
+            nodes,
+            config.ray.nodes is not None,
+        )
     from posttrain.runtime.placement import slot_cpus
 
     cpus = config.ray.num_cpus or max(os.cpu_count() or 1, int(slot_cpus(config) + 0.999))
-    return "local Ray (started by `posttrain run`)", [{"node": "local", "resources": {"CPU": float(cpus)}}]
+    local = {"CPU": float(cpus), **({"GPU": float(_local_gpus())} if _local_gpus() else {})}
+    return "local Ray (started by `posttrain run`)", [{"node": "local", "total": local, "resources": local}], True
 
 
-def _free(resources: dict) -> dict:
-    return {
-        k: float(v)
-        for k, v in resources.items()
-        if not k.startswith("node:") and k not in ("memory", "object_store_memory")
-    }
+def _size(node: dict) -> str:
+    return ", ".join(f"{v:g} {k}s" for k, v in node.items() if v != float("inf"))
+
+
+def _local_gpus() -> int:
+    """GPUs a local Ray would see, without importing torch: CUDA_VISIBLE_DEVICES, else /dev/nvidiaN."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    return len([d for d in Path("/dev").glob("nvidia[0-9]*")])
 
 
 def schedule(jobs: dict, slots: int) -> list[list[str]]:
@@ -69,23 +79,17 @@ def schedule(jobs: dict, slots: int) -> list[list[str]]:
     return rounds
 
 
-def dry_run(config: PipelineConfig) -> str:
+def dry_run(config: PipelineConfig) -> tuple[str, list[str]]:
+    """The plan, and the problems that would keep it from ever being placed (one line each)."""
     from posttrain.config.jobs import expert_jobs
-    from posttrain.runtime.placement import engine_count, judge_config, plan, slot_bundles
+    from posttrain.config.placement import first_fit, placement_problems, slot_need, slot_parts, teacher_actors
+    from posttrain.runtime.placement import plan
 
-    where, nodes = cluster_nodes(config)
+    where, nodes, whole = cluster_nodes(config)
     lines = [f"placement plan for pipeline '{config.name}' on {where}:"]
     for n in nodes:
         lines.append(f"  node {n['node']}: free {n['resources']}")
-    bundles = slot_bundles(config)
-    parts = [f"engine x{engine_count(config)}", f"trainer rank x{config.trainer.workers}"]
-    if judge_config(config) is not None:
-        parts.append("GRM judge x1")
-    total: dict[str, float] = {}
-    for b in bundles:
-        for k, v in b.items():
-            total[k] = round(total.get(k, 0.0) + v, 3)
-    lines.append(f"a slot = one placement group on one node (STRICT_PACK): {', '.join(parts)} = {total}")
+    lines.append(f"a slot = one placement group on one node (STRICT_PACK): {slot_parts(config)} = {slot_need(config)}")
     experts = [s for s in config.stages if s.type == "experts"]
     wanted = max([1] + [min(s.parallel or len(s.domains), len(s.domains)) for s in experts])
     placed = plan(config, nodes, wanted)
@@ -100,27 +104,28 @@ def dry_run(config: PipelineConfig) -> str:
                 else "waits: no node has the resources free (its jobs queue for the others)"
             )
         )
-    if not granted:
-        lines.append("WARNING: no node can hold slot 0; the run would wait until one can")
-    for stage in config.stages:
+    teachers = {index: (pool, count, one) for index, pool, count, one in teacher_actors(config)}
+    for i, stage in enumerate(config.stages):
         if stage.type == "experts":
             rounds = schedule(expert_jobs(stage), max(1, len(granted)))
             lines.append(
                 f"stage {stage.name} (experts): {sum(map(len, rounds))} jobs on {max(1, len(granted))} slot(s):"
             )
-            for i, batch in enumerate(rounds, 1):
-                lines.append(f"  round {i}: " + ", ".join(f"{job} -> slot {k}" for k, job in enumerate(batch)))
+            for k, batch in enumerate(rounds, 1):
+                lines.append(f"  round {k}: " + ", ".join(f"{job} -> slot {j}" for j, job in enumerate(batch)))
         elif stage.type == "mopd":
-            pool = stage.teacher_pool
-            where = (
-                "teachers in one shared worker actor (hf"
-                if pool.backend == "hf"
-                else "teachers as one engine actor each (vllm"
-            )
+            pool, count, one = teachers[i]
+            kind = "one shared hf worker actor" if pool.backend == "hf" else f"{count} vllm engine actor(s) at once"
+            free = [dict(n["resources"]) for n in nodes]
+            first_fit(free, slot_need(config))  # slot 0 stays; the experts' extra slots are gone by then
+            spots = [first_fit(free, one) for _ in range(count)]
+            on = ", ".join(f"{nodes[k]['node']} x{spots.count(k)}" for k in sorted({s for s in spots if s is not None}))
             lines.append(
-                f"stage {stage.name} (mopd): slot 0; {where}, CPU {pool.num_cpus}, GPU {pool.num_gpus} "
-                f"per actor, at most {pool.memory_gib} GiB resident)"
+                f"stage {stage.name} (mopd): slot 0; teachers as {kind}, {one} each, at most "
+                f"{pool.memory_gib} GiB resident; beside slot 0 they go on: {on or 'no node'}"
+                + (f" ({spots.count(None)} wait)" if None in spots else "")
             )
         else:
             lines.append(f"stage {stage.name} ({stage.type}): slot 0")
-    return "\n".join(lines)
+    problems = placement_problems(config, [n["total"] for n in nodes], whole=whole)
+    return "\n".join(lines), problems

@@ -3,7 +3,7 @@
 A slot is reserved whole or not at all (Ray placement groups are atomic), so jobs that
 wait for resources hold nothing while they wait and can never deadlock each other. Its
 bundles are packed on one node (STRICT_PACK): the trainer ranks talk over loopback, and
-the weights go from rank 0 to the engines through that node's object store.
+the weights go from rank 0 to the engines within the node (a collective, or its object store).
 
 Bundle layout: engines first, then trainer ranks, then the GRM judge when a stage needs one.
 """
@@ -14,8 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain.config import PipelineConfig
+from posttrain.config.placement import (  # noqa: F401 - the slot arithmetic lives with the config
+    MIN_CPU,
+    engine_count,
+    first_fit,
+    judge_config,
+    placement_problems,
+    slot_bundles,
+    slot_need,
+    slot_parts,
+)
 
-MIN_CPU = 0.01  # Ray refuses an empty bundle; an actor asking 0 CPUs still fits in this
+
+def slot_cpus(config: PipelineConfig) -> float:
+    return slot_need(config)["CPU"]
 
 
 @dataclass(frozen=True)
@@ -33,44 +45,6 @@ class Placement:
                 placement_group=self.pg, placement_group_bundle_index=self.bundle
             )
         }
-
-
-def judge_config(config: PipelineConfig):
-    """The vLLM judge a stage of this pipeline needs (the largest), or None."""
-    judges = [
-        s.reward.grm.judge
-        for s in config.stages
-        if s.type in ("rl", "experts", "mopd", "synthesis")
-        and s.reward.grm is not None
-        and s.reward.grm.judge.type == "vllm"
-    ]
-    return max(judges, key=lambda j: (j.num_cpus, j.num_gpus), default=None)
-
-
-def slot_bundles(config: PipelineConfig) -> list[dict[str, float]]:
-    def bundle(cpus: float, gpus: float) -> dict[str, float]:
-        out = {"CPU": max(cpus, MIN_CPU)}
-        if gpus:
-            out["GPU"] = gpus
-        return out
-
-    r, t = config.rollout, config.trainer
-    bundles = [bundle(r.num_cpus, r.num_gpus) for _ in range(engine_count(config))]
-    bundles += [bundle(t.num_cpus, t.num_gpus) for _ in range(t.workers)]
-    judge = judge_config(config)
-    if judge is not None:
-        bundles.append(bundle(judge.num_cpus, judge.num_gpus))
-    return bundles
-
-
-def engine_count(config: PipelineConfig) -> int:
-    """Engines per slot: none when no stage samples from the policy."""
-    sampling = any(s.type in ("rl", "experts", "mopd", "eval") for s in config.stages)
-    return config.rollout.engines if sampling else 0
-
-
-def slot_cpus(config: PipelineConfig) -> float:
-    return sum(b["CPU"] for b in slot_bundles(config))
 
 
 @dataclass
@@ -123,7 +97,10 @@ def open_slot(config: PipelineConfig, model_dir: Path, index: int, pg) -> Slot:
 
     pool = EnginePool([start(i) for i in range(engines)], start)
     trainers = TrainerGroup(
-        config.trainer, config.seed, placement=[Placement(pg, engines + r) for r in range(config.trainer.workers)]
+        config.trainer,
+        config.seed,
+        placement=[Placement(pg, engines + r) for r in range(config.trainer.workers)],
+        rollout=config.rollout,
     )
     pool.on_restart = lambda engine: trainers.sync_weights([engine])
     judge = None
@@ -168,15 +145,47 @@ def plan(config: PipelineConfig, nodes: list[dict], slots: int) -> list[dict]:
     as STRICT_PACK places them). Slots that fit nowhere wait: their jobs queue for the
     slots that exist. `nodes`: [{"node": name, "resources": {"CPU": n, ...}}]."""
     free = [dict(n["resources"]) for n in nodes]
-    need: dict[str, float] = {}
-    for b in slot_bundles(config):
-        for k, v in b.items():
-            need[k] = need.get(k, 0.0) + v
+    need = slot_need(config)
     out = []
     for index in range(slots):
-        where = next((i for i, f in enumerate(free) if all(f.get(k, 0.0) + 1e-9 >= v for k, v in need.items())), None)
-        if where is not None:
-            for k, v in need.items():
-                free[where][k] -= v
+        where = first_fit(free, need)
         out.append({"slot": index, "node": nodes[where]["node"] if where is not None else None, "resources": need})
     return out
+
+
+def live_nodes() -> list[dict]:
+    """The alive nodes of the connected Ray cluster: name, total and free resources."""
+    import ray
+    from ray._private.state import available_resources_per_node
+
+    free = available_resources_per_node()  # node id -> resources not yet reserved
+    return [
+        {
+            "node": f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}",
+            "total": _plain(n.get("Resources", {})),
+            "resources": _plain(free.get(n["NodeID"], n.get("Resources", {}))),
+        }
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+
+
+def _plain(resources: dict) -> dict:
+    return {
+        k: float(v)
+        for k, v in resources.items()
+        if not k.startswith("node:") and k not in ("memory", "object_store_memory")
+    }
+
+
+def check_placeable(config: PipelineConfig, source: str) -> None:
+    """Refuse, before anything starts, a pipeline the connected cluster could never place
+    (a slot or a teacher larger than any node, teachers that cannot sit beside slot 0):
+    Ray would make it wait forever. One line naming the keys, exit 2."""
+    from posttrain.config.files import ConfigError
+
+    nodes = live_nodes()
+    problems = placement_problems(config, [n["total"] for n in nodes], whole=True)
+    if problems:
+        sizes = ", ".join(f"{n['node']} {n['total']}" for n in nodes[:4]) + (" ..." if len(nodes) > 4 else "")
+        raise ConfigError(f"{source}: {problems[0]} (this Ray cluster: {len(nodes)} node(s): {sizes})")

@@ -70,7 +70,7 @@ def targets(
 
 
 def cell_score(sample, result) -> float:
-    if "over budget" in result.reason:
+    if result.over_budget:
         return 0.0
     if result.source == "grm":
         return (result.score + 1.0) / 2.0

@@ -19,8 +19,10 @@ import numpy as np
 
 from posttrain.algo.advantages import grpo_advantages
 from posttrain.config import RLStage, RolloutStage
-from posttrain.data.chat import render_prompt, with_effort
-from posttrain.data.tasks import TaskSampler, load_tasks
+from posttrain.data.chat import with_effort
+from posttrain.data.hf import task_sampler
+from posttrain.data.tools import render_task
+from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
 from posttrain.records.rollouts import RolloutLog
 from posttrain.rewards.base import score_safely
@@ -64,7 +66,7 @@ class RLRun:
 
     def __init__(self, stage, infra: Infra, sampler=None, verifier=None):
         self.stage, self.infra = stage, infra
-        self.sampler = sampler or TaskSampler(load_tasks(stage.tasks), seed=infra.config.seed)
+        self.sampler = sampler or task_sampler(stage.tasks, seed=infra.config.seed)
         self.verifier = verifier or reward_router(stage, infra.judge)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
@@ -83,7 +85,7 @@ class RLRun:
         rejected = 0
         while len(trajs) < size:
             task = self.sampler.draw(1)[0]
-            prompt = tuple(render_prompt(tok, with_effort(task.messages, stage.budget.effort)))
+            prompt = tuple(render_task(tok, with_effort(task.messages, stage.budget.effort), task.entry.get("tools")))
             if len(prompt) >= max_len:  # a prompt that cannot fit is counted, never a crash
                 self.queue.reject(stage.group_size, "prompt_too_long")
                 rejected += 1
@@ -197,6 +199,7 @@ class RLRun:
         spec = loss_spec(stage)
         progress = Progress(stage.name, stage.steps, live=infra.live_progress)
         ckpt_root = infra.run_dir / "checkpoints" / stage.name
+        health = HealthMonitor(infra.config.health, stage.name, stage.partial.max_staleness)
         while self.step < stage.steps:
             started = time.perf_counter()
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
@@ -232,6 +235,8 @@ class RLRun:
                     "policy/version": float(version),
                 },
             )
+            row.update(code_test_counts(rewards))
+            row.update(health.step(self.step, row))  # warnings and health/ keys (records/health.py)
             infra.metrics.log(stage.name, self.step, row)
             self.rollouts.write(
                 self.step, samples, rewards, [g.budget for g in groups for _ in g.trajectories], stage.budget.effort
@@ -276,7 +281,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         **grm_metrics(rewards),
         "reward/mean": float(np.mean(scored)) if scored else 0.0,
         "reward/std": float(np.std(scored)) if scored else 0.0,
-        "reward/over_budget_frac": float(np.mean(["over budget" in r.reason for r in rewards])) if rewards else 0.0,
+        "reward/over_budget_frac": float(np.mean([r.over_budget for r in rewards])) if rewards else 0.0,
         "response_tokens/mean": float(np.mean(lengths)) if lengths else 0.0,
         "response_tokens/p50": float(np.percentile(lengths, 50)) if lengths else 0.0,
         "response_tokens/p90": float(np.percentile(lengths, 90)) if lengths else 0.0,
@@ -321,7 +326,7 @@ def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
 
 
 def agent_metrics(samples: list[Sample]) -> dict:
-    episodes = [s.env for s in samples if s.task.verifier == "agent" and s.env]
+    episodes = [s.env for s in samples if s.task.verifier in ("agent", "env") and s.env]
     if not episodes:
         return {}
     calls = [c for e in episodes for c in e["calls"]]

@@ -41,6 +41,10 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
             continue
         effort = efforts.choice(["low", "high", "max"]) if stage.effort_lines else None
         messages = with_effort(t.messages, effort) if effort else t.messages
+        if t.entry.get("tools"):  # an environment's gold episode: its tools stated the tools-v1 way
+            from posttrain.data.tools import with_tools_v1
+
+            messages = with_tools_v1(messages, t.entry["tools"])
         out.append(with_scratchpad(messages + gold_turns(t), stage.think, t.verifier == "code", rng, effort))
     return out
 

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from posttrain.config import ModelConfig, RolloutConfig, SynthesisStage
-from posttrain.data.chat import TEMPLATE_VERSION, render_prompt
+from posttrain.data.chat import TEMPLATE_VERSION
+from posttrain.data.tools import render_task
 from posttrain.records.metrics import Progress
 from posttrain.rewards.base import score_safely
 from posttrain.runtime.infra import Infra
@@ -75,7 +76,7 @@ class Synthesizer:
         queue = PartialRolloutQueue(max_staleness=10**9)
         groups = {}
         for index, task in tasks:
-            prompt = tuple(render_prompt(self.tok, task.messages))
+            prompt = tuple(render_task(self.tok, task.messages, task.entry.get("tools")))  # env tasks: tools
             if len(prompt) >= max_len:
                 groups[index] = None  # recorded as format failures
                 continue

@@ -1,8 +1,11 @@
 """The trainer ranks as one object: shard a batch over them, step, and push weights.
 
-`TrainerGroup.sync_weights` is the weight path: rank 0's full weights go once into
-Ray's object store, and every rollout engine loads that one copy in place. It waits for
-every engine with a timeout, so a stuck engine is an error, never a silent hang.
+`TrainerGroup.sync_weights` is the weight path, in one of two modes (`rollout.weight_sync`):
+`object_store`, rank 0's full weights go once into Ray's object store and every rollout
+engine loads that one copy in place; `collective`, rank 0 broadcasts them in buckets to
+every engine worker over a process group of their own (NCCL on GPU, gloo on CPU). Either
+way it waits for every engine with a timeout and checks the version each reports, so a
+stuck or dead engine is an error, never a silent hang.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ import socket
 import time
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError
 
-from posttrain.config import TrainerConfig
+from posttrain.config import RolloutConfig, TrainerConfig
+from posttrain.config.placement import weight_sync_mode
 from posttrain.errors import TrainingDiverged
+from posttrain.rollout.collective import TIMEOUT_S
 from posttrain.train.trainer import TrainerWorker
 from posttrain.types import LossSpec, TrainSequence
 
@@ -96,6 +101,28 @@ def get_all(refs: list, timeout: float | None = None, skip: tuple = ()) -> list:
     return [None if r in skip else ray.get(r) for r in refs]
 
 
+def wait_sync(refs: list, timeout: float) -> list:
+    """Results of a weight-sync step on trainer ranks and engines together. A peer that
+    died is raised as its RayActorError (preferred over the errors it caused in the
+    others); nothing within `timeout` is a GetTimeoutError naming how many never answered."""
+    pending, deadline = list(refs), time.monotonic() + timeout
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not done:
+            raise GetTimeoutError(
+                f"weight sync: {len(pending)} of {len(refs)} trainer ranks and engines gave no answer within "
+                f"{timeout:.0f} s (an engine or rank is stuck)"
+            )
+        try:
+            ray.get(done[0])
+        except RayActorError:
+            raise
+        except Exception:
+            _raise_death_first(pending)  # a broken collective: a peer that died is the cause to report
+            raise
+    return ray.get(refs)
+
+
 def _raise_death_first(others: list, grace_s: float = 15.0) -> None:
     """When a rank fails in a collective (gloo: connection closed), the cause is often a
     peer that died; its death surfaces a moment later. Raise that death if it comes."""
@@ -110,13 +137,25 @@ def _raise_death_first(others: list, grace_s: float = 15.0) -> None:
 
 
 class TrainerGroup:
-    def __init__(self, config: TrainerConfig, seed: int, env: dict | None = None, placement: list | None = None):
+    def __init__(
+        self,
+        config: TrainerConfig,
+        seed: int,
+        env: dict | None = None,
+        placement: list | None = None,
+        rollout: RolloutConfig | None = None,
+    ):
         self.config, self.seed, self.env = config, seed, env or {}
         self.placement = placement or [None] * config.workers  # a placement-group bundle per rank
         self.workers = self._start()
         self.loaded = False
         self.version = 0
         self.nonfinite_in_a_row = 0
+        rollout = rollout or RolloutConfig()  # how weights reach the engines (`rollout.weight_sync`)
+        self.weight_sync = weight_sync_mode(rollout)
+        self.bucket_bytes = int(rollout.sync_bucket_mib * 2**20)
+        self.sync_manifest = None  # the layout of a collective push, per loaded model
+        self.sync_members: tuple | None = None  # the engines of the current weight-sync group
 
     def _start(self) -> list:
         port = free_port()
@@ -139,6 +178,7 @@ class TrainerGroup:
         if self.loaded and (mode == "always" or (mode == "auto" and weights_bytes(model_dir) > RESTART_BYTES)):
             self.restart()
         facts = get_all([w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume) for w in self.workers])
+        self.sync_manifest = self.sync_members = None  # another model: a new layout, a new group
         self.loaded = True
         self.dtype = dtype
         return facts[0]
@@ -147,6 +187,7 @@ class TrainerGroup:
         """Fresh rank processes (after a rank died, or to free a dropped engine's memory)."""
         self.shutdown()
         self.workers = self._start()
+        self.sync_members = None
 
     def train_step(self, seqs: list[TrainSequence], spec: LossSpec) -> dict:
         """One RL step on all ranks: `spec.minibatches` optimizer steps per epoch (one by
@@ -220,6 +261,8 @@ class TrainerGroup:
 
     def sync_weights(self, engines: list) -> dict:
         """Push the current weights into every engine; returns seconds and bytes moved."""
+        if self.weight_sync == "collective":
+            return self.broadcast_weights(engines)
         started = time.perf_counter()
         refs = [w.get_weights.remote(self.version) for w in self.workers]
         packet_ref = refs[0]
@@ -228,7 +271,50 @@ class TrainerGroup:
         if any(v != self.version for v in versions):
             raise RuntimeError(f"weight sync: engines report versions {versions}, expected {self.version}")
         seconds = time.perf_counter() - started
-        return {"sync/seconds": seconds}
+        return {"sync/seconds": seconds, "sync/collective": 0.0}
+
+    def broadcast_weights(self, engines: list) -> dict:
+        """The collective push: rank 0 broadcasts bucketed weights to every engine worker,
+        which loads them in place. The group is formed again whenever its engines change (a
+        replaced engine) or a push failed. Every wait has a timeout; an engine that died
+        surfaces as its RayActorError (EnginePool.on_every_engine replaces it and pushes
+        again), one that hangs as a GetTimeoutError."""
+        started = time.perf_counter()
+        members = tuple(e._actor_id.hex() for e in engines)
+        try:
+            # an engine already dead is found here, before any engine has begun to load (a
+            # reload cut short would cost the live engines a restart too)
+            ray.get([e.info.remote() for e in engines], timeout=TIMEOUT_S)
+            if self.sync_members != members:
+                self._form_sync_group(engines)
+                self.sync_members = members
+            refs = [w.sync_send.remote(self.version) for w in self.workers]
+            versions = wait_sync(refs + [e.receive_weights.remote(self.version) for e in engines], SYNC_TIMEOUT_S)
+        except BaseException:
+            self.sync_members = None
+            raise
+        versions = versions[len(self.workers) :]
+        if any(v != self.version for v in versions):
+            raise RuntimeError(f"weight sync: engines report versions {versions}, expected {self.version}")
+        return {"sync/seconds": time.perf_counter() - started, "sync/collective": 1.0}
+
+    def _form_sync_group(self, engines: list) -> None:
+        from posttrain.rollout.collective import backend_for
+
+        if self.sync_manifest is None:
+            self.sync_manifest = get_all([w.sync_manifest.remote(self.bucket_bytes) for w in self.workers])[0]
+        rank0 = self.workers[0]
+        ids = wait_sync([rank0.sync_device_id.remote()] + [e.device_ids.remote() for e in engines], TIMEOUT_S)
+        size = 1 + sum(len(worker_ids) for worker_ids in ids[1:])
+        backend = backend_for([ids[0], *(d for worker_ids in ids[1:] for d in worker_ids)])
+        host, port = ray.get(rank0.sync_listen.remote(size, TIMEOUT_S), timeout=TIMEOUT_S)
+        refs, offset = [rank0.sync_connect.remote(size, backend, TIMEOUT_S)], 1
+        for engine, worker_ids in zip(engines, ids[1:]):
+            refs.append(
+                engine.join_weight_group.remote(host, port, size, offset, backend, TIMEOUT_S, self.sync_manifest)
+            )
+            offset += len(worker_ids)
+        wait_sync(refs, TIMEOUT_S + 30)
 
     def save(self, folder: str, extra: dict[str, str] | None = None) -> str:
         return get_all([w.save.remote(folder, extra) for w in self.workers])[0]

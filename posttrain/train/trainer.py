@@ -28,6 +28,7 @@ import ray
 from posttrain.config import TrainerConfig
 from posttrain.errors import CheckpointWriteError
 from posttrain.train.optim import build_optimizer, zero_settings
+from posttrain.train.sync import WeightSender
 from posttrain.types import LossSpec, TrainSequence
 
 # Sums over tokens that every train step returns (trained tokens, stale and fresh sampled
@@ -242,7 +243,7 @@ def _fill_per_token(per_token, row: int, col: int, s: TrainSequence) -> None:
         per_token[3, row, col:end] = torch.tensor(s.stale, dtype=torch.float32)
 
 
-class TrainerWorker:
+class TrainerWorker(WeightSender):
     """Create with `TrainerWorker.remote_actor(...)`; all ranks must get the same calls."""
 
     def __init__(self, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int):

@@ -1,0 +1,215 @@
+"""The reward debugger's indexes: per line of rollouts/STAGE.jsonl its byte offset, step,
+index, reward and source, and per scoreboard entry its offset and rubric, in flat arrays
+filled as the files grow. Filters run on the arrays; only the rows of the page asked for are
+read from disk (one seek each), so memory stays a few bytes per sample."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from pathlib import Path
+
+import numpy as np
+
+from posttrain.dashboard.tail import JsonlTail, parse, read_line
+
+PAGE = 200
+KEY = 1 << 24  # key of a sample: step * KEY + index within the step
+
+
+def sample_key(sample_id) -> int | None:
+    """`STEP-INDEX` (the id every saved sample has) as one integer."""
+    step, _, index = str(sample_id).partition("-")
+    try:
+        return int(step) * KEY + int(index)
+    except ValueError:
+        return None
+
+
+class _Codes:
+    """Small integer codes for repeated strings (sources, stages, rubrics)."""
+
+    def __init__(self):
+        self.names: list = []
+        self.ids: dict = {}
+
+    def code(self, name) -> int:
+        if name not in self.ids:
+            self.ids[name] = len(self.names)
+            self.names.append(name)
+        return self.ids[name]
+
+
+class SampleIndex:
+    """One rollouts file: offset, key (step, index), step, reward (NaN when unscored), source."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tail = JsonlTail(path)
+        self.clear()
+
+    def clear(self) -> None:
+        self.offset, self.key, self.step = array("q"), array("q"), array("q")
+        self.reward, self.source = array("d"), array("i")
+        self.sources = _Codes()
+
+    def refresh(self) -> None:
+        reset, lines = self.tail.poll()
+        if reset:
+            self.clear()
+        for offset, line in lines:
+            row = parse(line)
+            if row is None:
+                continue
+            key = sample_key(row.get("sample"))
+            reward = row.get("reward")
+            self.offset.append(offset)
+            self.key.append(-1 if key is None else key)
+            self.step.append(int(row.get("step") or 0))
+            scored = row.get("ok", True) and isinstance(reward, (int, float)) and not isinstance(reward, bool)
+            self.reward.append(float(reward) if scored else math.nan)
+            self.source.append(self.sources.code(row.get("source") or "?"))
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def find(self, sample_id: str) -> dict | None:
+        key = sample_key(sample_id)
+        hits = np.flatnonzero(np.array(self.key) == key) if key is not None else []
+        return read_line(self.path, self.offset[hits[-1]]) if len(hits) else None
+
+
+class ScoreboardIndex:
+    """scoreboard.jsonl: per GRM entry its stage, key, offset and rubric (texts held once per
+    distinct rubric, for the criterion filter)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tail = JsonlTail(path)
+        self.clear()
+
+    def clear(self) -> None:
+        self.stage, self.key, self.offset, self.rubric = array("i"), array("q"), array("q"), array("i")
+        self.stages, self.rubrics = _Codes(), _Codes()  # rubric: tuple of criterion texts
+
+    def refresh(self) -> None:
+        reset, lines = self.tail.poll()
+        if reset:
+            self.clear()
+        for offset, line in lines:
+            entry = parse(line)
+            key = sample_key(entry.get("sample")) if entry else None
+            if key is None:
+                continue
+            texts = tuple(str(c.get("text", "")) for c in entry.get("rubric") or [] if isinstance(c, dict))
+            self.stage.append(self.stages.code(entry.get("stage")))
+            self.key.append(key)
+            self.offset.append(offset)
+            self.rubric.append(self.rubrics.code(texts))
+
+    def of_stage(self, stage: str) -> np.ndarray:
+        """Positions of the stage's entries."""
+        code = self.stages.ids.get(stage)
+        return np.flatnonzero(np.array(self.stage) == code) if code is not None else np.zeros(0, dtype=np.int64)
+
+    def keys_matching(self, stage: str, text: str) -> np.ndarray:
+        """Keys of the stage's samples whose rubric has a criterion containing `text`."""
+        wanted = [i for i, texts in enumerate(self.rubrics.names) if any(text.lower() in t.lower() for t in texts)]
+        at = self.of_stage(stage)
+        return np.array(self.key)[at[np.isin(np.array(self.rubric)[at], wanted)]]
+
+    def criteria_counts(self, stage: str, keys: list[int]) -> dict[int, int]:
+        """Criteria in the rubric of each of `keys` (a page's samples) that has an entry."""
+        at = self.of_stage(stage)
+        at = at[np.isin(np.array(self.key)[at], keys)]
+        found = dict(zip(np.array(self.key)[at].tolist(), np.array(self.rubric)[at].tolist()))
+        return {k: len(self.rubrics.names[r]) for k, r in found.items()}
+
+    def entry(self, stage: str, sample_id: str) -> dict | None:
+        at = self.of_stage(stage)
+        hits = at[np.array(self.key)[at] == sample_key(sample_id)]
+        return read_line(self.path, self.offset[hits[-1]]) if len(hits) else None
+
+
+def parse_steps(text: str) -> list[tuple[int, int]]:
+    """`3,7-9,12` as ranges [(3, 3), (7, 9), (12, 12)]; ValueError names a bad part."""
+    ranges = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, dash, hi = part.partition("-")
+        try:
+            ranges.append((int(lo), int(hi) if dash else int(lo)))
+        except ValueError:
+            raise ValueError(f"steps: {part!r} is not a step or a range A-B") from None
+    return ranges
+
+
+def select(index: SampleIndex, board: ScoreboardIndex, stage: str, f: dict) -> np.ndarray:
+    """Positions of the index's samples that pass the filters, in file order."""
+    step, reward = np.array(index.step), np.array(index.reward)
+    mask = np.ones(len(index), dtype=bool)
+    if f.get("step") is not None:
+        mask &= step == f["step"]
+    if f.get("steps"):
+        mask &= _within(step, f["steps"])
+    if f.get("flag_steps") is not None:  # a health flag's steps: none fired, nothing matches
+        mask &= _within(step, f["flag_steps"])
+    if f.get("source"):
+        code = index.sources.ids.get(f["source"])
+        mask &= np.array(index.source) == (-1 if code is None else code)
+    with np.errstate(invalid="ignore"):  # unscored samples (NaN) pass no reward bound
+        if f.get("min") is not None:
+            mask &= reward >= f["min"]
+        if f.get("max") is not None:
+            mask &= reward <= f["max"]
+    if f.get("criterion"):
+        mask &= np.isin(np.array(index.key), board.keys_matching(stage, f["criterion"]))
+    return np.flatnonzero(mask)
+
+
+def _within(step: np.ndarray, ranges: list) -> np.ndarray:
+    inside = np.zeros(len(step), dtype=bool)
+    for lo, hi in ranges:
+        inside |= (step >= lo) & (step <= hi)
+    return inside
+
+
+def page_of(matched: np.ndarray, page: int, size: int = PAGE) -> np.ndarray:
+    """Page 0 is the newest `size` matches, page 1 the ones before, ...; each in file order."""
+    end = len(matched) - page * size
+    return matched[max(0, end - size) : max(0, end)]
+
+
+def plain(value):
+    """JSON the browser parses: a non-finite float (Python's json reads NaN) becomes a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def slim(row: dict, criteria: int) -> dict:
+    return {
+        "sample": row.get("sample"),
+        "step": row.get("step"),
+        "source": row.get("source"),
+        "reward": plain(row.get("reward")),
+        "ok": row.get("ok", True),
+        "family": row.get("family"),
+        "reason": str(row.get("reason", ""))[:160],
+        "tokens": row.get("response_tokens"),
+        "criteria": criteria,
+    }
+
+
+def read_page(index: SampleIndex, positions: np.ndarray) -> list[dict]:
+    rows = []
+    with index.path.open("rb") as f:
+        for i in positions.tolist():
+            f.seek(index.offset[i])
+            row = parse(f.readline())
+            if row is not None:
+                rows.append(row)
+    return rows

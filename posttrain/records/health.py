@@ -1,0 +1,269 @@
+"""RL health checks: the failure modes RL runs meet, read from each step's metrics row.
+
+`HealthMonitor.check` takes a step's row (keeping the little history the trend checks
+need) and returns the flags that fire, against the thresholds of the pipeline's `health:`
+section; `step` also prints each flag as a one-line warning when it starts firing and
+returns the `health/...` keys the RL driver logs. The dashboard's Health view reads those
+keys, and reruns the monitor over the metrics of runs that logged none.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import deque
+from dataclasses import dataclass
+
+from posttrain.config import HealthConfig
+from posttrain.types import RewardResult
+
+
+@dataclass(frozen=True)
+class Check:
+    """One health check: what it watches and what it means."""
+
+    name: str
+    metric: str
+    title: str
+    meaning: str
+
+
+CHECKS = {
+    c.name: c
+    for c in (
+        Check("logp_mismatch", "logp/mismatch", "logp mismatch", "engine and trainer disagree on the sampled tokens"),
+        Check("entropy_floor", "policy/entropy", "entropy below its floor", "entropy collapse"),
+        Check("entropy_fall", "policy/entropy", "entropy falling fast", "entropy collapse"),
+        Check("truncated", "response/truncated_frac", "responses hit max_tokens", "responses cut at max_tokens"),
+        Check("over_budget", "reward/over_budget_frac", "responses over budget", "responses over the token budget"),
+        Check("reward_hacking", "reward/mean", "reward jump, length or tests drop", "a sign of reward hacking"),
+        Check("nonfinite", "train/skipped_nonfinite", "non-finite steps skipped", "a NaN/inf loss skipped the step"),
+        Check("engine_death", "engine/requeued_by_death", "engine deaths", "an engine died; trajectories requeued"),
+        Check("queue_growth", "queue/depth", "queue depth growing", "unfinished trajectories pile up"),
+        Check("staleness_cap", "staleness/max", "staleness at its cap", "trajectories stay at max_staleness"),
+        Check("grm_unscored", "grm/unscored", "unscored GRM samples", "GRM samples without a score"),
+    )
+}
+WATCHED = sorted({c.metric for c in CHECKS.values()} | {"response_tokens/mean", "budget/tokens", "code/tests_counted"})
+
+
+@dataclass(frozen=True)
+class HealthFlag:
+    """A check that fired at a step: the value it measured and the bound it crossed."""
+
+    name: str
+    step: int
+    value: float
+    bound: float
+    message: str
+
+
+def threshold(name: str, config: HealthConfig, max_staleness: int | None = None) -> str:
+    """The rule of a check as the pipeline file sets it, for the warning and the dashboard."""
+    c = config
+    return {
+        "logp_mismatch": f"> {c.logp_mismatch_max} (health.logp_mismatch_max)",
+        "entropy_floor": f"< {c.entropy_min} (health.entropy_min)",
+        "entropy_fall": f"< (1 - {c.entropy_fall}) x its peak of the last {c.window} steps (health.entropy_fall)",
+        "truncated": f"> {c.truncated_frac_max} (health.truncated_frac_max)",
+        "over_budget": f"> {c.over_budget_frac_max} (health.over_budget_frac_max)",
+        "reward_hacking": (
+            f"rise >= {c.hack_reward_jump} over {c.window} steps while length per budget token or tests counted "
+            f"fall >= {c.hack_length_drop:.0%} (health.hack_reward_jump, hack_length_drop)"
+        ),
+        "nonfinite": "> 0 (health.nonfinite)",
+        "engine_death": "> 0 (health.engine_deaths)",
+        "queue_growth": f"rose at each of {c.queue_growth_steps} steps in a row (health.queue_growth_steps)",
+        "staleness_cap": (
+            f">= {c.staleness_cap_frac} x partial.max_staleness {max_staleness} for {c.staleness_cap_steps} steps "
+            "in a row (health.staleness_cap_frac, staleness_cap_steps)"
+        ),
+        "grm_unscored": f"> {c.grm_unscored_max} per step (health.grm_unscored_max)",
+    }[name]
+
+
+def enabled(name: str, config: HealthConfig, max_staleness: int | None = None) -> bool:
+    c = config
+    return (
+        c.enabled
+        and {
+            "logp_mismatch": c.logp_mismatch_max is not None,
+            "entropy_floor": c.entropy_min is not None,
+            "entropy_fall": c.entropy_fall is not None,
+            "truncated": c.truncated_frac_max is not None,
+            "over_budget": c.over_budget_frac_max is not None,
+            "reward_hacking": c.hack_reward_jump is not None,
+            "nonfinite": c.nonfinite,
+            "engine_death": c.engine_deaths,
+            "queue_growth": c.queue_growth_steps is not None,
+            "staleness_cap": c.staleness_cap_frac is not None and bool(max_staleness),
+            "grm_unscored": c.grm_unscored_max is not None,
+        }[name]
+    )
+
+
+def _value(row: dict, key: str) -> float | None:
+    """A metric as a float; metrics.jsonl writes a non-finite float as a string ("nan")."""
+    value = row.get(key)
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _mean(values: list[float]) -> float | None:
+    kept = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(kept) / len(kept) if kept else None
+
+
+def _above(value: float | None, bound: float):
+    return (value, bound) if value is not None and value > bound else None
+
+
+def _mean_of(rows: list[dict], key: str) -> float | None:
+    return _mean([r[key] for r in rows])
+
+
+def _per_budget(rows: list[dict]) -> float | None:
+    """Mean response length per budget token (tokens alone where no budget is logged): a
+    budget that shrinks on schedule does not read as responses getting shorter."""
+    return _mean(
+        [r["response_tokens/mean"] / (r["budget/tokens"] or 1.0) for r in rows if r["response_tokens/mean"] is not None]
+    )
+
+
+def _fall(before: float | None, after: float | None) -> float:
+    """Relative fall from `before` to `after`; 0 when it cannot be measured."""
+    return 1.0 - after / before if before and after is not None and before > 0 else 0.0
+
+
+class HealthMonitor:
+    """Checks one stage's (or expert job's) steps in order; keeps the history it needs."""
+
+    def __init__(self, config: HealthConfig, stage: str, max_staleness: int | None = None, stream=None):
+        self.config, self.stage, self.max_staleness = config, stage, max_staleness
+        self.stream = stream
+        self.history: deque[dict] = deque(maxlen=2 * config.window)
+        self.rises = 0
+        self.last_depth: float | None = None
+        self.at_cap = 0  # steps in a row with staleness at its cap
+        self.firing: set[str] = set()
+
+    # ------------------------------------------------------------ the checks
+
+    def check(self, step: int, row: dict) -> list[HealthFlag]:
+        """The flags this step's row raises, in CHECKS order."""
+        v = {key: _value(row, key) for key in WATCHED}
+        found = []
+        for name, check in CHECKS.items():
+            if enabled(name, self.config, self.max_staleness):
+                fired = getattr(self, f"_{name}")(v)
+                if fired is not None:
+                    value, bound, *detail = fired
+                    rule = threshold(name, self.config, self.max_staleness)
+                    message = f"{check.metric} {value:.4g} {rule}" + (f": {detail[0]}" if detail else "")
+                    found.append(HealthFlag(name, step, value, bound, message))
+        self.history.append(v)
+        return found
+
+    def _logp_mismatch(self, v):
+        return _above(v["logp/mismatch"], self.config.logp_mismatch_max)
+
+    def _entropy_floor(self, v):
+        value = v["policy/entropy"]
+        return (value, self.config.entropy_min) if value is not None and value < self.config.entropy_min else None
+
+    def _entropy_fall(self, v):
+        value = v["policy/entropy"]
+        recent = [h["policy/entropy"] for h in list(self.history)[-self.config.window :]]
+        peak = max((e for e in recent if e is not None and math.isfinite(e)), default=None)
+        if value is None or peak is None or value >= (1 - self.config.entropy_fall) * peak:
+            return None
+        return value, (1 - self.config.entropy_fall) * peak, f"fell from {peak:.4g} within {len(recent)} steps"
+
+    def _truncated(self, v):
+        return _above(v["response/truncated_frac"], self.config.truncated_frac_max)
+
+    def _over_budget(self, v):
+        return _above(v["reward/over_budget_frac"], self.config.over_budget_frac_max)
+
+    def _reward_hacking(self, v):
+        c, w = self.config, self.config.window
+        if len(self.history) < 2 * w - 1:
+            return None
+        rows = list(self.history)[-(2 * w - 1) :] + [v]
+        before, after = rows[:w], rows[w:]
+        r0, r1 = _mean_of(before, "reward/mean"), _mean_of(after, "reward/mean")
+        if r0 is None or r1 is None or r1 - r0 < c.hack_reward_jump:
+            return None
+        # a reward that rose because fewer responses went over budget is the budget being learned
+        learned = (_mean_of(before, "reward/over_budget_frac") or 0.0) - (
+            _mean_of(after, "reward/over_budget_frac") or 0.0
+        )
+        if learned >= c.hack_reward_jump / 2:
+            return None
+        length = _fall(_per_budget(before), _per_budget(after))
+        tests = _fall(_mean_of(before, "code/tests_counted"), _mean_of(after, "code/tests_counted"))
+        if max(length, tests) < c.hack_length_drop:
+            return None
+        what = f"length per budget token fell {length:.0%}" if length >= tests else f"tests counted fell {tests:.0%}"
+        return r1 - r0, c.hack_reward_jump, f"rose from {r0:.3g} to {r1:.3g} over {w} steps while {what}"
+
+    def _nonfinite(self, v):
+        value = v["train/skipped_nonfinite"]
+        return (value, 0.0, "the step was skipped for a NaN/inf loss") if value else None
+
+    def _engine_death(self, v):
+        value = v["engine/requeued_by_death"]
+        return (value, 0.0, "an engine died and its trajectories were requeued") if value else None
+
+    def _queue_growth(self, v):
+        depth = v["queue/depth"]
+        if depth is None:
+            return None
+        self.rises = self.rises + 1 if self.last_depth is not None and depth > self.last_depth else 0
+        self.last_depth = depth
+        return (depth, float(self.config.queue_growth_steps)) if self.rises >= self.config.queue_growth_steps else None
+
+    def _staleness_cap(self, v):
+        """At the cap for `staleness_cap_steps` steps in a row: with partial rollouts some
+        trajectories reach the cap now and then, which is what the cap is for; a cap reached
+        step after step means the queue cannot keep up and samples are about to be dropped."""
+        value, bound = v["staleness/max"], self.config.staleness_cap_frac * self.max_staleness
+        self.at_cap = self.at_cap + 1 if value is not None and value >= bound else 0
+        return (value, bound) if self.at_cap >= self.config.staleness_cap_steps else None
+
+    def _grm_unscored(self, v):
+        return _above(v["grm/unscored"], self.config.grm_unscored_max)
+
+    # ------------------------------------------------------------ the driver's hook
+
+    def step(self, step: int, row: dict) -> dict[str, float]:
+        """Check the step's row, warn about flags that start firing, return the keys to log:
+        `health/flags` (how many fired) and `health/NAME` (the value measured) for each."""
+        if not self.config.enabled:
+            return {}
+        flags = self.check(step, row)
+        for flag in flags:
+            if flag.name not in self.firing:
+                self.warn(flag)
+        self.firing = {f.name for f in flags}
+        return {"health/flags": float(len(flags)), **{f"health/{f.name}": f.value for f in flags}}
+
+    def warn(self, flag: HealthFlag) -> None:
+        stream = self.stream or sys.stderr
+        clear = "\r\033[K" if stream.isatty() else ""  # the live progress line is rewritten in place
+        stream.write(f"{clear}warning: [{self.stage}] step {flag.step} health/{flag.name}: {flag.message}\n")
+        stream.flush()
+
+
+def code_test_counts(rewards: list[RewardResult]) -> dict[str, float]:
+    """`code/tests_counted`: mean number of unit tests the sandbox counted per coding sample
+    (0 when a program's run reported none): a count that falls while reward rises is how a
+    program that skips its tests shows up."""
+    coding = [r for r in rewards if r.source == "code"]
+    if not coding:
+        return {}
+    return {"code/tests_counted": sum(float(r.details.get("total", 0)) for r in coding) / len(coding)}

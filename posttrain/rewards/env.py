@@ -1,0 +1,75 @@
+"""Reward of your own environments' episodes: the environment's `reward(state, task, final)`
+run in its worker processes (`rollout/env.py`), or, with `verifier: math`, the final answer
+against the task's answer. An episode the environment failed, or a reward call that
+raises, hangs past the timeout or returns no number, is flagged (left out of training)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from posttrain.data.env import episode_task
+from posttrain.rewards.math_verifier import MathVerifier
+from posttrain.rewards.user import as_result
+from posttrain.rollout.env import _reward, close_all, workers_for
+from posttrain.types import RewardResult, Sample
+
+
+class EnvReward:
+    name = "env"
+
+    async def score(self, samples: list[Sample]) -> list[RewardResult]:
+        return await asyncio.to_thread(self._score, samples)
+
+    def _score(self, samples: list[Sample]) -> list[RewardResult]:
+        out: list[RewardResult | None] = [None] * len(samples)
+        asks: dict[tuple, list[int]] = {}
+        for i, s in enumerate(samples):
+            env = s.env or {}
+            if env.get("error"):
+                out[i] = RewardResult(0.0, f"environment failed: {env['error']}", self.name, ok=False)
+            elif s.task.entry.get("score") == "math":
+                out[i] = self._math(s)
+            else:
+                asks.setdefault((s.task.entry["env"], repr(s.task.entry["args"])), []).append(i)
+        for indices in asks.values():
+            entry = samples[indices[0]].task.entry
+            jobs = [
+                (episode_task(samples[i].task), (samples[i].env or {}).get("state"), _final(samples[i]))
+                for i in indices
+            ]
+            for i, (ok, value) in zip(indices, workers_for(entry).run(_reward, jobs, entry["timeout_s"])):
+                result = (
+                    as_result(value, self.name) if ok else RewardResult(0.0, f"reward {value}", self.name, ok=False)
+                )
+                out[i] = self._noted(result, samples[i])
+        return out  # type: ignore[return-value]
+
+    def _math(self, sample: Sample) -> RewardResult:
+        """The math verifier on the episode's final answer (the last turn without a tool call)."""
+        final = _final(sample)
+        if final is None:
+            return self._noted(RewardResult(0.0, "no final answer", self.name), sample)
+        answered = replace(sample, completion=replace(sample.completion, text=final))
+        result = MathVerifier().score_one(answered)
+        return self._noted(replace(result, source=self.name), sample)
+
+    def _noted(self, result: RewardResult, sample: Sample) -> RewardResult:
+        env = sample.env or {}
+        details = {**result.details, "turns": env.get("turns"), "calls": len(env.get("calls", []))}
+        details["finish_reason"] = sample.completion.finish_reason
+        reason = result.reason
+        if sample.completion.finish_reason in ("max_turns", "length") and result.ok:
+            reason += f" (episode ended: {sample.completion.finish_reason})"
+        return RewardResult(result.score, reason, result.source, details, result.ok)
+
+    def close(self) -> None:
+        close_all()
+
+
+def _state(sample: Sample) -> dict | None:
+    return (sample.env or {}).get("state")
+
+
+def _final(sample: Sample) -> str | None:
+    return (sample.env or {}).get("final")

@@ -1,0 +1,220 @@
+"""Weights by collective: trainer rank 0 broadcasts its full weights, packed into buckets of
+`rollout.sync_bucket_mib`, to every engine worker over a process group of their own: NCCL
+between GPUs, gloo on CPU (and gloo, still on device tensors, when a peer shares rank 0's
+GPU, which NCCL refuses). Nothing goes through Ray's object store or, on GPU, host memory:
+each engine worker receives a bucket into its own device memory and `reload_weights` loads
+it in place while the next bucket is on its way.
+
+The group is made of torch's own pieces (a TCPStore that rank 0 hosts, a PrefixStore, one
+ProcessGroupGloo or ProcessGroupNCCL), outside torch.distributed's global state, so the
+trainer rank's DeepSpeed group and vLLM's own groups are untouched. Its ranks: 0 is the
+trainer, then each engine's tensor-parallel workers in turn. Every operation has a
+timeout: a peer that died or hangs makes the others fail, never wait forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+ALIGN = 64  # every tensor starts at a multiple of this in its bucket: a view as any dtype is aligned
+TIMEOUT_S = 120.0  # one collective operation (joining the group, one bucket)
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """Where one tensor travels: its bucket and byte offset there."""
+
+    name: str
+    dtype: str  # torch dtype name without the `torch.` prefix
+    shape: tuple[int, ...]
+    bucket: int
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class WeightManifest:
+    """The layout of every push: which tensor sits where in which bucket. Fixed while a
+    model is loaded; the engines get it once, when they join the group."""
+
+    slots: tuple[TensorSlot, ...]
+    buckets: tuple[int, ...]  # bytes of each bucket
+    aliases: tuple[tuple[str, str], ...] = ()  # (name, name it repeats): a tied lm_head, sent once
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.buckets)
+
+
+def plan_manifest(
+    tensors: list[tuple[str, str, tuple[int, ...], int]], bucket_bytes: int, aliases: tuple = ()
+) -> WeightManifest:
+    """Pack (name, dtype, shape, nbytes) in order into buckets of at most `bucket_bytes`
+    (a tensor larger than that travels in a bucket of its own)."""
+    slots, buckets, used = [], [], 0
+    for name, dtype, shape, nbytes in tensors:
+        start = -(-used // ALIGN) * ALIGN
+        if not buckets or (used and start + nbytes > bucket_bytes):
+            buckets.append(0)
+            start = 0
+        slots.append(TensorSlot(name, dtype, tuple(shape), len(buckets) - 1, start, nbytes))
+        used = start + nbytes
+        buckets[-1] = used
+    return WeightManifest(tuple(slots), tuple(buckets), tuple(aliases))
+
+
+def manifest_of(state_dict: dict, bucket_bytes: int, tied_embeddings: bool) -> WeightManifest:
+    """The manifest of a state dict. A tensor that another name already holds (a tied
+    lm_head: the state dict lists it under both names) is sent once and named twice; a tied
+    head the state dict leaves out is named too (vLLM's in-place reload leaves it on its old
+    values otherwise, see weights.py)."""
+    tensors, aliases, seen = [], [], {}
+    for name, t in state_dict.items():
+        key = (t.data_ptr(), tuple(t.shape), t.dtype) if t.numel() else None
+        if key in seen:
+            aliases.append((name, seen[key]))
+            continue
+        if key is not None:
+            seen[key] = name
+        tensors.append((name, str(t.dtype).removeprefix("torch."), tuple(t.shape), t.numel() * t.element_size()))
+    if tied_embeddings and "lm_head.weight" not in state_dict and "model.embed_tokens.weight" in state_dict:
+        aliases.append(("lm_head.weight", "model.embed_tokens.weight"))
+    return plan_manifest(tensors, bucket_bytes, tuple(aliases))
+
+
+def backend_for(device_ids: list[str]) -> str:
+    """nccl when every peer is on a GPU of its own; gloo on CPU, or when two peers share a
+    GPU (NCCL refuses two ranks on one device)."""
+    if any(d == "cpu" for d in device_ids):
+        return "gloo"
+    return "nccl" if len(set(device_ids)) == len(device_ids) else "gloo"
+
+
+def device_id() -> str:
+    """This process's device: the current GPU's UUID, or `cpu`."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+
+
+class SyncGroup:
+    """One member of the weight-sync process group."""
+
+    def __init__(self, store, rank: int, size: int, backend: str, timeout_s: float = TIMEOUT_S):
+        import torch.distributed as dist
+
+        timeout = timedelta(seconds=timeout_s)
+        prefixed = dist.PrefixStore("posttrain-weights", store)
+        if backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            self.pg = dist.ProcessGroupNCCL(prefixed, rank, size, options)
+        else:
+            self.pg = dist.ProcessGroupGloo(prefixed, rank, size, timeout)
+        self.store, self.rank, self.size, self.backend, self.timeout_s = store, rank, size, backend, timeout_s
+        self.barrier_tensor = None
+
+    @staticmethod
+    def host_store(host: str, size: int, timeout_s: float = TIMEOUT_S):
+        """Rank 0's store, on a port the OS picks; returns (store, port)."""
+        import torch.distributed as dist
+
+        store = dist.TCPStore(host, 0, size, True, timedelta(seconds=timeout_s), wait_for_workers=False)
+        return store, store.port
+
+    @classmethod
+    def join(cls, host: str, port: int, rank: int, size: int, backend: str, timeout_s: float = TIMEOUT_S):
+        """A peer's membership (rank > 0): connects to rank 0's store, then waits for all."""
+        import torch.distributed as dist
+
+        store = dist.TCPStore(host, port, size, False, timedelta(seconds=timeout_s))
+        return cls(store, rank, size, backend, timeout_s)
+
+    def broadcast(self, tensor) -> None:
+        """Rank 0's `tensor` into every member's (in place), or an error within the timeout."""
+        import torch.distributed as dist
+
+        options = dist.BroadcastOptions()
+        options.rootRank = 0
+        options.timeout = timedelta(seconds=self.timeout_s)
+        work = self.pg.broadcast([tensor], options)
+        if not work.wait(timedelta(seconds=self.timeout_s)):
+            raise TimeoutError(f"weight sync: a bucket broadcast took more than {self.timeout_s:.0f} s")
+
+    def close(self) -> None:
+        shutdown = getattr(self.pg, "shutdown", None) or getattr(self.pg, "abort", None)
+        try:
+            if shutdown is not None:
+                shutdown()
+        except Exception:  # noqa: BLE001 - a group whose peer died may refuse a clean shutdown
+            pass
+        self.pg = self.store = None
+
+
+def _header(group: SyncGroup, version: int, manifest: WeightManifest, device):
+    """A push opens with (version, buckets), broadcast before any weight: a peer that is
+    already dead fails it for rank 0, which then sends no bucket, so no engine has begun to
+    load; and each engine checks that the push is the one it expects."""
+    import torch
+
+    header = torch.tensor([version, len(manifest.buckets)], dtype=torch.int64, device=device)
+    group.broadcast(header)
+    return [int(x) for x in header.tolist()]
+
+
+def send(group: SyncGroup, state_dict: dict, manifest: WeightManifest, version: int) -> int:
+    """Rank 0: broadcast `state_dict`, laid out as `manifest` says. Returns bytes sent."""
+    import torch
+
+    by_bucket: dict[int, list[TensorSlot]] = {}
+    for slot in manifest.slots:
+        by_bucket.setdefault(slot.bucket, []).append(slot)
+    device = next(iter(state_dict.values())).device
+    _header(group, version, manifest, device)
+    for index, size in enumerate(manifest.buckets):
+        buffer = torch.empty(size, dtype=torch.uint8, device=device)
+        for slot in by_bucket.get(index, []):
+            tensor = state_dict[slot.name]
+            if tuple(tensor.shape) != slot.shape or str(tensor.dtype).removeprefix("torch.") != slot.dtype:
+                raise ValueError(
+                    f"weight sync: {slot.name} is {tuple(tensor.shape)} {tensor.dtype}, the engines expect "
+                    f"{slot.shape} {slot.dtype} (the model changed without a new manifest)"
+                )
+            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+            buffer[slot.offset : slot.offset + slot.nbytes].copy_(raw)
+        group.broadcast(buffer)
+    return manifest.nbytes
+
+
+def receive(group: SyncGroup, manifest: WeightManifest, device, version: int) -> Iterator[tuple[str, object]]:
+    """An engine worker: yield (name, tensor) bucket by bucket as they arrive, each tensor a
+    view into its bucket's buffer on `device` (a fresh buffer per bucket: the loader may
+    keep a layer's tensors until the layer is whole)."""
+    import torch
+
+    sent = _header(group, -1, manifest, device)
+    if sent != [version, len(manifest.buckets)]:
+        raise RuntimeError(
+            f"weight sync: rank 0 sends version {sent[0]} in {sent[1]} buckets, this engine expects version "
+            f"{version} in {len(manifest.buckets)}"
+        )
+
+    by_bucket: dict[int, list[TensorSlot]] = {}
+    for slot in manifest.slots:
+        by_bucket.setdefault(slot.bucket, []).append(slot)
+    repeats: dict[str, list[str]] = {}
+    for name, same_as in manifest.aliases:
+        repeats.setdefault(same_as, []).append(name)
+    for index, size in enumerate(manifest.buckets):
+        buffer = torch.empty(size, dtype=torch.uint8, device=device)
+        group.broadcast(buffer)
+        for slot in by_bucket.get(index, []):
+            raw = buffer[slot.offset : slot.offset + slot.nbytes]
+            tensor = raw.view(getattr(torch, slot.dtype)).view(slot.shape)
+            yield slot.name, tensor
+            for name in repeats.get(slot.name, []):
+                yield name, tensor
