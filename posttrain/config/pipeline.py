@@ -193,6 +193,13 @@ class TrainerConfig(Base):
     max_nonfinite_steps: int = Field(
         3, ge=1, le=1000, description="A NaN/inf loss skips its optimizer step; this many in a row stop the run."
     )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute each block's activations in the backward pass: less memory, more compute."
+    )
+    share_prompts: bool = Field(
+        True,
+        description="Compute a group's prompt once per row (a 4-D attention mask), not once per sample.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -387,6 +394,15 @@ class PipelineConfig(Base):
                         f"stages[{index}].partial.max_staleness: rollout.overlap trains on batches one policy "
                         "version old; max_staleness must be >= 1 (0 would drop every one)"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _bf16_needs_zero(self) -> PipelineConfig:
+        if self.model.dtype == "bfloat16" and self.trainer.zero_stage == 0:
+            raise ValueError(
+                "trainer.zero_stage: model.dtype bfloat16 needs zero_stage >= 1: only DeepSpeed's ZeRO optimizers "
+                "keep fp32 master weights and accumulate gradients in fp32 (at stage 0 both would be bf16)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -52,6 +52,9 @@ def loss_spec(stage: RolloutStage) -> LossSpec:
         tis_cap=getattr(corr, "cap", 2.0),
         mask_lo=getattr(corr, "lo", 0.5),
         mask_hi=getattr(corr, "hi", 2.0),
+        correct_fresh=getattr(corr, "fresh", False),
+        minibatches=stage.algo.minibatches,
+        epochs=stage.algo.epochs,
     )
 
 
@@ -337,6 +340,9 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "logp/mismatch": logp_mismatch(seqs, trained["logp"]),
         "offpolicy/token_frac": trained["sums"]["stale_tokens"] / max(tokens, 1.0),
         "offpolicy/weight_mean": trained["sums"]["offpolicy_weight"] / max(trained["sums"]["stale_tokens"], 1.0),
+        "offpolicy/fresh_weight_mean": fresh_weight_mean(trained["sums"]),
+        "policy/entropy": trained["sums"]["entropy"] / max(tokens, 1.0),
+        "train/padding_frac": 1.0 - trained["sums"]["sequence_tokens"] / max(trained["sums"]["positions"], 1.0),
         "loss/policy": trained["sums"]["loss"],
         "loss/clip_frac": trained["sums"]["clip_tokens"] / max(tokens, 1.0),
         "loss/kl": trained["sums"]["kl"] / max(tokens, 1.0),
@@ -346,6 +352,11 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "time/step_s": step_seconds,
         "throughput/tokens_per_s": tokens / step_seconds,
     }
+
+
+def fresh_weight_mean(sums: dict) -> float:
+    """Mean correction weight of the fresh sampled tokens: 1 unless `correction.fresh`."""
+    return sums["fresh_weight"] / sums["fresh_tokens"] if sums["fresh_tokens"] else 1.0
 
 
 def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
@@ -419,7 +430,7 @@ def run_stage(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -> Pat
         str(resume_dir or init_dir),
         infra.config.model.dtype,
         stage.lr,
-        stage.warmup_steps,
+        stage.warmup_steps * stage.algo.minibatches * stage.algo.epochs,  # warm-up counts RL steps
         stage.algo.kl_beta,
         resume=resume_dir is not None,
     )
