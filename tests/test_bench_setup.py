@@ -1,7 +1,8 @@
 """`make bench-setup` on a fresh clone leaves an environment as working as `make setup`:
 TRL's dependencies bring back PyPI's torchvision, which beside the CPU torch breaks
 transformers' tokenizer loading and `import vllm` (`operator torchvision::nms does not
-exist`); the target removes it again. Builds a whole venv (about 3 GB, minutes)."""
+exist`); the target removes it again. Builds a whole venv (about 3 GB, minutes), so it is
+left out of `make test` and run by `.ci/run` after the suite: `pytest -m setup`."""
 
 import shutil
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.setup]  # minutes: CI runs it after the suite (.ci/run)
 
 CHECK = """
 import importlib.util, sys
