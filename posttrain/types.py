@@ -111,3 +111,6 @@ class LossSpec:
     tis_cap: float = 2.0
     mask_lo: float = 0.5
     mask_hi: float = 2.0
+    correct_fresh: bool = False  # the correction also on fresh tokens (engine/trainer mismatch)
+    minibatches: int = 1  # optimizer steps per batch (PPO); logp_old from before the first
+    epochs: int = 1  # passes over the minibatches

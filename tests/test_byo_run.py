@@ -8,13 +8,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_process import start_cli
 from test_hf_tasks import cached_dataset, hub_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,15 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def cli(*args, env=None):
-    return subprocess.Popen(
-        [sys.executable, "-m", "posttrain.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-    )
+    return start_cli(*args, env={"PYTHONPATH": str(ROOT), **(env or {})}, cwd=ROOT)
 
 
 def wait_for(proc, ready, seconds: float):
@@ -158,11 +149,24 @@ def waiting_episode(run: Path):
     return None
 
 
+def queued_episodes(run: Path, task_id: str):
+    """(step, trajectory) for every queued trajectory of task_id in every RL checkpoint."""
+    for folder in sorted((run / "checkpoints" / "rl").glob("step_*")):
+        state_file = folder / "rollout_state.json"
+        if state_file.exists():
+            queue = json.loads(json.loads(state_file.read_text())["queue"])
+            for group in queue["groups"]:
+                if group["task"]["task_id"] == task_id:
+                    for traj in group["trajectories"]:
+                        yield int(folder.name.split("_")[1]), traj
+
+
 def test_example_environment_killed_with_an_episode_in_the_queue_and_resumed(tmp_path):
     from transformers import AutoTokenizer
 
     run = tmp_path / "run"
     overrides = ["-o", "stages[0].steps=40", "-o", "stages[1].steps=12", "-o", "stages[1].partial.lambda=0.25"]
+    overrides += ["-o", "stages[1].partial.max_staleness=12"]
     overrides += ["-o", "stages[0].data.args={kinds: [recall]}", "-o", "stages[1].tasks.args={kinds: [recall]}"]
     proc = cli("run", "examples/kv_env.yaml", "--run-dir", str(run), *overrides)
     step, traj, task_id = wait_for(proc, lambda: waiting_episode(run), 1500)
@@ -176,10 +180,21 @@ def test_example_environment_killed_with_an_episode_in_the_queue_and_resumed(tmp
     assert "resuming from" in out
     tokenizer = AutoTokenizer.from_pretrained(run / "checkpoints" / "rl" / "final")
     prefix = tokenizer.decode(traj["response_ids"], skip_special_tokens=True)
+    # the episode went on after the resume: either it finished (a logged rollout that starts
+    # with what it had written) or a later checkpoint's queue holds it with more tokens; a
+    # partial-rollout episode need not finish before the stage ends
     later = [r for r in rollouts(run, "rl") if r["step"] > step and r["task_id"] == task_id]
-    went_on = [
+    finished = [
         r for r in later if r["response"].startswith(prefix) and len(r["env"]["calls"]) >= len(traj["env"]["calls"])
     ]
+    waiting = [
+        t
+        for s, t in queued_episodes(run, task_id)
+        if s > step
+        and t["response_ids"][: len(traj["response_ids"])] == traj["response_ids"]
+        and len(t["response_ids"]) > len(traj["response_ids"])
+    ]
+    went_on = [(r["env"]["calls"]) for r in finished] + [t["env"]["calls"] for t in waiting]
     assert went_on, f"the episode of {task_id} cut at step {step} did not go on after the resume"
-    assert went_on[0]["env"]["calls"][: len(traj["env"]["calls"])] == traj["env"]["calls"]
+    assert went_on[0][: len(traj["env"]["calls"])] == traj["env"]["calls"]
     assert all(r["source"] == "env" for r in rollouts(run, "rl"))

@@ -11,13 +11,12 @@ run without rerunning finished jobs, and eval.json has every cell.
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 import yaml
+from cli_process import start_cli
 
 from posttrain.config import PipelineConfig
 from posttrain.config.files import ConfigError, load_pipeline
@@ -178,15 +177,7 @@ def test_eval_needs_an_experts_stage(tmp_path):
 def cli(*args):
     # Ray's memory monitor watches the whole machine: other programs' memory would get this
     # run's actors killed (as faults this test did not plan)
-    env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "posttrain.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env=env,
-    )
+    return start_cli(*args, env={"RAY_memory_monitor_refresh_ms": "0"})
 
 
 def wait_for(predicate, proc, seconds, what):

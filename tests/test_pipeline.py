@@ -2,6 +2,7 @@
 Ray, vLLM and DeepSpeed (world size 2), and the run folder it leaves."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -105,6 +106,8 @@ def test_metrics_have_every_required_field_each_step(run_dir):
     for row in grpo:
         assert all(key in row for key in REQUIRED + ["stage", "step", "time"]), row.keys()
         assert row["logp/mismatch"] < 1e-4
+    for row in grpo + [r for r in rows if r["stage"] == "mopd"]:  # RL and MOPD steps log the policy's entropy
+        assert 0 < row["policy/entropy"] < math.log(512), row  # at most ln V (the tiny vocabulary)
 
 
 def test_rewards_came_from_every_verifier(run_dir):

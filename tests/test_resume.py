@@ -5,11 +5,10 @@ not rerun, and the sample accounting stays whole across the restart."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import yaml
+from cli_process import start_cli
 
 PIPELINE = {
     "name": "resume",
@@ -46,14 +45,7 @@ PIPELINE = {
 
 
 def cli(*args, **kw):
-    return subprocess.Popen(
-        [sys.executable, "-m", "posttrain.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        **kw,
-    )
+    return start_cli(*args, **kw)
 
 
 def test_sigkill_then_resume_carries_the_queue(tmp_path):

@@ -12,6 +12,7 @@ import time
 from collections import Counter
 
 import yaml
+from cli_process import start_cli
 
 TASKS = 24
 K = 2
@@ -59,13 +60,7 @@ PIPELINE = {
 
 
 def cli(*args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "posttrain.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return start_cli(*args)
 
 
 def done_tasks(path):

@@ -3,19 +3,71 @@ global batch and divides by the global token count (token-level mean, docs/recip
 
 pg:  -min(ratio * A, clip(ratio, 1-eps_lo, 1+eps_hi) * A) [+ beta * k3 KL to the reference]
 nll: -logp (SFT)
+
+Token logprobs and entropies come from one fused, chunked log-softmax: fp32 only one chunk
+of positions at a time, never the whole [positions, vocab] logits (docs/recipe.md, RL).
 """
 
 from __future__ import annotations
 
 import torch
 
+CHUNK_ELEMENTS = 2**22  # fp32 temporaries of one chunk: 16 MiB each
+
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log softmax(logits / T)[target] per position, computed in fp32."""
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    return torch.gather(torch.log_softmax(logits, dim=-1), -1, targets.unsqueeze(-1)).squeeze(-1)
+    return token_logprobs_entropy(logits, targets, temperature)[0]
+
+
+def token_logprobs_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per position: log softmax(logits / T)[target] (fp32, differentiable) and the entropy
+    -sum_v p_v log p_v of softmax(logits / T) (fp32, no gradient). `logits` [..., V] in any
+    dtype; the backward pass recomputes the softmax chunk by chunk from them."""
+    shape = targets.shape
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    logp, entropy = _FusedLogprob.apply(flat_logits, targets.reshape(-1), float(temperature))
+    return logp.view(shape), entropy.view(shape)
+
+
+def _chunks(rows: int, vocab: int):
+    step = max(1, CHUNK_ELEMENTS // max(vocab, 1))
+    return (slice(i, min(i + step, rows)) for i in range(0, rows, step))
+
+
+class _FusedLogprob(torch.autograd.Function):
+    """d logp_target / d logits_v = (1[v = target] - p_v) / T. Saves the logits as they came
+    (no fp32 copy) and one logsumexp per position; peak extra memory is one chunk."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, temperature: float):
+        rows, vocab = logits.shape
+        logp = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        entropy = torch.empty_like(logp)
+        lse = torch.empty_like(logp)
+        for part in _chunks(rows, vocab):
+            x = logits[part].float() / temperature  # a new fp32 tensor even when logits are fp32
+            lse[part] = torch.logsumexp(x, dim=-1)
+            x -= lse[part].unsqueeze(-1)  # log p
+            logp[part] = x.gather(-1, targets[part].unsqueeze(-1)).squeeze(-1)
+            entropy[part] = -(x.exp() * x).sum(-1)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature = temperature
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp: torch.Tensor, _grad_entropy):
+        logits, targets, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for part in _chunks(*logits.shape):
+            g = (logits[part].float() / ctx.temperature - lse[part].unsqueeze(-1)).exp_()  # p
+            g *= -grad_logp[part].unsqueeze(-1)
+            g.scatter_add_(-1, targets[part].unsqueeze(-1), grad_logp[part].unsqueeze(-1))
+            grad[part] = g / ctx.temperature
+        return grad, None, None
 
 
 def policy_gradient_loss(

@@ -95,6 +95,16 @@ class RolloutConfig(Base):
             "cores an engine has to itself while the trainer waits."
         ),
     )
+    overlap: bool = Field(
+        False,
+        description=(
+            "RL/MOPD: engines generate the next batch with the current weights while the trainer trains on the "
+            "previous one (one policy version stale, corrected like partial rollouts); weights sync at step ends."
+        ),
+    )
+    cores: list[Annotated[int, Field(ge=0, le=65535)]] | None = Field(
+        None, min_length=1, description="CPU cores the engine processes are pinned to (all engines share them)."
+    )
     weight_sync: Literal["auto", "collective", "object_store"] = Field(
         "auto",
         description=(
@@ -175,10 +185,20 @@ class TrainerConfig(Base):
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW, and Muon's matrices).")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas (also Muon's AdamW half).")
     threads: int = Field(1, ge=1, le=1024, description="Torch threads per worker.")
+    cores: list[Annotated[int, Field(ge=0, le=65535)]] | None = Field(
+        None, min_length=1, description="CPU cores the rank processes are pinned to (all ranks share them)."
+    )
     num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per worker.")
     num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per worker.")
     max_nonfinite_steps: int = Field(
         3, ge=1, le=1000, description="A NaN/inf loss skips its optimizer step; this many in a row stop the run."
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute each block's activations in the backward pass: less memory, more compute."
+    )
+    share_prompts: bool = Field(
+        True,
+        description="Compute a group's prompt once per row (a 4-D attention mask), not once per sample.",
     )
 
     @model_validator(mode="before")
@@ -354,6 +374,35 @@ class PipelineConfig(Base):
                         f"(earlier experts stages: {[n for n, s in seen.items() if isinstance(s, ExpertsStage)]})"
                     )
             seen[stage.name] = stage
+        return self
+
+    @model_validator(mode="after")
+    def _overlap_fits(self) -> PipelineConfig:
+        """Overlapped generation trains on batches one policy version old, and the engines and
+        trainer ranks must not be pinned to the same cores."""
+        shared = set(self.rollout.cores or ()) & set(self.trainer.cores or ())
+        if shared:
+            raise ValueError(
+                f"trainer.cores: cores {sorted(shared)} are also in rollout.cores; engines and trainer ranks "
+                "pinned to the same cores take turns on them"
+            )
+        if self.rollout.overlap:
+            for index, stage in enumerate(self.stages):
+                partial = getattr(stage, "partial", None)
+                if partial is not None and partial.max_staleness < 1:
+                    raise ValueError(
+                        f"stages[{index}].partial.max_staleness: rollout.overlap trains on batches one policy "
+                        "version old; max_staleness must be >= 1 (0 would drop every one)"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _bf16_needs_zero(self) -> PipelineConfig:
+        if self.model.dtype == "bfloat16" and self.trainer.zero_stage == 0:
+            raise ValueError(
+                "trainer.zero_stage: model.dtype bfloat16 needs zero_stage >= 1: only DeepSpeed's ZeRO optimizers "
+                "keep fp32 master weights and accumulate gradients in fp32 (at stage 0 both would be bf16)"
+            )
         return self
 
     @model_validator(mode="after")

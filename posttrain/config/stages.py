@@ -24,6 +24,10 @@ class GRPOConfig(Base):
     clip_eps_lo: float = Field(0.2, gt=0, lt=1, description="Lower clip: ratio >= 1 - clip_eps_lo.")
     clip_eps_hi: float = Field(0.28, gt=0, description="Upper clip: ratio <= 1 + clip_eps_hi.")
     kl_beta: float = Field(0.0, ge=0, description="Weight of the k3 KL penalty to the reference model.")
+    minibatches: int = Field(
+        1, ge=1, le=1024, description="Optimizer steps per batch (PPO minibatches); the clip acts from the second."
+    )
+    epochs: int = Field(1, ge=1, le=100, description="Passes over the batch's minibatches (PPO epochs).")
 
 
 class TISCorrection(Base):
@@ -31,6 +35,9 @@ class TISCorrection(Base):
 
     type: Literal["tis"] = "tis"
     cap: float = Field(2.0, gt=0, description="C, the most a token's weight can be.")
+    fresh: bool = Field(
+        False, description="Correct fresh tokens too: the engine/trainer mismatch of one policy version (bf16)."
+    )
 
 
 class MaskCorrection(Base):
@@ -39,6 +46,9 @@ class MaskCorrection(Base):
     type: Literal["mask"]
     lo: float = Field(0.5, ge=0, description="Lowest ratio kept.")
     hi: float = Field(2.0, gt=0, description="Highest ratio kept.")
+    fresh: bool = Field(
+        False, description="Correct fresh tokens too: the engine/trainer mismatch of one policy version (bf16)."
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> MaskCorrection:
@@ -51,6 +61,13 @@ class ExcludeCorrection(Base):
     """Stale tokens (from an older policy version) are left out of the loss."""
 
     type: Literal["exclude"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_fresh(cls, data):
+        if isinstance(data, dict) and "fresh" in data:
+            raise ValueError("fresh: exclude would drop every fresh token; correct the mismatch with tis or mask")
+        return data
 
 
 Correction = Annotated[TISCorrection | MaskCorrection | ExcludeCorrection, Field(discriminator="type")]
@@ -216,6 +233,16 @@ class RolloutStage(StageBase):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
     partial: PartialRolloutConfig = Field(default_factory=PartialRolloutConfig, description="Partial-rollout queue.")
     budget: BudgetConfig = Field(default_factory=BudgetConfig, description="Token budget and effort tier.")
+
+    @model_validator(mode="after")
+    def _minibatches_fit(self) -> RolloutStage:
+        size = self.prompts_per_step * self.group_size
+        if self.algo.minibatches > size:
+            raise ValueError(
+                f"algo.minibatches ({self.algo.minibatches}) must be at most prompts_per_step x group_size ({size}): "
+                "each minibatch needs a sequence"
+            )
+        return self
 
 
 class RLStage(RolloutStage):

@@ -19,6 +19,7 @@ import ray
 
 from posttrain.config import RolloutConfig
 from posttrain.config.placement import Device, device_of
+from posttrain.rollout.cores import pin_to_cores
 from posttrain.rollout.weights import WeightPacket, unpack_tensors
 from posttrain.types import Completion, GenerationRequest, SamplingSettings
 
@@ -110,6 +111,7 @@ class RolloutEngine:
     """Wraps `vllm.LLM`. Create with `RolloutEngine.remote_actor(...)`."""
 
     def __init__(self, model_dir: str, config: RolloutConfig, dtype: str, seed: int):
+        self.cores = pin_to_cores(config.cores)  # before vLLM and torch start their threads
         from vllm import LLM
 
         started = time.perf_counter()
@@ -154,7 +156,12 @@ class RolloutEngine:
     def info(self) -> dict:
         if self.half_loaded:
             raise RuntimeError("this engine's weight reload was cut short: its weights are a mix, replace it")
-        return {"version": self.version, "start_seconds": self.start_seconds, "busy_seconds": self.busy_seconds}
+        return {
+            "version": self.version,
+            "start_seconds": self.start_seconds,
+            "busy_seconds": self.busy_seconds,
+            "cores": self.cores,
+        }
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[list[Completion]]:
         from vllm import SamplingParams

@@ -3,7 +3,9 @@
 Trajectories are spread over the engines; each engine stops once its share of the
 `lambda` fraction has finished and returns the rest cut. If an engine actor dies, the
 trajectories it held are left exactly as they were before the iteration (they continue
-in a later one), and a new engine with the current weights takes its place.
+in a later one), and a new engine with the current weights takes its place. An
+iteration can be started and collected later (`rollout.overlap`: the engines generate
+while the trainer trains).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import ray
@@ -20,6 +23,18 @@ from posttrain.rollout.queue import Trajectory
 from posttrain.types import GenerationRequest, SamplingSettings
 
 T = TypeVar("T")
+
+
+@dataclass
+class Iteration:
+    """An iteration sent to the engines and not yet collected."""
+
+    shares: list[list[Trajectory]]  # per engine, the trajectories it was given
+    refs: dict[int, ray.ObjectRef]  # engine index -> its pending completions
+    version: int  # the policy version the engines serve while generating them
+    started: float
+    busy_before: list[float]
+    trajs: list[Trajectory]
 
 
 class EnginePool:
@@ -37,6 +52,13 @@ class EnginePool:
     ) -> dict[str, float]:
         """Generate for `trajs` in place: finished ones get their finish reason, the rest
         keep their prefix and wait. Returns timing facts."""
+        return self.finish_iteration(self.start_iteration(trajs, sampling, lam, version))
+
+    def start_iteration(
+        self, trajs: list[Trajectory], sampling: SamplingSettings, lam: float, version: int
+    ) -> Iteration:
+        """Send `trajs` to the engines and return at once; `finish_iteration` collects them.
+        Until then the trajectories are untouched (so an engine lost meanwhile loses none)."""
         started = time.perf_counter()
         busy_before = self.busy_seconds()
         shares: list[list[Trajectory]] = [[] for _ in self.engines]
@@ -50,20 +72,27 @@ class EnginePool:
                     for t in share
                 ]
                 refs[index] = engine.generate_partial.remote(requests, sampling, math.ceil(lam * len(share)))
+        return Iteration(shares, refs, version, started, busy_before, trajs)
+
+    def finish_iteration(self, it: Iteration) -> dict[str, float]:
+        """Wait for an iteration and extend its trajectories; an engine that died is replaced
+        and its share left as it was, to continue in a later iteration."""
+        waited = time.perf_counter()
         lost = 0
-        for index, ref in refs.items():
+        for index, ref in it.refs.items():
             try:
                 completions = ray.get(ref)
             except RayActorError:
-                lost += len(shares[index])
+                lost += len(it.shares[index])
                 self._replace(index)
                 continue
-            for traj, c in zip(shares[index], completions):
-                traj.extend(c.token_ids, c.logprobs, version, None if c.finish_reason == "cut" else c.finish_reason)
-        wall = time.perf_counter() - started
-        busy = sum(max(0.0, after - before) for after, before in zip(self.busy_seconds(), busy_before))
+            for traj, c in zip(it.shares[index], completions):
+                traj.extend(c.token_ids, c.logprobs, it.version, None if c.finish_reason == "cut" else c.finish_reason)
+        now = time.perf_counter()
+        busy = sum(max(0.0, after - before) for after, before in zip(self.busy_seconds(), it.busy_before))
         return {
-            "wall": wall,
+            "wall": now - it.started,
+            "waited": now - waited,
             "busy": busy,
             "engines": float(len(self.engines)),
             "requeued_by_engine_death": float(lost),

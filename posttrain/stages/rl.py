@@ -4,7 +4,10 @@ Each iteration fills N = prompts_per_step x group_size trajectories (unfinished 
 from the partial-rollout queue first, then fresh groups), generates until a fraction
 lambda has finished, and trains on the groups that are now complete: score, budget,
 GRPO advantage, one optimizer step with per-token off-policy correction, then the new
-weights go to every engine. With lambda = 1 this is synchronous on-policy GRPO.
+weights go to every engine. With lambda = 1 this is synchronous on-policy GRPO. With
+`rollout.overlap` the next iteration is sent to the engines before the trainer steps and
+collected after it, so generation and training run side by side; the batch is then one
+policy version old, corrected per token like any stale trajectory.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
 from posttrain.rollout.agent import AgentLoop
 from posttrain.rollout.budget import apply_budget, budget_at, task_budget
+from posttrain.rollout.pool import Iteration
 from posttrain.rollout.queue import Group, PartialRolloutQueue
 from posttrain.runtime.infra import Infra
 from posttrain.types import Completion, LossSpec, RewardResult, Sample, SamplingSettings, TrainSequence
@@ -49,6 +53,9 @@ def loss_spec(stage: RolloutStage) -> LossSpec:
         tis_cap=getattr(corr, "cap", 2.0),
         mask_lo=getattr(corr, "lo", 0.5),
         mask_hi=getattr(corr, "hi", 2.0),
+        correct_fresh=getattr(corr, "fresh", False),
+        minibatches=stage.algo.minibatches,
+        epochs=stage.algo.epochs,
     )
 
 
@@ -57,6 +64,35 @@ def current_budget(stage: RolloutStage, step: int) -> int | None:
     if b.anneal:
         return budget_at(step, b.anneal.start, b.anneal.end, b.anneal.steps, b.anneal.kind, b.anneal.every)
     return b.tokens
+
+
+class RolloutTiming:
+    """Generation time of one step. `overlapped` iterations ran while the trainer trained:
+    only the wait for them after training counts as generation time."""
+
+    def __init__(self):
+        self.generate = self.busy = self.requeued = self.waited = self.hidden = 0.0
+        self.engines = 0.0
+
+    def add(self, timing: dict, overlapped: bool) -> None:
+        self.generate += timing["waited"] if overlapped else timing["wall"]
+        self.waited += timing["waited"] if overlapped else 0.0
+        # engine time (per engine) that ran while the driver scored and trained, not waited for
+        per_engine = timing["busy"] / max(timing["engines"], 1.0)
+        self.hidden += max(0.0, per_engine - timing["waited"]) if overlapped else 0.0
+        self.busy += timing["busy"]
+        self.requeued += timing["requeued_by_engine_death"]
+        self.engines = timing["engines"]
+
+    def metrics(self) -> dict:
+        return {
+            "engine/busy_s": self.busy,
+            "engine/count": self.engines,
+            "engine/requeued_by_death": self.requeued,
+            "time/generate_s": self.generate,
+            "time/overlap_wait_s": self.waited,
+            "time/overlap_hidden_s": self.hidden,
+        }
 
 
 class RLRun:
@@ -100,25 +136,26 @@ class RLRun:
             )
         return trajs
 
-    def iterate(self, version: int, budget: int | None) -> tuple[list[Group], dict]:
-        """Rollout iterations until at least one group is complete."""
-        wall = busy = engines = requeued = 0.0
-        while True:
-            trajs = self.fill(version, budget)
-            timing = self.infra.pool.run_iteration(trajs, self.sampling, self.stage.partial.lam, version)
-            self.agents.advance(self.queue, trajs, version)  # tool results; those episodes go on
-            wall += timing["wall"]
-            busy += timing["busy"]
-            engines = timing["engines"]
-            requeued += timing["requeued_by_engine_death"]
+    def iterate(self, version: int, budget: int | None) -> tuple[list[Group], RolloutTiming]:
+        """Groups to train on: those an overlapped iteration completed, else rollout
+        iterations until at least one group is complete."""
+        timing = RolloutTiming()
+        groups = self.queue.pop_complete(version)
+        while not groups:
+            timing.add(self.land(self.launch(version, budget)), overlapped=False)
             groups = self.queue.pop_complete(version)
-            if groups:
-                return groups, {
-                    "engine/busy_s": busy,
-                    "engine/count": engines,
-                    "engine/requeued_by_death": requeued,
-                    "time/generate_s": wall,
-                }
+        return groups, timing
+
+    def launch(self, version: int, budget: int | None) -> Iteration:
+        """Fill an iteration and send it to the engines, without waiting."""
+        trajs = self.fill(version, budget)
+        return self.infra.pool.start_iteration(trajs, self.sampling, self.stage.partial.lam, version)
+
+    def land(self, iteration: Iteration) -> dict:
+        """Wait for an iteration; agent turns that ended get their tool results."""
+        timing = self.infra.pool.finish_iteration(iteration)
+        self.agents.advance(self.queue, iteration.trajs, iteration.version)  # those episodes go on
+        return timing
 
     # ------------------------------------------------------------ scoring and batch
 
@@ -196,52 +233,67 @@ class RLRun:
         stage, infra = self.stage, self.infra
         spec = loss_spec(stage)
         progress = Progress(stage.name, stage.steps, live=infra.live_progress)
-        ckpt_root = infra.run_dir / "checkpoints" / stage.name
         health = HealthMonitor(infra.config.health, stage.name, stage.partial.max_staleness)
-        while self.step < stage.steps:
+        while not self.done():
             started = time.perf_counter()
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
-            groups, rollout = self.iterate(version, budget)
+            groups, timing = self.iterate(version, budget)
+            ahead = self.launch_ahead(version)  # overlap: the next batch generates while this one trains
             samples = self.samples(groups)
-            rollout.update(self.prepare(groups))
+            rollout = self.prepare(groups)
             score_start = time.perf_counter()
             rewards = self.score(groups, samples)
             rollout["time/score_s"] = time.perf_counter() - score_start
             seqs, batch_stats = self.batch(groups, rewards, version)
             self.queue.mark_trained(len(seqs))
-            accounting = self.queue.check()
             train_start = time.perf_counter()
             trained = infra.trainers.train_step(seqs, spec) if seqs else nothing_trained()
-            train_done = time.perf_counter()
+            train_seconds = time.perf_counter() - train_start
+            if ahead is not None:  # the engines take the new weights once it is in
+                timing.add(self.land(ahead), overlapped=True)
+            accounting = self.queue.check()
             sync = infra.pool.on_every_engine(infra.trainers.sync_weights) if seqs else {"sync/seconds": 0.0}
             self.step += 1
-            row = step_metrics(samples, rewards, seqs, trained, started, train_done - train_start)
-            # idle over the whole step: engines wait while the trainer steps and syncs
-            rollout["engine/idle_frac"] = 1.0 - rollout["engine/busy_s"] / max(
-                row["time/step_s"] * rollout["engine/count"], 1e-9
-            )
-            row.update(
-                rollout,
-                **batch_stats,
-                **accounting,
-                **sync,
-                **{
-                    "queue/depth": float(
-                        sum(not t.finished for g in self.queue.groups.values() for t in g.trajectories)
-                    ),
-                    "budget/tokens": float(budget) if budget is not None else float(stage.max_tokens),
-                    "policy/version": float(version),
-                },
-            )
-            row.update(code_test_counts(rewards))
+            row = step_metrics(samples, rewards, seqs, trained, started, train_seconds)
+            row.update(rollout, **timing.metrics(), **batch_stats, **accounting, **sync)
+            row.update(self.step_facts(row, version, budget), **code_test_counts(rewards))
             row.update(health.step(self.step, row))  # warnings and health/ keys (records/health.py)
-            infra.metrics.log(stage.name, self.step, row)
-            self.rollouts.write(
-                self.step, samples, rewards, [g.budget for g in groups for _ in g.trajectories], stage.budget.effort
-            )
-            progress.update(self.step, reward=row["reward/mean"], mismatch=row["logp/mismatch"])
-            if stage.save_every and self.step % stage.save_every == 0 and self.step < stage.steps:
-                self.save(ckpt_root / f"step_{self.step:06d}")
+            self.record(row, samples, rewards, groups, progress)
+            self.after_step()
+
+    def done(self) -> bool:
+        return self.step >= self.stage.steps
+
+    def launch_ahead(self, version: int) -> Iteration | None:
+        """With `rollout.overlap`, start the next step's iteration on the current weights
+        (none after the last step)."""
+        if not self.infra.config.rollout.overlap or self.step + 1 >= self.stage.steps:
+            return None
+        return self.launch(version, current_budget(self.stage, self.step + 2))
+
+    def step_facts(self, row: dict, version: int, budget: int | None) -> dict:
+        """Idle shares over the whole step, the queue's depth, the budget and the version."""
+        step_s = max(row["time/step_s"], 1e-9)
+        return {
+            "engine/idle_frac": 1.0 - row["engine/busy_s"] / (step_s * max(row["engine/count"], 1.0)),
+            "trainer/idle_frac": 1.0 - row["time/train_s"] / step_s,
+            "queue/depth": float(sum(not t.finished for g in self.queue.groups.values() for t in g.trajectories)),
+            "budget/tokens": float(budget) if budget is not None else float(self.stage.max_tokens),
+            "policy/version": float(version),
+        }
+
+    def record(self, row: dict, samples, rewards, groups: list[Group], progress: Progress) -> None:
+        """Log the step's row and samples; checkpoint every `save_every` steps."""
+        stage = self.stage
+        self.infra.metrics.log(stage.name, self.step, row)
+        budgets = [g.budget for g in groups for _ in g.trajectories]
+        self.rollouts.write(self.step, samples, rewards, budgets, stage.budget.effort)
+        progress.update(self.step, reward=row["reward/mean"], mismatch=row["logp/mismatch"])
+        if stage.save_every and self.step % stage.save_every == 0 and self.step < stage.steps:
+            self.save(self.infra.run_dir / "checkpoints" / stage.name / f"step_{self.step:06d}")
+
+    def after_step(self) -> None:
+        """Called after each step is logged (a benchmark's held-out eval)."""
 
     def save(self, folder: Path) -> str:
         """Checkpoint with the queue, the data position and the step, in one atomic folder."""
@@ -268,6 +320,7 @@ def nothing_trained() -> dict:
     weights and the policy version stay, and the step is logged as skipped."""
     return {
         "logp": [],
+        "weights": [],
         "sums": defaultdict(float),
         "grad_norm": float("nan"),
         "skipped": False,
@@ -302,6 +355,9 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "logp/mismatch": logp_mismatch(seqs, trained["logp"]),
         "offpolicy/token_frac": trained["sums"]["stale_tokens"] / max(tokens, 1.0),
         "offpolicy/weight_mean": trained["sums"]["offpolicy_weight"] / max(trained["sums"]["stale_tokens"], 1.0),
+        "offpolicy/fresh_weight_mean": fresh_weight_mean(trained["sums"]),
+        "policy/entropy": trained["sums"]["entropy"] / max(tokens, 1.0),
+        "train/padding_frac": 1.0 - trained["sums"]["sequence_tokens"] / max(trained["sums"]["positions"], 1.0),
         "loss/policy": trained["sums"]["loss"],
         "loss/clip_frac": trained["sums"]["clip_tokens"] / max(tokens, 1.0),
         "loss/kl": trained["sums"]["kl"] / max(tokens, 1.0),
@@ -312,6 +368,11 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "time/step_s": step_seconds,
         "throughput/tokens_per_s": tokens / step_seconds,
     }
+
+
+def fresh_weight_mean(sums: dict) -> float:
+    """Mean correction weight of the fresh sampled tokens: 1 unless `correction.fresh`."""
+    return sums["fresh_weight"] / sums["fresh_tokens"] if sums["fresh_tokens"] else 1.0
 
 
 def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
@@ -385,7 +446,7 @@ def run_stage(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -> Pat
         str(resume_dir or init_dir),
         infra.config.model.dtype,
         stage.lr,
-        stage.warmup_steps,
+        stage.warmup_steps * stage.algo.minibatches * stage.algo.epochs,  # warm-up counts RL steps
         stage.algo.kl_beta,
         resume=resume_dir is not None,
     )

@@ -43,6 +43,35 @@ def shard_balanced(seqs: list[TrainSequence], ranks: int) -> list[list[int]]:
     return shards
 
 
+def shard_by_prompt(seqs: list[TrainSequence], ranks: int) -> list[list[int]]:
+    """As `shard_balanced`, but a group (the sequences sharing a prompt) stays on one rank,
+    so that its prompt is computed once (`trainer.share_prompts`)."""
+    groups: dict[tuple, list[int]] = {}
+    for i, s in enumerate(seqs):
+        groups.setdefault(s.token_ids[: s.prompt_len], []).append(i)
+    shards: list[list[int]] = [[] for _ in range(ranks)]
+    loads = [0] * ranks
+    for members in sorted(groups.values(), key=lambda m: -sum(len(seqs[i].token_ids) for i in m)):
+        r = loads.index(min(loads))
+        shards[r] += members
+        loads[r] += sum(len(seqs[i].token_ids) for i in members)
+    return shards
+
+
+def split_minibatches(seqs: list[TrainSequence], count: int) -> list[list[int]]:
+    """Batch indices in `count` contiguous runs of near-equal size (so a group's samples
+    stay together where the sizes allow), never an empty one; fewer when the batch holds
+    fewer sequences. The same split serves every epoch."""
+    count = max(1, min(count, len(seqs)))
+    size, extra = divmod(len(seqs), count)
+    runs, start = [], 0
+    for m in range(count):
+        end = start + size + (m < extra)
+        runs.append(list(range(start, end)))
+        start = end
+    return runs
+
+
 RESTART_BYTES = 256 * 2**20
 
 
@@ -161,26 +190,38 @@ class TrainerGroup:
         self.sync_members = None
 
     def train_step(self, seqs: list[TrainSequence], spec: LossSpec) -> dict:
-        """One optimizer step on all ranks. Returns summed metrics and, per sequence, the
-        trainer's logprobs of its response tokens before the step."""
-        global_tokens = int(sum(sum(s.loss_mask) for s in seqs))
-        shards = shard_balanced(seqs, len(self.workers))
+        """One RL step on all ranks: `spec.minibatches` optimizer steps per epoch (one by
+        default), each minibatch sharded over the ranks. The policy version advances once
+        (one weight sync follows), if any step was applied. Returns summed metrics and,
+        per sequence, the trainer's logprobs of its response tokens before the first step
+        and their off-policy weights."""
+        per_rank: list[list[list[TrainSequence]]] = [[] for _ in self.workers]
+        order: list[list[int]] = [[] for _ in self.workers]  # batch index of each rank's results
+        tokens = []
+        for minibatch in split_minibatches(seqs, spec.minibatches):
+            tokens.append(int(sum(sum(seqs[i].loss_mask) for i in minibatch)))
+            shard = shard_by_prompt if self.config.share_prompts else shard_balanced
+            for rank, idx in enumerate(shard([seqs[i] for i in minibatch], len(self.workers))):
+                per_rank[rank].append([seqs[minibatch[j]] for j in idx])
+                order[rank] += [minibatch[j] for j in idx]
         results = get_all(
-            [w.train_step.remote([seqs[i] for i in idx], spec, global_tokens) for w, idx in zip(self.workers, shards)]
+            [w.train_minibatches.remote(shards, spec, tokens) for w, shards in zip(self.workers, per_rank)]
         )
         logp: list[list[float]] = [[] for _ in seqs]
+        weights: list[list[float]] = [[] for _ in seqs]
         sums: dict[str, float] = {}
-        for idx, res in zip(shards, results):
-            for i, values in zip(idx, res["logp"]):
-                logp[i] = values
+        for idx, res in zip(order, results):
+            for i, values, w in zip(idx, res["logp"], res["weights"]):
+                logp[i], weights[i] = values, w
             for key, value in res["sums"].items():
                 sums[key] = sums.get(key, 0.0) + value
         skipped = results[0]["skipped"]
         self._count_nonfinite(skipped)
-        if not skipped:
+        if results[0]["applied"]:
             self.version += 1
         return {
             "logp": logp,
+            "weights": weights,
             "sums": sums,
             "grad_norm": results[0]["grad_norm"],
             "skipped": skipped,

@@ -7,12 +7,16 @@ with an exact token-level mean over the whole global batch:
 
     loss_rank = sum_{local tokens} l_t / N_global * world_size
 
-because DeepSpeed averages gradients over ranks.
+because DeepSpeed averages gradients over ranks. With PPO minibatches each optimizer
+step is such a mean over its own minibatch. A rank's device (its GPU, else the CPU) is
+decided once, from its resources; inputs, the reference model and every collective's
+tensors live there.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import shutil
 import time
@@ -23,9 +27,27 @@ import ray
 
 from posttrain.config import TrainerConfig
 from posttrain.errors import CheckpointWriteError
+from posttrain.rollout.cores import pin_to_cores
 from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.train.sync import WeightSender
 from posttrain.types import LossSpec, TrainSequence
+
+# Sums over tokens that every train step returns (trained tokens, stale and fresh sampled
+# tokens with their weights, entropy; positions through the model, padding included, and
+# the sequences' own tokens) and over optimizer steps (loss, clip, kl).
+SUM_KEYS = (
+    "loss",
+    "clip_tokens",
+    "kl",
+    "tokens",
+    "stale_tokens",
+    "offpolicy_weight",
+    "fresh_tokens",
+    "fresh_weight",
+    "entropy",
+    "positions",
+    "sequence_tokens",
+)
 
 # Stands in for a micro-batch on a rank that has run out of data: zero loss, but a full
 # backward, so the rank joins every gradient collective of the others.
@@ -74,6 +96,154 @@ def _writes_recorded(engine, failures: list):
             vars(owner).pop(name, None)
 
 
+def rank_device(num_gpus: float):
+    """The one place a rank's device is decided, from its Ray resources: with a GPU, its
+    CUDA device (Ray sets CUDA_VISIBLE_DEVICES to the rank's own GPU, so cuda:0), else the
+    CPU. DeepSpeed moves the model there but never the inputs: `collate` does."""
+    import torch
+
+    return torch.device("cuda", 0) if num_gpus > 0 else torch.device("cpu")
+
+
+def group_backend(device) -> str:
+    """The process group's backend for a rank on `device`: NCCL (CUDA tensors only) on a
+    GPU, gloo on the CPU. So every collective's tensors belong on the rank's device."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def collate(seqs: list[TrainSequence], device) -> dict:
+    """Right-padded token ids, and per-token tensors over the window of positions that
+    predict a response token (position t predicts token t+1, so response token j of a
+    sequence sits at prompt_len-1+j; `where` holds each sequence's (row, first column) in
+    the window). Logits are computed for the window only. Every tensor is on `device`."""
+    import torch
+
+    length = max(len(s.token_ids) for s in seqs)
+    lo = min(s.prompt_len - 1 for s in seqs)
+    hi = max(len(s.token_ids) - 1 for s in seqs)
+    ids = torch.zeros(len(seqs), length, dtype=torch.long)
+    attn = torch.zeros(len(seqs), length, dtype=torch.long)
+    # advantages, loss mask, engine logprobs, stale, has_engine (1 where the engine's logprobs came with it)
+    per_token = torch.zeros(5, len(seqs), max(hi - lo, 0))
+    starts = []
+    for row, s in enumerate(seqs):
+        n, start = len(s.token_ids), s.prompt_len - 1 - lo
+        ids[row, :n] = torch.tensor(s.token_ids)
+        attn[row, :n] = 1
+        _fill_per_token(per_token, row, start, s)
+        starts.append(start)
+    per_token = per_token.to(device)
+    ids, attn = ids.to(device), attn.to(device)
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "targets": ids[:, lo + 1 : hi + 1],
+        "window": (lo, hi),
+        "where": [(row, start) for row, start in enumerate(starts)],
+        "advantages": per_token[0],
+        "loss_mask": per_token[1],
+        "logp_engine": per_token[2],
+        "stale": per_token[3],
+        "has_engine": per_token[4],
+        "positions": (len(seqs) * length, sum(len(s.token_ids) for s in seqs)),  # padded, real
+    }
+
+
+def prompt_rows(seqs: list[TrainSequence], cap: int) -> list[list[int]]:
+    """Indices of `seqs` in shared-prompt rows: consecutive sequences with the same prompt
+    share a row (the prompt once) while it holds at most `cap` positions."""
+    rows: list[list[int]] = []
+    size = 0
+    for i, s in enumerate(seqs):
+        prompt = s.token_ids[: s.prompt_len]
+        last = seqs[rows[-1][0]] if rows else None
+        same = last is not None and last.token_ids[: last.prompt_len] == prompt
+        if same and size + s.response_len + 1 <= cap:
+            rows[-1].append(i)
+            size += s.response_len + 1
+        else:
+            rows.append([i])
+            size = len(s.token_ids)
+    return rows
+
+
+def collate_shared(seqs: list[TrainSequence], device, cap: int, additive_mask: bool = False) -> dict:
+    """The layout of `collate` (same keys), with each group's prompt computed once: a row
+    holds the prompt but its last token, then per sequence its last prompt token and its
+    response. Each such segment attends to the shared part and causally to itself (a 4-D
+    mask), with the positions it would have alone, so every logprob is the separate
+    sequence's. The window starts at the earliest segment of any row."""
+    import torch
+
+    rows = prompt_rows(seqs, cap)
+    layouts = []  # per row: shared length, [(sequence, offset)]
+    for row in rows:
+        shared = seqs[row[0]].prompt_len - 1
+        offsets, at = [], shared
+        for i in row:
+            offsets.append((i, at))
+            at += seqs[i].response_len + 1
+        layouts.append((shared, offsets, at))
+    length = max(end for _, _, end in layouts)
+    lo = min(shared for shared, _, _ in layouts)
+    hi = length - 1
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    targets = torch.zeros(len(rows), max(hi - lo, 0), dtype=torch.long)
+    positions = torch.zeros(len(rows), length, dtype=torch.long)
+    allowed = torch.zeros(len(rows), length, length, dtype=torch.bool)
+    per_token = torch.zeros(5, len(rows), max(hi - lo, 0))
+    where: list[tuple[int, int]] = [(0, 0)] * len(seqs)
+    for b, (shared, offsets, end) in enumerate(layouts):
+        first = seqs[offsets[0][0]]
+        ids[b, :shared] = torch.tensor(first.token_ids[:shared])
+        positions[b, :shared] = torch.arange(shared)
+        allowed[b, :shared, :shared] = torch.ones(shared, shared, dtype=torch.bool).tril()
+        for i, at in offsets:
+            s = seqs[i]
+            n = s.response_len + 1
+            ids[b, at : at + n] = torch.tensor(s.token_ids[shared:])
+            positions[b, at : at + n] = torch.arange(shared, shared + n)
+            allowed[b, at : at + n, :shared] = True
+            allowed[b, at : at + n, at : at + n] = torch.ones(n, n, dtype=torch.bool).tril()
+            col = at - lo
+            targets[b, col : col + n - 1] = torch.tensor(s.token_ids[s.prompt_len :])
+            _fill_per_token(per_token, b, col, s)
+            where[i] = (b, col)
+        allowed[b, end:, end:] = torch.eye(length - end, dtype=torch.bool)  # padding sees itself: no empty row
+    mask = allowed.unsqueeze(1)
+    if additive_mask:  # eager attention adds its mask to the scores
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    per_token = per_token.to(device)
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": mask.to(device),
+        "position_ids": positions.to(device),
+        "targets": targets.to(device),
+        "window": (lo, hi),
+        "where": where,
+        "advantages": per_token[0],
+        "loss_mask": per_token[1],
+        "logp_engine": per_token[2],
+        "stale": per_token[3],
+        "has_engine": per_token[4],
+        "positions": (len(rows) * length, sum(end for _, _, end in layouts)),
+    }
+
+
+def _fill_per_token(per_token, row: int, col: int, s: TrainSequence) -> None:
+    """advantages, loss mask, engine logprobs, stale, has_engine of `s` from column `col`."""
+    import torch
+
+    end = col + s.response_len
+    per_token[0, row, col:end] = torch.tensor(s.advantages, dtype=torch.float32)
+    per_token[1, row, col:end] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    if s.logp_engine:
+        per_token[2, row, col:end] = torch.tensor(s.logp_engine, dtype=torch.float32)
+        per_token[4, row, col:end] = 1.0
+    if s.stale:
+        per_token[3, row, col:end] = torch.tensor(s.stale, dtype=torch.float32)
+
+
 class TrainerWorker(WeightSender):
     """Create with `TrainerWorker.remote_actor(...)`; all ranks must get the same calls."""
 
@@ -85,12 +255,16 @@ class TrainerWorker(WeightSender):
             WORLD_SIZE=str(world_size),
             LOCAL_RANK="0" if config.num_gpus else str(rank),
         )
+        self.cores = pin_to_cores(config.cores)  # before torch starts its threads
         import deepspeed
         import torch
 
         torch.set_num_threads(config.threads)
         torch.manual_seed(seed + rank)
-        deepspeed.init_distributed(dist_backend="nccl" if config.num_gpus else "gloo")
+        self.device = rank_device(config.num_gpus)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        deepspeed.init_distributed(dist_backend=group_backend(self.device))
         self.rank, self.world_size, self.config, self.seed = rank, world_size, config, seed
         self.engine = None
         self.ref_model = None
@@ -122,8 +296,12 @@ class TrainerWorker(WeightSender):
         torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         if kl_beta > 0:
-            self.ref_model = copy.deepcopy(model).to(torch_dtype).eval().requires_grad_(False)
+            self.ref_model = copy.deepcopy(model).to(self.device, torch_dtype).eval().requires_grad_(False)
         self.model_dir, self.dtype = model_dir, dtype
+        self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self.additive_mask = self._check_shared_prompts(model)
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
         optimizer = build_optimizer(model, self.config, lr)
         schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -132,6 +310,8 @@ class TrainerWorker(WeightSender):
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=schedule, config=self._ds_config(dtype)
         )
+        if torch.device(self.engine.device) != self.device:
+            raise RuntimeError(f"DeepSpeed put the model on {self.engine.device}, the rank's device is {self.device}")
         if resume:
             path, _ = self.engine.load_checkpoint(
                 str(Path(model_dir) / "deepspeed"),
@@ -142,6 +322,16 @@ class TrainerWorker(WeightSender):
             if path is None:
                 raise FileNotFoundError(f"no DeepSpeed state in {model_dir}/deepspeed")
         return {"parameters": sum(p.numel() for p in model.parameters()), "tied_embeddings": self.tied}
+
+    def _check_shared_prompts(self, model) -> bool:
+        """`share_prompts` gives the model a 4-D mask: boolean for SDPA, additive for eager
+        attention; other kernels (flash attention) take no such mask. True: additive."""
+        attention = getattr(model.config, "_attn_implementation", "sdpa")
+        if self.config.share_prompts and attention not in ("sdpa", "eager"):
+            raise ValueError(
+                f"trainer.share_prompts needs sdpa or eager attention (4-D masks); the model uses {attention}"
+            )
+        return attention == "eager"
 
     def _ds_config(self, dtype: str) -> dict:
         zero = {"stage": self.config.zero_stage, **zero_settings(self.config)}
@@ -154,6 +344,9 @@ class TrainerWorker(WeightSender):
             "gradient_clipping": self.config.grad_clip,
             "zero_optimization": zero,
             "bf16": {"enabled": dtype == "bfloat16"},
+            # fp32 master weights are ZeRO's own; this makes gradients accumulate over
+            # micro-batches in fp32 too (ZeRO-1/2/3; DeepSpeed's default is the model dtype)
+            **({"data_types": {"grad_accum_dtype": "fp32"}} if dtype == "bfloat16" else {}),
             "zero_allow_untested_optimizer": True,
             # offload_optimizer with our client optimizers (torch AdamW, MuonWithAuxAdam): without
             # this DeepSpeed refuses any optimizer but its own CPU Adam
@@ -165,30 +358,72 @@ class TrainerWorker(WeightSender):
     # ------------------------------------------------------------ training
 
     def train_step(self, shard: list[TrainSequence], spec: LossSpec, global_tokens: int) -> dict:
-        """One optimizer step over this rank's shard. Returns the trainer's logprobs of every
-        response token under the weights *before* the step (for logp/mismatch), and sums."""
+        """One optimizer step over this rank's shard: `train_minibatches` with one minibatch."""
+        return self.train_minibatches([shard], spec, [global_tokens])
+
+    def train_minibatches(self, shards: list[list[TrainSequence]], spec: LossSpec, global_tokens: list[int]) -> dict:
+        """PPO over this rank's part of each minibatch: `spec.epochs` passes, one optimizer
+        step per minibatch, each an exact token mean over its minibatch on all ranks.
+        logp_old is the policy before the first step: with one minibatch and one epoch, the
+        training forward pass itself (ratio 1); otherwise one no-grad pass first. Returns,
+        per sequence (shards in order), logp_old of its response tokens (logp/mismatch) and
+        their off-policy weights, and sums in which every token counts once (the loss is the
+        token mean over the batch, averaged over epochs)."""
+        started = time.perf_counter()
+        plans = [self._aligned_micro_batches(shard) for shard in shards]
+        sums = dict.fromkeys(SUM_KEYS, 0.0)
+        records = [{"logp": [[] for _ in shard], "weights": [[] for _ in shard]} for shard in shards]
+        before = None
+        if (spec.minibatches, spec.epochs) != (1, 1):
+            before = [self._policy_before(s, p, spec, sums, r) for s, p, r in zip(shards, plans, records)]
+        self.engine.train()
+        total = max(sum(global_tokens), 1) * spec.epochs
+        skipped, applied, norms = False, 0, []
+        for _ in range(spec.epochs):
+            for m, (shard, plan) in enumerate(zip(shards, plans)):
+                olds = before[m] if before is not None else None
+                step_skipped, norm = self._minibatch_step(
+                    shard, plan, spec, global_tokens[m], total, sums, olds, records[m]
+                )
+                skipped, applied = skipped or step_skipped, applied + (not step_skipped)
+                norms += [norm] if not step_skipped else []
+        return {
+            "logp": [values for r in records for values in r["logp"]],
+            "weights": [values for r in records for values in r["weights"]],
+            "sums": sums,
+            "seconds": time.perf_counter() - started,
+            "skipped": skipped,
+            "applied": applied,
+            "grad_norm": sum(norms) / len(norms) if norms else float("nan"),
+        }
+
+    def _minibatch_step(
+        self, shard, plan, spec: LossSpec, tokens: int, total: int, sums: dict, olds: list | None, record: dict
+    ) -> tuple[bool, float]:
+        """Forward and backward of every micro-batch of one minibatch (its loss scaled to the
+        token mean over the minibatch's `tokens` on all ranks), then the optimizer step.
+        Without `olds` (no no-grad pass) logp_old comes from this pass and is recorded."""
         import torch
 
-        started = time.perf_counter()
-        self.engine.train()
-        scale = self.world_size / max(global_tokens, 1)
-        logp_before: list[list[float]] = [[] for _ in shard]
-        sums = {"loss": 0.0, "clip_tokens": 0.0, "kl": 0.0, "tokens": 0.0, "stale_tokens": 0.0, "offpolicy_weight": 0.0}
+        scale = self.world_size / max(tokens, 1)
         nonfinite = False
-        for index_mb in self._aligned_micro_batches(shard):
-            seqs = [shard[i] for i in index_mb] or [_PAD_SEQUENCE]
-            batch = self._collate(seqs)
-            loss, logp_old = self._loss(batch, spec, sums)
+        for k, index_mb in enumerate(plan):
+            old = olds[k] if olds is not None else None
+            batch = old["batch"] if old else self._collate([shard[i] for i in index_mb] or [_PAD_SEQUENCE])
+            loss, old = self._loss(batch, spec, sums, old)
+            if olds is None:
+                self._record(batch, index_mb, shard, old, record)
             if not torch.isfinite(loss.detach()):
                 nonfinite = True
                 # poison: NaN gradients make DeepSpeed's ZeRO optimizer discard the whole step
                 # (its grad-norm overflow check); finite partial gradients would be applied
                 loss = loss * float("nan")
             self.engine.backward(loss * scale)
-            sums["loss"] += float(loss.detach()) * scale / self.world_size
-            for row, i in enumerate(index_mb):
-                start = batch["starts"][row]
-                logp_before[i] = logp_old[row, start : start + shard[i].response_len].tolist()
+            sums["loss"] += float(loss.detach()) / total
+        return self._optimizer_step(nonfinite)
+
+    def _optimizer_step(self, nonfinite: bool) -> tuple[bool, float]:
+        """Step on every rank, or on none when any rank's loss was NaN or inf; (skipped, grad norm)."""
         skipped = self._any_rank(nonfinite)
         if skipped and self.config.zero_stage == 0:
             self.engine.zero_grad()  # no ZeRO optimizer to catch the NaN gradients: drop them here
@@ -197,73 +432,132 @@ class TrainerWorker(WeightSender):
             if skipped and self.engine.was_step_applied():
                 raise RuntimeError("non-finite loss, but DeepSpeed applied the step: weights are corrupt")
         grad_norm = self.engine.get_global_grad_norm()
-        return {
-            "logp": logp_before,
-            "sums": sums,
-            "seconds": time.perf_counter() - started,
-            "skipped": skipped,
-            "grad_norm": float(grad_norm) if grad_norm is not None and not skipped else float("nan"),
-        }
+        return skipped, float(grad_norm) if grad_norm is not None and not skipped else float("nan")
+
+    def _policy_before(self, shard: list[TrainSequence], plan: list[list[int]], spec: LossSpec, sums, record) -> list:
+        """The no-grad pass before the first minibatch step: per micro-batch its batch,
+        logp_old, off-policy weights (and reference logprobs); token sums and records."""
+        import torch
+
+        self.engine.eval()
+        olds = []
+        with torch.no_grad():
+            for index_mb in plan:
+                batch = self._collate([shard[i] for i in index_mb] or [_PAD_SEQUENCE])
+                logp, entropy = self._forward_logp(self.engine, batch, spec.temperature)
+                old = {"batch": batch, "logp": logp, "weights": self._token_weights(batch, logp, spec)}
+                if self.ref_model is not None and spec.kl_beta > 0:
+                    old["ref"] = self._forward_logp(self.ref_model, batch, spec.temperature)[0]
+                self._add_token_sums(batch, old["weights"], entropy, sums)
+                self._record(batch, index_mb, shard, old, record)
+                olds.append(old)
+        return olds
 
     def _any_rank(self, flag: bool) -> bool:
+        return bool(self._max_over_ranks(int(flag)))
+
+    def _max_over_ranks(self, value: int) -> int:
+        """The largest `value` over the ranks (a collective: every rank must call it). Its
+        tensor lives on the rank's device, which is the process group's: NCCL reduces only
+        CUDA tensors, gloo CPU ones."""
         import torch
         import torch.distributed as dist
 
-        value = torch.tensor([int(flag)])
+        tensor = torch.tensor([value], device=self.device)
         if self.world_size > 1:
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item())
+            dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
 
-    def _loss(self, batch: dict, spec: LossSpec, sums: dict):
-        """Summed (not averaged) loss of a micro-batch, and its detached logprobs."""
+    def _loss(self, batch: dict, spec: LossSpec, sums: dict, old: dict | None = None) -> tuple:
+        """Summed (not averaged) loss of a micro-batch. `old` holds logp_old and the
+        off-policy weights from the no-grad pass; without it they come from this pass,
+        which then adds the micro-batch's token sums. Returns the loss and `old`."""
         import torch
 
         from posttrain.algo.losses import k3_kl, nll_loss, policy_gradient_loss
-        from posttrain.algo.offpolicy import offpolicy_weights
 
-        logp = self._forward_logp(self.engine, batch, spec.temperature)
-        mask, logp_old = batch["loss_mask"], logp.detach()
+        logp, entropy = self._forward_logp(self.engine, batch, spec.temperature)
+        mask = batch["loss_mask"]
+        if old is None:
+            old = {"logp": logp.detach(), "weights": self._token_weights(batch, logp.detach(), spec)}
+            self._add_token_sums(batch, old["weights"], entropy, sums)
         if spec.kind == "pg":
             per_token, clipped = policy_gradient_loss(
-                logp, logp_old, batch["advantages"], spec.clip_eps_lo, spec.clip_eps_hi
+                logp, old["logp"], batch["advantages"], spec.clip_eps_lo, spec.clip_eps_hi
             )
-            weights = offpolicy_weights(
-                spec.correction,
-                logp_old,
-                batch["logp_engine"],
-                batch["stale"] * mask,
-                cap=spec.tis_cap,
-                lo=spec.mask_lo,
-                hi=spec.mask_hi,
-            )
-            per_token = per_token * weights
-            sums["clip_tokens"] += float((clipped * mask).sum())
-            sums["stale_tokens"] += float((batch["stale"] * mask).sum())
-            sums["offpolicy_weight"] += float((weights * batch["stale"] * mask).sum())
+            per_token = per_token * old["weights"]
+            sums["clip_tokens"] += float((clipped * mask).sum()) / spec.epochs
         else:
             per_token = nll_loss(logp)
         if self.ref_model is not None and spec.kl_beta > 0:
-            with torch.no_grad():
-                logp_ref = self._forward_logp(self.ref_model, batch, spec.temperature)
-            kl = k3_kl(logp, logp_ref)
+            if "ref" not in old:
+                with torch.no_grad():
+                    old["ref"] = self._forward_logp(self.ref_model, batch, spec.temperature)[0]
+            kl = k3_kl(logp, old["ref"])
             per_token = per_token + spec.kl_beta * kl
-            sums["kl"] += float((kl.detach() * mask).sum())
-        sums["tokens"] += float(mask.sum())
-        return (per_token * mask).sum(), logp_old
+            sums["kl"] += float((kl.detach() * mask).sum()) / spec.epochs
+        return (per_token * mask).sum(), old
+
+    @staticmethod
+    def _token_weights(batch: dict, logp_old, spec: LossSpec):
+        """Per-token correction weights (docs/recipe.md, Partial rollouts, step 4): on stale
+        tokens, and with `correct_fresh` on every sampled one (engine/trainer mismatch)."""
+        import torch
+
+        from posttrain.algo.offpolicy import offpolicy_weights
+
+        if spec.kind != "pg":
+            return torch.ones_like(logp_old)
+        sampled = batch["has_engine"] * batch["loss_mask"]
+        corrected = sampled if spec.correct_fresh else batch["stale"] * sampled
+        return offpolicy_weights(
+            spec.correction,
+            logp_old,
+            batch["logp_engine"],
+            corrected,
+            cap=spec.tis_cap,
+            lo=spec.mask_lo,
+            hi=spec.mask_hi,
+        )
+
+    @staticmethod
+    def _add_token_sums(batch: dict, weights, entropy, sums: dict) -> None:
+        import torch
+
+        mask = batch["loss_mask"]
+        stale = batch["stale"] * mask
+        fresh = batch["has_engine"] * mask * (1 - batch["stale"])
+        values = {
+            "tokens": mask.sum(),
+            "stale_tokens": stale.sum(),
+            "offpolicy_weight": (weights * stale).sum(),
+            "fresh_tokens": fresh.sum(),
+            "fresh_weight": (weights * fresh).sum(),
+            "entropy": (entropy * mask).sum(),
+        }
+        for key, value in zip(values, torch.stack(list(values.values())).tolist()):  # one device sync
+            sums[key] += value
+        sums["positions"] += batch["positions"][0]
+        sums["sequence_tokens"] += batch["positions"][1]
+
+    @staticmethod
+    def _record(batch: dict, index_mb: list[int], shard: list[TrainSequence], old: dict, record: dict) -> None:
+        """logp_old and the weights of each sequence's response tokens, as lists."""
+        for (row, start), i in zip(batch["where"], index_mb):
+            end = start + shard[i].response_len
+            record["logp"][i] = old["logp"][row, start:end].tolist()
+            record["weights"][i] = old["weights"][row, start:end].tolist()
 
     def _aligned_micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
         """Micro-batches padded with empty ones to the largest count over ranks: ZeRO reduces
         gradients inside every backward, so all ranks must run the same number of them."""
-        import torch
-        import torch.distributed as dist
-
         batches = self._micro_batches(shard)
-        count = torch.tensor([len(batches)])
-        if self.world_size > 1:
-            dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        return batches + [[] for _ in range(int(count) - len(batches))]
+        count = self._max_over_ranks(len(batches))
+        return batches + [[] for _ in range(count - len(batches))]
 
     def _micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
+        if self.config.share_prompts:
+            return self._shared_micro_batches(shard)
         order = sorted(range(len(shard)), key=lambda i: len(shard[i].token_ids))
         batches, current, longest = [], [], 0
         for i in order:
@@ -277,46 +571,53 @@ class TrainerWorker(WeightSender):
             batches.append(current)
         return batches
 
+    def _shared_micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
+        """Shared-prompt rows (a group's sequences together), sorted by length and padded
+        to the longest in micro-batches of at most `micro_batch_tokens` positions; each
+        micro-batch lists its rows' sequences in row order (`collate_shared` rebuilds them)."""
+        order = sorted(range(len(shard)), key=lambda i: shard[i].token_ids[: shard[i].prompt_len])
+        cap = self.config.micro_batch_tokens
+        rows = [[order[k] for k in row] for row in prompt_rows([shard[i] for i in order], cap)]
+        size = {id(row): len(shard[row[0]].token_ids) + sum(shard[i].response_len + 1 for i in row[1:]) for row in rows}
+        batches, current, longest = [], [], 0
+        for row in sorted(rows, key=lambda r: size[id(r)]):
+            longest_if = max(longest, size[id(row)])
+            if current and longest_if * (len(current) + 1) > cap:
+                batches.append([i for r in current for i in r])
+                current, longest_if = [], size[id(row)]
+            current.append(row)
+            longest = longest_if
+        if current:
+            batches.append([i for r in current for i in r])
+        return batches
+
     def _collate(self, seqs: list[TrainSequence]) -> dict:
-        """Right-pad; per-token tensors are aligned to the *shifted* targets (position t
-        predicts token t+1), so response token j of a sequence sits at prompt_len-1+j."""
+        """With `share_prompts`, the shared-prompt layout where a micro-batch has a prompt to
+        share; otherwise (SFT, and always without it) one padded row per sequence, whose
+        2-D mask lets attention skip masking when nothing is padded."""
+        cap = self.config.micro_batch_tokens
+        if self.config.share_prompts and any(len(row) > 1 for row in prompt_rows(seqs, cap)):
+            return collate_shared(seqs, self.device, cap, self.additive_mask)
+        return collate(seqs, self.device)
+
+    def _forward_logp(self, model, batch: dict, temperature: float):
+        """Logprobs of the batch's target tokens (differentiable) and the policy's entropy
+        at those positions. Logits are computed for the response window only (HF's
+        `logits_to_keep`), and never upcast whole (token_logprobs_entropy)."""
         import torch
 
-        length = max(len(s.token_ids) for s in seqs)
-        ids = torch.zeros(len(seqs), length, dtype=torch.long)
-        attn = torch.zeros(len(seqs), length, dtype=torch.long)
-        adv = torch.zeros(len(seqs), length - 1)
-        mask = torch.zeros(len(seqs), length - 1)
-        logp_engine = torch.zeros(len(seqs), length - 1)
-        stale = torch.zeros(len(seqs), length - 1)
-        starts = []
-        for row, s in enumerate(seqs):
-            n, start = len(s.token_ids), s.prompt_len - 1
-            ids[row, :n] = torch.tensor(s.token_ids)
-            attn[row, :n] = 1
-            adv[row, start : start + s.response_len] = torch.tensor(s.advantages, dtype=torch.float32)
-            mask[row, start : start + s.response_len] = torch.tensor(s.loss_mask, dtype=torch.float32)
-            if s.logp_engine:
-                logp_engine[row, start : start + s.response_len] = torch.tensor(s.logp_engine, dtype=torch.float32)
-            if s.stale:
-                stale[row, start : start + s.response_len] = torch.tensor(s.stale, dtype=torch.float32)
-            starts.append(start)
-        return {
-            "input_ids": ids,
-            "attention_mask": attn,
-            "advantages": adv,
-            "loss_mask": mask,
-            "starts": starts,
-            "logp_engine": logp_engine,
-            "stale": stale,
-        }
+        from posttrain.algo.losses import token_logprobs_entropy
 
-    @staticmethod
-    def _forward_logp(model, batch: dict, temperature: float):
-        from posttrain.algo.losses import token_logprobs
-
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
-        return token_logprobs(logits[:, :-1], batch["input_ids"][:, 1:], temperature)
+        lo, hi = batch["window"]
+        keep = {"logits_to_keep": torch.arange(lo, hi, device=self.device)} if self.keeps_logits else {}
+        if "position_ids" in batch:
+            keep["position_ids"] = batch["position_ids"]
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False, **keep
+        ).logits
+        if not self.keeps_logits:
+            logits = logits[:, lo:hi]
+        return token_logprobs_entropy(logits, batch["targets"], temperature)
 
     def logprobs(self, seqs: list[TrainSequence], temperature: float = 1.0) -> list[list[float]]:
         """Logprobs of the response tokens under the current weights, no gradient."""
@@ -327,9 +628,9 @@ class TrainerWorker(WeightSender):
         with torch.no_grad():
             for index_mb in self._aligned_micro_batches(seqs):
                 batch = self._collate([seqs[i] for i in index_mb] or [_PAD_SEQUENCE])
-                logp = self._forward_logp(self.engine, batch, temperature)
-                for row, i in enumerate(index_mb):
-                    out[i] = logp[row, batch["starts"][row] : batch["starts"][row] + seqs[i].response_len].tolist()
+                logp, _ = self._forward_logp(self.engine, batch, temperature)
+                for (row, start), i in zip(batch["where"], index_mb):
+                    out[i] = logp[row, start : start + seqs[i].response_len].tolist()
         return out
 
     # ------------------------------------------------------------ weights out
@@ -403,13 +704,7 @@ class TrainerWorker(WeightSender):
 
     def _all_ok(self, error: Exception | None) -> bool:
         """True when no rank has failed so far (a collective, so every rank must call it)."""
-        import torch
-        import torch.distributed as dist
-
-        failed = torch.tensor([int(error is not None)])
-        if self.world_size > 1:
-            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-        return not failed.item()
+        return not self._max_over_ranks(int(error is not None))
 
     def _write_error(self, target: Path, error: Exception | None) -> CheckpointWriteError:
         where = target.parent if target.parent.exists() else Path(".")

@@ -1,0 +1,151 @@
+"""The trainer's policy-gradient step on real DeepSpeed ranks (Ray actors, world size 2,
+tiny model): PPO minibatches and epochs make the clip act, with the loss derived by hand;
+the policy's entropy is summed exactly over micro-batches and ranks."""
+
+import math
+
+import pytest
+import ray
+import torch
+
+from posttrain.config import TrainerConfig
+from posttrain.train.group import TrainerGroup, split_minibatches
+from posttrain.types import LossSpec, TrainSequence
+
+pytestmark = pytest.mark.slow
+
+# One response token (42) after a 3-token prompt, advantage +1.
+S = TrainSequence((1, 40, 41, 42), 3, (1.0,), (1.0,), (-5.0,))
+
+
+def group(tiny_dir, workers=2, lr=0.05, micro=64):
+    g = TrainerGroup(TrainerConfig(workers=workers, zero_stage=2, micro_batch_tokens=micro), seed=0)
+    g.load(str(tiny_dir), "float32", lr=lr, warmup_steps=0)
+    return g
+
+
+def test_split_minibatches_is_contiguous_and_never_empty():
+    seqs = [S] * 7
+    assert split_minibatches(seqs, 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split_minibatches(seqs, 1) == [list(range(7))]
+    assert split_minibatches(seqs[:2], 4) == [[0], [1]]  # fewer sequences than minibatches
+    assert split_minibatches([], 2) == [[]]
+
+
+@pytest.mark.parametrize("batch, minibatches, epochs", [([S, S], 2, 1), ([S], 1, 2)], ids=["minibatches2", "epochs2"])
+def test_second_optimizer_step_is_clipped_and_the_loss_is_the_hand_derived_one(
+    ray_session, tiny_dir, batch, minibatches, epochs
+):
+    """Every optimizer step trains the one token with A = +1 (two minibatches of the same
+    sequence, or one minibatch twice). Step 1: logp_old is the policy before it, so the
+    ratio is 1 and the loss -min(1 * A, clip(1) * A) = -1. It raises the token's
+    probability (lr 0.05: Adam moves every weight by about lr), so at step 2 the ratio
+    exceeds 1 + eps_hi = 1.28: min(r * A, 1.28 * A) = 1.28 and the loss is -1.28, with
+    the token clipped (and no gradient from it). Reported: the token mean over the batch
+    averaged over epochs, (-1 - 1.28) / 2 = -1.14, and clip_frac = 1 clipped token of 2
+    token-steps = 0.5. With one minibatch and one epoch the clip never acts: loss -1."""
+    spec = LossSpec(kind="pg", clip_eps_lo=0.2, clip_eps_hi=0.28, minibatches=minibatches, epochs=epochs)
+    g = group(tiny_dir)
+    try:
+        before = g.logprobs([S])[0]
+        out = g.train_step(batch, spec)
+        assert out["sums"]["clip_tokens"] / out["sums"]["tokens"] == pytest.approx(0.5)
+        assert out["sums"]["loss"] == pytest.approx((-1.0 - 1.28) / 2, abs=1e-6)
+        assert out["sums"]["tokens"] == len(batch)  # every token counted once, whatever the epochs
+        assert out["logp"] == [before] * len(batch)  # logp_old: the policy before the first step
+        assert g.version == 1  # one RL step, one policy version, however many optimizer steps
+    finally:
+        g.shutdown()
+    g = group(tiny_dir)
+    try:
+        out = g.train_step(batch, LossSpec(kind="pg"))
+        assert out["sums"]["clip_tokens"] == 0 and out["sums"]["loss"] == pytest.approx(-1.0)
+    finally:
+        g.shutdown()
+
+
+def random_batch() -> list[TrainSequence]:
+    gen = torch.Generator().manual_seed(1)
+    seqs = []
+    for n, p in ((9, 3), (14, 5), (6, 2), (11, 4), (17, 6)):
+        ids = tuple(torch.randint(3, 300, (n,), generator=gen).tolist())
+        mask = tuple(float(j % 3 != 1) for j in range(n - p))  # some tokens out of the loss (tool messages)
+        advantages = tuple(torch.randn(n - p, generator=gen).tolist())
+        seqs.append(TrainSequence(ids, p, advantages, mask))
+    return seqs
+
+
+def test_entropy_is_summed_exactly_over_micro_batches_and_ranks(ray_session, tiny_dir):
+    from transformers import AutoModelForCausalLM
+
+    seqs = random_batch()
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+    total, tokens = 0.0, 0.0
+    with torch.no_grad():
+        for s in seqs:
+            logp = torch.log_softmax(model(torch.tensor([s.token_ids])).logits[0, s.prompt_len - 1 : -1], -1)
+            entropy = -(logp.exp() * logp).sum(-1)
+            total += float((entropy * torch.tensor(s.loss_mask)).sum())
+            tokens += sum(s.loss_mask)
+    g = group(tiny_dir, lr=1e-3, micro=24)  # several micro-batches per rank, uneven over the ranks
+    try:
+        out = g.train_step(seqs, LossSpec(kind="pg"))
+        assert out["sums"]["tokens"] == tokens
+        assert out["sums"]["entropy"] / out["sums"]["tokens"] == pytest.approx(total / tokens, rel=1e-5)
+        assert 0 < total / tokens < math.log(model.config.vocab_size)
+    finally:
+        g.shutdown()
+
+
+def test_gradient_checkpointing_changes_memory_not_the_step(ray_session, tiny_dir):
+    """The same loss and gradient norm with activations recomputed (under ZeRO-3, whose
+    parameters are gathered again for the recomputation) as without (ZeRO-2)."""
+    seqs = random_batch()
+    results = {}
+    for zero, checkpointing in ((2, False), (3, True)):
+        config = TrainerConfig(workers=2, zero_stage=zero, micro_batch_tokens=24, gradient_checkpointing=checkpointing)
+        g = TrainerGroup(config, seed=0)
+        try:
+            g.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
+            active = ray.get(g.workers[0].__ray_call__.remote(lambda w: w.engine.module.is_gradient_checkpointing))
+            assert active == checkpointing
+            out = g.train_step(seqs, LossSpec(kind="pg"))
+            results[checkpointing] = (out["sums"]["loss"], out["grad_norm"])
+        finally:
+            g.shutdown()
+    assert results[True] == pytest.approx(results[False], rel=1e-5)
+
+
+def test_shared_prompts_give_the_same_step_on_ranks(ray_session, tiny_dir):
+    """`trainer.share_prompts` (groups kept whole on a rank, each prompt computed once per
+    row): the same logprobs, entropy, loss and gradient norm as one row per sample."""
+    gen = torch.Generator().manual_seed(2)
+    seqs = []
+    for group in range(5):
+        prompt = tuple(torch.randint(3, 300, (3 + group,), generator=gen).tolist())
+        for _ in range(4):
+            n = int(torch.randint(1, 9, (1,), generator=gen))
+            seqs.append(
+                TrainSequence(
+                    prompt + tuple(torch.randint(3, 300, (n,), generator=gen).tolist()),
+                    len(prompt),
+                    tuple(torch.randn(n, generator=gen).tolist()),
+                    (1.0,) * n,
+                    tuple((-torch.rand(n, generator=gen)).tolist()),
+                )
+            )
+    results = {}
+    for share in (False, True):
+        config = TrainerConfig(workers=2, zero_stage=2, micro_batch_tokens=40, share_prompts=share)
+        g = TrainerGroup(config, seed=0)
+        try:
+            g.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
+            results[share] = g.train_step(seqs, LossSpec(kind="pg", minibatches=2))
+        finally:
+            g.shutdown()
+    a, b = results[False], results[True]
+    assert [x for row in b["logp"] for x in row] == pytest.approx([x for row in a["logp"] for x in row], abs=1e-5)
+    for key in ("loss", "entropy", "clip_tokens", "tokens"):
+        assert b["sums"][key] == pytest.approx(a["sums"][key], rel=1e-5, abs=1e-7), key
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+    assert b["sums"]["sequence_tokens"] < a["sums"]["sequence_tokens"]  # the prompts' repeats are gone
