@@ -35,7 +35,7 @@ quickstart: setup
 	$(VENV)/bin/posttrain run pipelines/quickstart.yaml --run-dir runs/quickstart
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # What tests/test_layout.py checks inside `make test`: ruff lint and format, and the layers.
 lint: setup
