@@ -80,7 +80,7 @@ def play(task, turns):
 
 
 def test_gold_episodes_succeed_and_wrong_ones_fail_for_every_family():
-    tasks = load_tasks(AgentTasks(type="agent", size=100, seed=3, corpus_seed=9))
+    tasks = load_tasks(AgentTasks(type="agent", families=list(agent.FAMILIES), size=120, seed=3, corpus_seed=9))
     assert {t.family for t in tasks} == {f"agent_{f}" for f in agent.FAMILIES}
     verifier, rng = AgentVerifier(), random.Random(0)
     for task in tasks:

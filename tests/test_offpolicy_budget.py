@@ -1,6 +1,7 @@
 """Off-policy weights and budget rewards against hand-computed values."""
 
 import math
+from collections import defaultdict
 
 import pytest
 import torch
@@ -61,7 +62,9 @@ def test_over_budget_is_a_flag_that_every_reader_uses():
     words = RewardResult(1.0, "correct: 'over budget' vs expected 'over budget'", "reasoning_gym")  # not a flag
     assert cell_score(None, over) == 0.0 and cell_score(None, words) == 1.0
     sample = Sample(Task("t", "f", (Message("user", "q"),)), 0, (1,), Completion((1, 2), (0.0, 0.0), "x", "stop"))
-    sums = dict.fromkeys(("tokens", "stale_tokens", "offpolicy_weight", "loss", "clip_tokens", "kl"), 1.0)
+    sums = defaultdict(
+        float, dict.fromkeys(("tokens", "stale_tokens", "offpolicy_weight", "loss", "clip_tokens", "kl"), 1.0)
+    )
     trained = {"sums": sums, "logp": [], "grad_norm": 0.0}
     metrics = step_metrics([sample] * 4, [over, words, words, words], [], trained, time.perf_counter(), 0.0)
     assert metrics["reward/over_budget_frac"] == 0.25

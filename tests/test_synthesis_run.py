@@ -15,7 +15,7 @@ import yaml
 from cli_process import start_cli
 
 TASKS = 24
-K = 2
+K = 3
 PIPELINE = {
     "name": "synth",
     "model": {"name": "tiny"},
@@ -45,7 +45,7 @@ PIPELINE = {
             "temperature": 1.0,
             # the untrained teacher is never right: keep what is well formed, so the later stages have data
             "verify": {"outcome": {"threshold": 0.0}},
-            "review": {"fraction": 0.3},
+            "review": {"fraction": 0.5},  # of the few that pass (4-8 here), some wait for review, some stay passed
         },
         {
             "name": "sft",

@@ -76,9 +76,10 @@ def _stage_sources(stage, config) -> list:
 
 def training_prompts(config) -> dict[str, str]:
     """Normalized prompt -> the stage it trains in, over every training stage of the run."""
-    from posttrain.data.tasks import load_chat_jsonl, load_tasks
+    from posttrain.data.tasks import generate_tasks, load_chat_jsonl
 
     seen: dict[str, str] = {}
+    listed: set[str] = set()  # a source two stages share (the experts' domains, MOPD's) is listed once
     for stage in config.stages:
         if stage.type not in TRAINING_STAGES:
             continue
@@ -88,10 +89,14 @@ def training_prompts(config) -> dict[str, str]:
             if getattr(source, "streaming", False):
                 _streamed_is_split(source, stage)  # too large to list: disjoint by its part instead
                 continue
+            key = source.model_dump_json()
+            if key in listed:
+                continue
+            listed.add(key)
             if source.type == "chat_jsonl":
                 prompts = [normalize_prompt(c) for c in load_chat_jsonl(source)]
             else:
-                prompts = [normalize_prompt(t.messages) for t in load_tasks(source)]
+                prompts = [normalize_prompt(t.messages) for t in generate_tasks(source)]
             for prompt in prompts:
                 seen.setdefault(prompt, stage.name)
     return seen

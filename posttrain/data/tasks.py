@@ -43,6 +43,12 @@ def load_tasks(source) -> list[Task]:
     return tasks_from_dataset(task_dataset(source))
 
 
+def generate_tasks(source) -> list[Task]:
+    """The same tasks as `load_tasks`, straight from their generator (no dataset round trip):
+    for reading prompts of large sources."""
+    return _generate(source)
+
+
 def tasks_to_dataset(tasks: list[Task]):
     import datasets
 

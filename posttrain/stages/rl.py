@@ -372,7 +372,7 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
 
 def fresh_weight_mean(sums: dict) -> float:
     """Mean correction weight of the fresh sampled tokens: 1 unless `correction.fresh`."""
-    return sums["fresh_weight"] / sums["fresh_tokens"] if sums["fresh_tokens"] else 1.0
+    return sums["fresh_weight"] / sums["fresh_tokens"] if sums.get("fresh_tokens") else 1.0
 
 
 def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
