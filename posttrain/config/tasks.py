@@ -122,12 +122,7 @@ class UserTasks(Base):
     def _readable(cls, path: str) -> str:
         return _task_file(path)
 
-    @field_validator("reward")
-    @classmethod
-    def _module_function(cls, reward: str | None) -> str | None:
-        if reward is not None and not re.fullmatch(r"[\w.]+:\w+", reward):
-            raise ValueError("must look like `package.module:function`")
-        return reward
+    _module_function = field_validator("reward")(classmethod(lambda cls, reward: _reward_spec(reward)))
 
 
 class ChatJsonl(Base):
@@ -221,6 +216,13 @@ _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+|[\w.-]+")
 _SPEC = re.compile(r"[\w.]+:\w+")
 
 
+def _reward_spec(reward: str | None) -> str | None:
+    """A `reward` field: `package.module:function`, or none."""
+    if reward is not None and not _SPEC.fullmatch(reward):
+        raise ValueError("must look like `package.module:function`")
+    return reward
+
+
 def _local_or_hub(path: str) -> str:
     """A path that names local data must find some; anything else must look like a hub id."""
     local = Path(path).expanduser()
@@ -310,12 +312,7 @@ class HFTasks(Base):
     def _findable(cls, path: str) -> str:
         return _local_or_hub(path)
 
-    @field_validator("reward")
-    @classmethod
-    def _module_function(cls, reward: str | None) -> str | None:
-        if reward is not None and not _SPEC.fullmatch(reward):
-            raise ValueError("must look like `package.module:function`")
-        return reward
+    _module_function = field_validator("reward")(classmethod(lambda cls, reward: _reward_spec(reward)))
 
     @model_validator(mode="after")
     def _mapping_fits_verifier(self) -> HFTasks:
