@@ -291,8 +291,12 @@ class TrainerWorker(WeightSender):
         self.device = rank_device(config.num_gpus)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        with op_build_guard("deepspeed_shm_comm"):  # init_distributed builds DeepSpeed's CPU comm op once
-            deepspeed.init_distributed(dist_backend=group_backend(self.device))
+        if self.device.type == "cpu":  # init_distributed builds DeepSpeed's CPU comm op (once per machine)
+            from deepspeed.comm.torch import build_shm_op
+
+            with op_build_guard("deepspeed_shm_comm"):  # the build alone: the rendezvous below needs every rank
+                build_shm_op()
+        deepspeed.init_distributed(dist_backend=group_backend(self.device))
         self.rank, self.world_size, self.config, self.seed = rank, world_size, config, seed
         self.engine = None
         self.ref_model = None
