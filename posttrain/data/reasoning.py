@@ -3,9 +3,9 @@ by code, and a train/eval split of each problem space that is disjoint by constr
 
 - `chain_sum`: add a chain of single-digit numbers (`3 + 5 + 7 + 2 + 4`). The full
   scratchpad keeps a running sum term by term (`3+5=8 8+7=15 ...`), the short one the
-  running sums alone (`8 15 ...`); without one the model must add them all at once. A
-  4-layer model fine-tuned briefly gets about 18 % answering directly and about 66 % with
-  the full scratchpad (bench/RESULTS.md).
+  running sums alone (`8 15 ...`); without one the model must add them all at once. The
+  quickstart's 4-layer model after its SFT gets 11 % answering directly and 75 % with the
+  full scratchpad on held-out chains (bench/RESULTS.md).
 - `offset_code`: write `solve(xs) = sum(xs) + k` given one example; finding k takes the
   same running sum, then one subtraction.
 
