@@ -397,7 +397,7 @@ class VerifiersTasks(Base):
         return taskset
 
 
-LeafSource = Annotated[
+_LEAVES = (
     ReasoningGymTasks
     | ArithmeticTasks
     | CodingTasks
@@ -406,9 +406,9 @@ LeafSource = Annotated[
     | UserTasks
     | HFTasks
     | EnvTasks
-    | VerifiersTasks,
-    Field(discriminator="type"),
-]
+    | VerifiersTasks
+)
+LeafSource = Annotated[_LEAVES, Field(discriminator="type")]
 
 
 class MixtureTasks(Base):
@@ -419,19 +419,7 @@ class MixtureTasks(Base):
     seed: int = Field(0, description="Seed of the shuffle.")
 
 
-TaskSource = Annotated[
-    ReasoningGymTasks
-    | ArithmeticTasks
-    | CodingTasks
-    | AgentTasks
-    | WritingTasks
-    | UserTasks
-    | HFTasks
-    | EnvTasks
-    | VerifiersTasks
-    | MixtureTasks,
-    Field(discriminator="type"),
-]
+TaskSource = Annotated[_LEAVES | MixtureTasks, Field(discriminator="type")]
 SFTSource = Annotated[
     ReasoningGymTasks
     | ArithmeticTasks
