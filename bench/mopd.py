@@ -66,8 +66,8 @@ def main() -> int:
 
     from posttrain.config.files import load_pipeline
     from posttrain.records.metrics import MetricsLog
-    from posttrain.runtime.infra import Infra, start_ray
-    from posttrain.runtime.placement import open_slot, reserve, wait_ready
+    from posttrain.runtime.infra import start_ray
+    from posttrain.runtime.placement import open_first_slot
     from posttrain.stages.evaluate import Evaluator, format_table
     from posttrain.stages.mopd import CellSampler, cell_tasks, with_experts
     from posttrain.stages.rl import RLRun, run_stage
@@ -94,19 +94,8 @@ def main() -> int:
     avg_dir = average_weights(list(expert_dirs.values()), out / "weight-avg")
 
     start_ray(config, verbose=False)
-    pg = reserve(config, 0)
-    wait_ready(pg, config)
-    slot = open_slot(config, Path(state["model"]), 0, pg)
-    infra = Infra(
-        config=config,
-        run_dir=out,
-        trainers=slot.trainers,
-        pool=slot.pool,
-        metrics=MetricsLog(out),
-        tokenizer=AutoTokenizer.from_pretrained(sft_dir),
-        judge=slot.judge,
-        pg=pg,
-        node=slot.node,
+    slot, infra = open_first_slot(
+        config, Path(state["model"]), out, MetricsLog(out), tokenizer=AutoTokenizer.from_pretrained(sft_dir)
     )
     # mixed RL: the MOPD stage's prompts (all nine cells, round-robin, each cell's effort line,
     # budget and cap) and compute, with GRPO on the verifiers' rewards instead of the teachers

@@ -31,32 +31,16 @@ FORMS = ("full", "short", "none", "tool")
 
 def train_sft(config, out: Path) -> Path:
     """The pipeline's first SFT stage, on its engines and trainer ranks, from the base model."""
-    from transformers import AutoTokenizer
-
     from posttrain.models import resolve_model
     from posttrain.records.metrics import MetricsLog
-    from posttrain.runtime.infra import Infra, start_ray
-    from posttrain.runtime.placement import open_slot, reserve, wait_ready
+    from posttrain.runtime.infra import start_ray
+    from posttrain.runtime.placement import open_first_slot
     from posttrain.stages.sft import run_sft
 
     stage = next(s for s in config.stages if s.type == "sft")
     model_dir = resolve_model(config.model)
     start_ray(config, verbose=False)
-    pg = reserve(config, 0)
-    wait_ready(pg, config)
-    slot = open_slot(config, model_dir, 0, pg)
-    infra = Infra(
-        config=config,
-        run_dir=out,
-        trainers=slot.trainers,
-        pool=slot.pool,
-        metrics=MetricsLog(out),
-        tokenizer=AutoTokenizer.from_pretrained(model_dir),
-        judge=slot.judge,
-        pg=pg,
-        node=slot.node,
-        live_progress=False,
-    )
+    slot, infra = open_first_slot(config, model_dir, out, MetricsLog(out), live_progress=False)
     try:
         return run_sft(stage, model_dir, infra)
     finally:

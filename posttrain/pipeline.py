@@ -177,30 +177,17 @@ def run_pipeline(
         state = {"stages": {s.name: {"status": "pending"} for s in config.stages}}
     state.setdefault("run_id", f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
-    from transformers import AutoTokenizer
-
     from posttrain.records.metrics import MetricsLog, write_json_atomic
-    from posttrain.runtime.infra import Infra, start_ray
-    from posttrain.runtime.placement import check_placeable, open_slot, reserve, wait_ready
+    from posttrain.runtime.infra import start_ray
+    from posttrain.runtime.placement import check_placeable, open_first_slot
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
     model_dir = resolved_model(config, source)
     state["model"] = str(model_dir)
     start_ray(config, verbose)
     check_placeable(config, source)  # a slot or teachers no node can hold: exit 2 now, not a silent wait
-    pg = reserve(config, 0)
-    wait_ready(pg, config)
-    slot = open_slot(config, model_dir, 0, pg)
-    infra = Infra(
-        config=config,
-        run_dir=run_dir,
-        trainers=slot.trainers,
-        pool=slot.pool,
-        metrics=MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"])),
-        tokenizer=AutoTokenizer.from_pretrained(model_dir),
-        judge=slot.judge,
-        pg=pg,
-        node=slot.node,
+    slot, infra = open_first_slot(
+        config, model_dir, run_dir, MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"]))
     )
     save_state = lambda: write_json_atomic(run_dir / "run_state.json", state)  # noqa: E731
     checkpoints: dict[str, Path] = {"model": model_dir}

@@ -111,6 +111,32 @@ def open_slot(config: PipelineConfig, model_dir: Path, index: int, pg) -> Slot:
     return Slot(index=index, pg=pg, pool=pool, trainers=trainers, judge=judge, node=pg_node(pg))
 
 
+def open_first_slot(config: PipelineConfig, model_dir: Path, run_dir: Path, metrics, **infra):
+    """Slot 0 reserved, ready and opened on a started Ray, and the Infra that stages run on
+    (the pipeline and the benches that run stages share this). Returns (slot, infra); the
+    caller closes the slot."""
+    from transformers import AutoTokenizer
+
+    from posttrain.runtime.infra import Infra
+
+    pg = reserve(config, 0)
+    wait_ready(pg, config)
+    slot = open_slot(config, model_dir, 0, pg)
+    if "tokenizer" not in infra:
+        infra["tokenizer"] = AutoTokenizer.from_pretrained(model_dir)
+    return slot, Infra(
+        config=config,
+        run_dir=run_dir,
+        trainers=slot.trainers,
+        pool=slot.pool,
+        metrics=metrics,
+        judge=slot.judge,
+        pg=pg,
+        node=slot.node,
+        **infra,
+    )
+
+
 def wait_ready(pg, config: PipelineConfig, every_s: float = 30.0) -> None:
     """Wait until Ray grants a placement group, saying every `every_s` what it waits for."""
     import ray
