@@ -106,7 +106,13 @@ class LocalCluster:
         return self
 
     def _start_node(self, name: str, args: list[str]) -> None:
+        """Each node gets its own Ray temp folder: nodes that share one also share one
+        runtime-env cache, and a node setting up a job's working_dir deletes and unpacks
+        it again, under the feet of a job another node runs there (a job's working
+        directory vanished mid-import that way)."""
         cpus, resources = self.nodes[name]
+        node_temp = self.temp_dir / name
+        node_temp.mkdir(exist_ok=True)
         ports = [
             "--node-manager-port",
             "--object-manager-port",
@@ -120,7 +126,7 @@ class LocalCluster:
             "start",
             "--block",
             "--node-ip-address=127.0.0.1",
-            f"--temp-dir={self.temp_dir}",
+            f"--temp-dir={node_temp}",
             f"--num-cpus={cpus}",
             f"--resources={json.dumps({name: 1, **resources})}",
             f"--object-store-memory={self.object_store_bytes}",
