@@ -9,11 +9,11 @@ import warnings
 
 import pytest
 
-from posttrain.train.trainer import op_build_guard
+from posttrain.train.distributed import op_build_guard
 
 HOLD = """
 import sys, time
-from posttrain.train.trainer import op_build_guard
+from posttrain.train.distributed import op_build_guard
 with op_build_guard("demo_op"):
     print("held", flush=True)
     time.sleep(float(sys.argv[1]))

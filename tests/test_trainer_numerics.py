@@ -10,7 +10,9 @@ import torch
 import posttrain.algo.losses as losses
 from posttrain.algo.losses import token_logprobs_entropy
 from posttrain.config import TrainerConfig
-from posttrain.train.trainer import TrainerWorker, collate, collate_shared, group_backend, prompt_rows, rank_device
+from posttrain.train.batching import collate, collate_shared, prompt_rows
+from posttrain.train.distributed import group_backend, rank_device
+from posttrain.train.trainer import TrainerWorker
 from posttrain.types import TrainSequence
 
 

@@ -28,6 +28,8 @@ import ray
 from posttrain.config import TrainerConfig
 from posttrain.errors import CheckpointWriteError
 from posttrain.rollout.cores import pin_to_cores
+from posttrain.train.batching import PAD_SEQUENCE, collate, collate_shared, prompt_rows
+from posttrain.train.distributed import group_backend, op_build_guard, rank_device
 from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.train.sync import WeightSender
 from posttrain.types import LossSpec, TrainSequence
@@ -48,10 +50,6 @@ SUM_KEYS = (
     "positions",
     "sequence_tokens",
 )
-
-# Stands in for a micro-batch on a rank that has run out of data: zero loss, but a full
-# backward, so the rank joins every gradient collective of the others.
-_PAD_SEQUENCE = TrainSequence(token_ids=(0, 0), prompt_len=1, advantages=(0.0,), loss_mask=(0.0,))
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -94,181 +92,6 @@ def _writes_recorded(engine, failures: list):
     finally:
         for owner, name in writers:
             vars(owner).pop(name, None)
-
-
-@contextmanager
-def op_build_guard(name: str):
-    """Around the first use of a JIT-built torch extension (DeepSpeed compiles its CPU
-    shared-memory comm op in `init_distributed`, about 30 s, once per machine). torch's own
-    build lock is a bare file: a process killed while compiling leaves it behind, and every
-    later rank waits on it forever, silently. Here each builder first takes a kernel lock
-    (flock, released when its holder dies, however it dies), so a torch lock found while
-    holding it was left by a dead build: it is removed, with a warning, and the op rebuilt."""
-    import fcntl
-    import warnings
-
-    from torch.utils.cpp_extension import _get_build_directory
-
-    try:
-        folder = Path(_get_build_directory(name, verbose=False))
-    except OSError:  # no writable build folder: nothing to guard
-        yield
-        return
-    with open(folder / ".posttrain-build.flock", "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # another live rank building: wait for it
-        stale = folder / "lock"
-        if stale.exists():
-            warnings.warn(f"removing {stale}: a build of {name} was killed before it finished; building it again")
-            stale.unlink(missing_ok=True)
-        yield
-
-
-def rank_device(num_gpus: float):
-    """The one place a rank's device is decided, from its Ray resources: with a GPU, its
-    CUDA device (Ray sets CUDA_VISIBLE_DEVICES to the rank's own GPU, so cuda:0), else the
-    CPU. DeepSpeed moves the model there but never the inputs: `collate` does."""
-    import torch
-
-    return torch.device("cuda", 0) if num_gpus > 0 else torch.device("cpu")
-
-
-def group_backend(device) -> str:
-    """The process group's backend for a rank on `device`: NCCL (CUDA tensors only) on a
-    GPU, gloo on the CPU. So every collective's tensors belong on the rank's device."""
-    return "nccl" if device.type == "cuda" else "gloo"
-
-
-def collate(seqs: list[TrainSequence], device) -> dict:
-    """Right-padded token ids, and per-token tensors over the window of positions that
-    predict a response token (position t predicts token t+1, so response token j of a
-    sequence sits at prompt_len-1+j; `where` holds each sequence's (row, first column) in
-    the window). Logits are computed for the window only. Every tensor is on `device`."""
-    import torch
-
-    length = max(len(s.token_ids) for s in seqs)
-    lo = min(s.prompt_len - 1 for s in seqs)
-    hi = max(len(s.token_ids) - 1 for s in seqs)
-    ids = torch.zeros(len(seqs), length, dtype=torch.long)
-    attn = torch.zeros(len(seqs), length, dtype=torch.long)
-    # advantages, loss mask, engine logprobs, stale, has_engine (1 where the engine's logprobs came with it)
-    per_token = torch.zeros(5, len(seqs), max(hi - lo, 0))
-    starts = []
-    for row, s in enumerate(seqs):
-        n, start = len(s.token_ids), s.prompt_len - 1 - lo
-        ids[row, :n] = torch.tensor(s.token_ids)
-        attn[row, :n] = 1
-        _fill_per_token(per_token, row, start, s)
-        starts.append(start)
-    per_token = per_token.to(device)
-    ids, attn = ids.to(device), attn.to(device)
-    return {
-        "input_ids": ids,
-        "attention_mask": attn,
-        "targets": ids[:, lo + 1 : hi + 1],
-        "window": (lo, hi),
-        "where": [(row, start) for row, start in enumerate(starts)],
-        "advantages": per_token[0],
-        "loss_mask": per_token[1],
-        "logp_engine": per_token[2],
-        "stale": per_token[3],
-        "has_engine": per_token[4],
-        "positions": (len(seqs) * length, sum(len(s.token_ids) for s in seqs)),  # padded, real
-    }
-
-
-def prompt_rows(seqs: list[TrainSequence], cap: int) -> list[list[int]]:
-    """Indices of `seqs` in shared-prompt rows: consecutive sequences with the same prompt
-    share a row (the prompt once) while it holds at most `cap` positions."""
-    rows: list[list[int]] = []
-    size = 0
-    for i, s in enumerate(seqs):
-        prompt = s.token_ids[: s.prompt_len]
-        last = seqs[rows[-1][0]] if rows else None
-        same = last is not None and last.token_ids[: last.prompt_len] == prompt
-        if same and size + s.response_len + 1 <= cap:
-            rows[-1].append(i)
-            size += s.response_len + 1
-        else:
-            rows.append([i])
-            size = len(s.token_ids)
-    return rows
-
-
-def collate_shared(seqs: list[TrainSequence], device, cap: int, additive_mask: bool = False) -> dict:
-    """The layout of `collate` (same keys), with each group's prompt computed once: a row
-    holds the prompt but its last token, then per sequence its last prompt token and its
-    response. Each such segment attends to the shared part and causally to itself (a 4-D
-    mask), with the positions it would have alone, so every logprob is the separate
-    sequence's. The window starts at the earliest segment of any row."""
-    import torch
-
-    rows = prompt_rows(seqs, cap)
-    layouts = []  # per row: shared length, [(sequence, offset)]
-    for row in rows:
-        shared = seqs[row[0]].prompt_len - 1
-        offsets, at = [], shared
-        for i in row:
-            offsets.append((i, at))
-            at += seqs[i].response_len + 1
-        layouts.append((shared, offsets, at))
-    length = max(end for _, _, end in layouts)
-    lo = min(shared for shared, _, _ in layouts)
-    hi = length - 1
-    ids = torch.zeros(len(rows), length, dtype=torch.long)
-    targets = torch.zeros(len(rows), max(hi - lo, 0), dtype=torch.long)
-    positions = torch.zeros(len(rows), length, dtype=torch.long)
-    allowed = torch.zeros(len(rows), length, length, dtype=torch.bool)
-    per_token = torch.zeros(5, len(rows), max(hi - lo, 0))
-    where: list[tuple[int, int]] = [(0, 0)] * len(seqs)
-    for b, (shared, offsets, end) in enumerate(layouts):
-        first = seqs[offsets[0][0]]
-        ids[b, :shared] = torch.tensor(first.token_ids[:shared])
-        positions[b, :shared] = torch.arange(shared)
-        allowed[b, :shared, :shared] = torch.ones(shared, shared, dtype=torch.bool).tril()
-        for i, at in offsets:
-            s = seqs[i]
-            n = s.response_len + 1
-            ids[b, at : at + n] = torch.tensor(s.token_ids[shared:])
-            positions[b, at : at + n] = torch.arange(shared, shared + n)
-            allowed[b, at : at + n, :shared] = True
-            allowed[b, at : at + n, at : at + n] = torch.ones(n, n, dtype=torch.bool).tril()
-            col = at - lo
-            targets[b, col : col + n - 1] = torch.tensor(s.token_ids[s.prompt_len :])
-            _fill_per_token(per_token, b, col, s)
-            where[i] = (b, col)
-        allowed[b, end:, end:] = torch.eye(length - end, dtype=torch.bool)  # padding sees itself: no empty row
-    mask = allowed.unsqueeze(1)
-    if additive_mask:  # eager attention adds its mask to the scores
-        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
-    per_token = per_token.to(device)
-    return {
-        "input_ids": ids.to(device),
-        "attention_mask": mask.to(device),
-        "position_ids": positions.to(device),
-        "targets": targets.to(device),
-        "window": (lo, hi),
-        "where": where,
-        "advantages": per_token[0],
-        "loss_mask": per_token[1],
-        "logp_engine": per_token[2],
-        "stale": per_token[3],
-        "has_engine": per_token[4],
-        "positions": (len(rows) * length, sum(end for _, _, end in layouts)),
-    }
-
-
-def _fill_per_token(per_token, row: int, col: int, s: TrainSequence) -> None:
-    """advantages, loss mask, engine logprobs, stale, has_engine of `s` from column `col`."""
-    import torch
-
-    end = col + s.response_len
-    per_token[0, row, col:end] = torch.tensor(s.advantages, dtype=torch.float32)
-    per_token[1, row, col:end] = torch.tensor(s.loss_mask, dtype=torch.float32)
-    if s.logp_engine:
-        per_token[2, row, col:end] = torch.tensor(s.logp_engine, dtype=torch.float32)
-        per_token[4, row, col:end] = 1.0
-    if s.stale:
-        per_token[3, row, col:end] = torch.tensor(s.stale, dtype=torch.float32)
 
 
 class TrainerWorker(WeightSender):
@@ -441,7 +264,7 @@ class TrainerWorker(WeightSender):
         nonfinite = False
         for k, index_mb in enumerate(plan):
             old = olds[k] if olds is not None else None
-            batch = old["batch"] if old else self._collate([shard[i] for i in index_mb] or [_PAD_SEQUENCE])
+            batch = old["batch"] if old else self._collate([shard[i] for i in index_mb] or [PAD_SEQUENCE])
             loss, old = self._loss(batch, spec, sums, old)
             if olds is None:
                 self._record(batch, index_mb, shard, old, record)
@@ -475,7 +298,7 @@ class TrainerWorker(WeightSender):
         olds = []
         with torch.no_grad():
             for index_mb in plan:
-                batch = self._collate([shard[i] for i in index_mb] or [_PAD_SEQUENCE])
+                batch = self._collate([shard[i] for i in index_mb] or [PAD_SEQUENCE])
                 logp, entropy = self._forward_logp(self.engine, batch, spec.temperature)
                 old = {"batch": batch, "logp": logp, "weights": self._token_weights(batch, logp, spec)}
                 if self.ref_model is not None and spec.kl_beta > 0:
@@ -659,7 +482,7 @@ class TrainerWorker(WeightSender):
         out: list[list[float]] = [[] for _ in seqs]
         with torch.no_grad():
             for index_mb in self._aligned_micro_batches(seqs):
-                batch = self._collate([seqs[i] for i in index_mb] or [_PAD_SEQUENCE])
+                batch = self._collate([seqs[i] for i in index_mb] or [PAD_SEQUENCE])
                 logp, _ = self._forward_logp(self.engine, batch, temperature)
                 for (row, start), i in zip(batch["where"], index_mb):
                     out[i] = logp[row, start : start + seqs[i].response_len].tolist()

@@ -1,0 +1,145 @@
+"""Micro-batches as tensors: `collate` (right-padded rows, one sequence each) and
+`collate_shared` (a group's prompt computed once per row, a 4-D mask keeping each
+sequence's logprobs its own), both giving per-token tensors over the window of positions
+that predict a response token."""
+
+from __future__ import annotations
+
+from posttrain.types import TrainSequence
+
+# Stands in for a micro-batch on a rank that has run out of data: zero loss, but a full
+# backward, so the rank joins every gradient collective of the others.
+PAD_SEQUENCE = TrainSequence(token_ids=(0, 0), prompt_len=1, advantages=(0.0,), loss_mask=(0.0,))
+
+
+def collate(seqs: list[TrainSequence], device) -> dict:
+    """Right-padded token ids, and per-token tensors over the window of positions that
+    predict a response token (position t predicts token t+1, so response token j of a
+    sequence sits at prompt_len-1+j; `where` holds each sequence's (row, first column) in
+    the window). Logits are computed for the window only. Every tensor is on `device`."""
+    import torch
+
+    length = max(len(s.token_ids) for s in seqs)
+    lo = min(s.prompt_len - 1 for s in seqs)
+    hi = max(len(s.token_ids) - 1 for s in seqs)
+    ids = torch.zeros(len(seqs), length, dtype=torch.long)
+    attn = torch.zeros(len(seqs), length, dtype=torch.long)
+    # advantages, loss mask, engine logprobs, stale, has_engine (1 where the engine's logprobs came with it)
+    per_token = torch.zeros(5, len(seqs), max(hi - lo, 0))
+    starts = []
+    for row, s in enumerate(seqs):
+        n, start = len(s.token_ids), s.prompt_len - 1 - lo
+        ids[row, :n] = torch.tensor(s.token_ids)
+        attn[row, :n] = 1
+        _fill_per_token(per_token, row, start, s)
+        starts.append(start)
+    per_token = per_token.to(device)
+    ids, attn = ids.to(device), attn.to(device)
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "targets": ids[:, lo + 1 : hi + 1],
+        "window": (lo, hi),
+        "where": [(row, start) for row, start in enumerate(starts)],
+        "advantages": per_token[0],
+        "loss_mask": per_token[1],
+        "logp_engine": per_token[2],
+        "stale": per_token[3],
+        "has_engine": per_token[4],
+        "positions": (len(seqs) * length, sum(len(s.token_ids) for s in seqs)),  # padded, real
+    }
+
+
+def prompt_rows(seqs: list[TrainSequence], cap: int) -> list[list[int]]:
+    """Indices of `seqs` in shared-prompt rows: consecutive sequences with the same prompt
+    share a row (the prompt once) while it holds at most `cap` positions."""
+    rows: list[list[int]] = []
+    size = 0
+    for i, s in enumerate(seqs):
+        prompt = s.token_ids[: s.prompt_len]
+        last = seqs[rows[-1][0]] if rows else None
+        same = last is not None and last.token_ids[: last.prompt_len] == prompt
+        if same and size + s.response_len + 1 <= cap:
+            rows[-1].append(i)
+            size += s.response_len + 1
+        else:
+            rows.append([i])
+            size = len(s.token_ids)
+    return rows
+
+
+def collate_shared(seqs: list[TrainSequence], device, cap: int, additive_mask: bool = False) -> dict:
+    """The layout of `collate` (same keys), with each group's prompt computed once: a row
+    holds the prompt but its last token, then per sequence its last prompt token and its
+    response. Each such segment attends to the shared part and causally to itself (a 4-D
+    mask), with the positions it would have alone, so every logprob is the separate
+    sequence's. The window starts at the earliest segment of any row."""
+    import torch
+
+    rows = prompt_rows(seqs, cap)
+    layouts = []  # per row: shared length, [(sequence, offset)]
+    for row in rows:
+        shared = seqs[row[0]].prompt_len - 1
+        offsets, at = [], shared
+        for i in row:
+            offsets.append((i, at))
+            at += seqs[i].response_len + 1
+        layouts.append((shared, offsets, at))
+    length = max(end for _, _, end in layouts)
+    lo = min(shared for shared, _, _ in layouts)
+    hi = length - 1
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    targets = torch.zeros(len(rows), max(hi - lo, 0), dtype=torch.long)
+    positions = torch.zeros(len(rows), length, dtype=torch.long)
+    allowed = torch.zeros(len(rows), length, length, dtype=torch.bool)
+    per_token = torch.zeros(5, len(rows), max(hi - lo, 0))
+    where: list[tuple[int, int]] = [(0, 0)] * len(seqs)
+    for b, (shared, offsets, end) in enumerate(layouts):
+        first = seqs[offsets[0][0]]
+        ids[b, :shared] = torch.tensor(first.token_ids[:shared])
+        positions[b, :shared] = torch.arange(shared)
+        allowed[b, :shared, :shared] = torch.ones(shared, shared, dtype=torch.bool).tril()
+        for i, at in offsets:
+            s = seqs[i]
+            n = s.response_len + 1
+            ids[b, at : at + n] = torch.tensor(s.token_ids[shared:])
+            positions[b, at : at + n] = torch.arange(shared, shared + n)
+            allowed[b, at : at + n, :shared] = True
+            allowed[b, at : at + n, at : at + n] = torch.ones(n, n, dtype=torch.bool).tril()
+            col = at - lo
+            targets[b, col : col + n - 1] = torch.tensor(s.token_ids[s.prompt_len :])
+            _fill_per_token(per_token, b, col, s)
+            where[i] = (b, col)
+        allowed[b, end:, end:] = torch.eye(length - end, dtype=torch.bool)  # padding sees itself: no empty row
+    mask = allowed.unsqueeze(1)
+    if additive_mask:  # eager attention adds its mask to the scores
+        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    per_token = per_token.to(device)
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": mask.to(device),
+        "position_ids": positions.to(device),
+        "targets": targets.to(device),
+        "window": (lo, hi),
+        "where": where,
+        "advantages": per_token[0],
+        "loss_mask": per_token[1],
+        "logp_engine": per_token[2],
+        "stale": per_token[3],
+        "has_engine": per_token[4],
+        "positions": (len(rows) * length, sum(end for _, _, end in layouts)),
+    }
+
+
+def _fill_per_token(per_token, row: int, col: int, s: TrainSequence) -> None:
+    """advantages, loss mask, engine logprobs, stale, has_engine of `s` from column `col`."""
+    import torch
+
+    end = col + s.response_len
+    per_token[0, row, col:end] = torch.tensor(s.advantages, dtype=torch.float32)
+    per_token[1, row, col:end] = torch.tensor(s.loss_mask, dtype=torch.float32)
+    if s.logp_engine:
+        per_token[2, row, col:end] = torch.tensor(s.logp_engine, dtype=torch.float32)
+        per_token[4, row, col:end] = 1.0
+    if s.stale:
+        per_token[3, row, col:end] = torch.tensor(s.stale, dtype=torch.float32)
