@@ -1,13 +1,24 @@
 """Pipeline configuration: the pydantic schemas of the pipeline YAML.
 
 A pipeline YAML parses into `PipelineConfig` (`pipeline.py`); its stages (`stages.py`), task
-sources (`tasks.py`) and reward settings (`rewards.py`) have modules of their own, and
-`files.py` reads files and turns any problem into one line naming the file, the key path
-and the problem. `jobs.py` derives the RL job of each expert cell. Every schema is
-exported here. This package imports no heavy library (torch, ray, vllm, deepspeed); a test
-checks that.
+sources (`tasks.py`), reward settings (`rewards.py`), the algorithm settings the RL stages
+share (`algo.py`) and the synthesis stage's parts (`synthesis.py`) have modules of their
+own, and `files.py` reads files and turns any problem into one line naming the file, the
+key path and the problem. `jobs.py` derives the RL job of each expert cell. Every schema
+is exported here. This package imports no heavy library (torch, ray, vllm, deepspeed); a
+test checks that.
 """
 
+from posttrain.config.algo import (  # noqa: F401
+    AnnealConfig,
+    BudgetConfig,
+    Correction,
+    ExcludeCorrection,
+    GRPOConfig,
+    MaskCorrection,
+    PartialRolloutConfig,
+    TISCorrection,
+)
 from posttrain.config.base import (  # noqa: F401
     BUILTIN_MODELS,
     Base,
@@ -36,39 +47,33 @@ from posttrain.config.rewards import (  # noqa: F401
 )
 from posttrain.config.stages import (  # noqa: F401
     DOMAIN_NAME,
-    AnnealConfig,
-    BudgetConfig,
     CheckpointlessStage,
-    Correction,
-    DedupCheck,
     Domain,
     Effort,
     EffortAnneal,
     EffortSpec,
     EvalStage,
-    ExcludeCorrection,
     ExpertsStage,
-    FormatCheck,
-    GRPOConfig,
-    LengthCheck,
-    MaskCorrection,
     MOPDStage,
-    OutcomeCheck,
-    PartialRolloutConfig,
-    ReviewConfig,
     RLStage,
     RolloutStage,
     SFTStage,
     Stage,
     StageBase,
     SynthesisStage,
-    TeacherModel,
     TeacherPoolConfig,
     TeacherSpec,
     ThinkConfig,
-    TISCorrection,
-    VerifyConfig,
     stage_name,
+)
+from posttrain.config.synthesis import (  # noqa: F401
+    DedupCheck,
+    FormatCheck,
+    LengthCheck,
+    OutcomeCheck,
+    ReviewConfig,
+    TeacherModel,
+    VerifyConfig,
 )
 from posttrain.config.tasks import (  # noqa: F401
     AgentFamily,

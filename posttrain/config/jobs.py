@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from posttrain.config.stages import EFFORT_ORDER, AnnealConfig, BudgetConfig, ExpertsStage, RLStage
+from posttrain.config.algo import AnnealConfig, BudgetConfig
+from posttrain.config.stages import EFFORT_ORDER, ExpertsStage, RLStage
 
 
 @dataclass

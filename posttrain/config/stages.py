@@ -1,121 +1,23 @@
-"""Stage schemas of the pipeline YAML (sft, rl, experts, mopd, eval) and the algorithm
-settings they share (advantage, loss, partial rollouts, token budgets)."""
+"""Stage schemas of the pipeline YAML (sft, rl, experts, mopd, eval, synthesis). The
+algorithm settings they share (advantage, loss, partial rollouts, token budgets) are in
+`algo.py`, the synthesis stage's teacher, checks and review in `synthesis.py`."""
 
 from __future__ import annotations
 
 import re
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from posttrain.config.base import Base, model_name
+from posttrain.config.algo import (
+    BudgetConfig,
+    GRPOConfig,
+    PartialRolloutConfig,
+)
+from posttrain.config.base import Base
 from posttrain.config.rewards import RewardConfig
+from posttrain.config.synthesis import ReviewConfig, TeacherModel, VerifyConfig
 from posttrain.config.tasks import SFTSource, TaskSource
-
-# ---------------------------------------------------------------- algorithms
-
-
-class GRPOConfig(Base):
-    """GRPO advantages with the PPO-clip loss (docs/recipe.md, RL objective)."""
-
-    type: Literal["grpo"] = "grpo"
-    std_normalize: bool = Field(True, description="Divide by the group std; false is Dr.GRPO.")
-    eps: float = Field(1e-6, gt=0, description="Added to the group std.")
-    clip_eps_lo: float = Field(0.2, gt=0, lt=1, description="Lower clip: ratio >= 1 - clip_eps_lo.")
-    clip_eps_hi: float = Field(0.28, gt=0, description="Upper clip: ratio <= 1 + clip_eps_hi.")
-    kl_beta: float = Field(0.0, ge=0, description="Weight of the k3 KL penalty to the reference model.")
-    minibatches: int = Field(
-        1, ge=1, le=1024, description="Optimizer steps per batch (PPO minibatches); the clip acts from the second."
-    )
-    epochs: int = Field(1, ge=1, le=100, description="Passes over the batch's minibatches (PPO epochs).")
-
-
-class TISCorrection(Base):
-    """Truncated importance sampling: w = min(pi_old / mu, cap) on stale tokens."""
-
-    type: Literal["tis"] = "tis"
-    cap: float = Field(2.0, gt=0, description="C, the most a token's weight can be.")
-    fresh: bool = Field(
-        False, description="Correct fresh tokens too: the engine/trainer mismatch of one policy version (bf16)."
-    )
-
-
-class MaskCorrection(Base):
-    """w = 0 on stale tokens whose pi_old / mu falls outside [lo, hi], else 1."""
-
-    type: Literal["mask"]
-    lo: float = Field(0.5, ge=0, description="Lowest ratio kept.")
-    hi: float = Field(2.0, gt=0, description="Highest ratio kept.")
-    fresh: bool = Field(
-        False, description="Correct fresh tokens too: the engine/trainer mismatch of one policy version (bf16)."
-    )
-
-    @model_validator(mode="after")
-    def _ordered(self) -> MaskCorrection:
-        if self.lo >= self.hi:
-            raise ValueError(f"lo ({self.lo}) must be < hi ({self.hi})")
-        return self
-
-
-class ExcludeCorrection(Base):
-    """Stale tokens (from an older policy version) are left out of the loss."""
-
-    type: Literal["exclude"]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_fresh(cls, data):
-        if isinstance(data, dict) and "fresh" in data:
-            raise ValueError("fresh: exclude would drop every fresh token; correct the mismatch with tis or mask")
-        return data
-
-
-Correction = Annotated[TISCorrection | MaskCorrection | ExcludeCorrection, Field(discriminator="type")]
-
-
-class PartialRolloutConfig(Base):
-    """Partial rollouts (docs/recipe.md): an iteration stops once a fraction lambda of its
-    trajectories has finished; the rest wait in the queue and continue later."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    lam: float = Field(
-        1.0, gt=0, le=1, alias="lambda", description="Fraction finished that ends an iteration; 1 is synchronous."
-    )
-    max_staleness: int = Field(
-        4, ge=0, description="Most policy versions a trajectory's oldest token may lag before it is dropped."
-    )
-    correction: Correction = Field(default_factory=TISCorrection, description="Off-policy correction of stale tokens.")
-
-
-class AnnealConfig(Base):
-    """Budget schedule: from `start` to `end` tokens over `steps` optimizer steps."""
-
-    start: int = Field(ge=1, description="Budget at the first step.")
-    end: int = Field(ge=1, description="Budget from step `steps` on.")
-    steps: int = Field(ge=1, description="Length of the schedule in optimizer steps.")
-    kind: Literal["linear", "step"] = Field("linear", description="Straight line or stairs.")
-    every: int = Field(1, ge=1, description="Stair width in steps (kind: step).")
-
-
-class BudgetConfig(Base):
-    """Token budget of an effort tier: over budget means reward -1 (docs/recipe.md)."""
-
-    effort: Literal["low", "high", "max"] | None = Field(None, description="Effort tier, stated in the system prompt.")
-    tokens: int | None = Field(None, ge=1, description="Absolute budget per response.")
-    multiple: float | None = Field(
-        None, gt=0, description="Budget as a multiple of the task's reference answer length."
-    )
-    anneal: AnnealConfig | None = Field(None, description="Schedule of the absolute budget; replaces `tokens`.")
-    margin: float = Field(0.25, ge=0, le=10, description="Generation stops at budget x (1 + margin).")
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> BudgetConfig:
-        kinds = [k for k in ("tokens", "multiple", "anneal") if getattr(self, k) is not None]
-        if len(kinds) > 1:
-            raise ValueError(f"give one of tokens, multiple, anneal (got {', '.join(kinds)})")
-        return self
-
 
 # ---------------------------------------------------------------- stages
 
@@ -526,91 +428,6 @@ class EvalStage(CheckpointlessStage):
         description="An eval prompt that occurs in the run's training data: `fail` refuses to run (checked before "
         "the run starts, and again by the stage); `drop` scores only the unseen tasks and counts the others.",
     )
-
-
-class TeacherModel(Base):
-    """The model that writes the candidate trajectories, on vLLM engine actors of its own
-    (it may differ from the pipeline's model)."""
-
-    model: str = Field(description="`tiny`, `smollm2-135m-instruct`, or a local Hugging Face model folder.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Engine dtype.")
-    engines: int = Field(1, ge=1, le=1024, description="Engine actors; tasks are spread across them.")
-    max_model_len: int = Field(512, ge=16, le=1_048_576, description="Longest prompt + trajectory an engine holds.")
-    kv_cache_gib: float = Field(1.0, gt=0, le=1024, description="KV cache size on CPU.")
-    num_cpus: float = Field(0, ge=0, description="Ray CPUs per engine; 0: it runs while the trainer ranks wait.")
-    num_gpus: float = Field(0, ge=0, description="Ray GPUs per engine.")
-    seed: int = Field(0, description="Engine sampling seed.")
-
-    @field_validator("model")
-    @classmethod
-    def _known_or_folder(cls, name: str) -> str:
-        return model_name(name)
-
-
-class FormatCheck(Base):
-    """The trajectory reads back through the serialization template, every assistant turn
-    is closed, every tool call is well formed (known tool, its arguments), and the last
-    turn is an answer, not a call."""
-
-    enabled: bool = Field(True, description="Run this check.")
-
-
-class OutcomeCheck(Base):
-    """The task's verifier (or the GRM, for tasks without one) scores the trajectory."""
-
-    enabled: bool = Field(True, description="Run this check.")
-    threshold: float = Field(1.0, ge=-1, le=1, description="Lowest verifier score that passes (verifiers score 0..1).")
-    grm_threshold: float = Field(0.5, ge=-1, le=1, description="Lowest GRM score that passes (GRM scores -1..1).")
-
-
-class LengthCheck(Base):
-    """Length limits on the assistant tokens of the trajectory (in the pipeline model's tokens)."""
-
-    enabled: bool = Field(True, description="Run this check.")
-    min_tokens: int = Field(1, ge=0, description="Fewest assistant tokens.")
-    max_tokens: int = Field(512, ge=1, description="Most assistant tokens.")
-
-
-class DedupCheck(Base):
-    """A trajectory whose assistant turns (whitespace and case folded) repeat an earlier
-    kept one of the same task is rejected."""
-
-    enabled: bool = Field(True, description="Run this check.")
-    across_tasks: bool = Field(
-        False, description="Compare with kept trajectories of every task, not only the same task's."
-    )
-
-
-class VerifyConfig(Base):
-    """Verification stages, run in this order; each records its verdict per trajectory."""
-
-    format: FormatCheck = Field(default_factory=FormatCheck)
-    outcome: OutcomeCheck = Field(default_factory=OutcomeCheck)
-    length: LengthCheck = Field(default_factory=LengthCheck)
-    dedup: DedupCheck = Field(default_factory=DedupCheck)
-
-
-class ReviewConfig(Base):
-    """Which trajectories wait for a person (`posttrain review RUN_DIR`)."""
-
-    fraction: float = Field(0.0, ge=0, le=1, description="Random share of the passing trajectories sent to review.")
-    near_threshold: float = Field(
-        0.0,
-        ge=0,
-        le=2,
-        description=(
-            "Trajectories whose outcome score differs from the threshold by more than 0 and at most "
-            "this (either side) go to review, if every other check passed."
-        ),
-    )
-    wait: bool = Field(
-        False,
-        description=(
-            "Stop the pipeline after this stage while the queue is not empty (review, then `posttrain "
-            "run --resume`); false: pending ones are left out of the SFT set."
-        ),
-    )
-    seed: int = Field(0, description="Seed of the random share.")
 
 
 class SynthesisStage(CheckpointlessStage):
