@@ -186,3 +186,98 @@ def test_math_verifier_is_in_every_router_and_flags_a_task_without_answer():
     right = Task("m", "math", (Message("user", "q"),), answer="7", verifier="math")
     results = score_sync(router, [sample_for(no_answer, "7"), sample_for(right, "<answer>7</answer>")])
     assert not results[0].ok and results[1].source == "math" and results[1].score == 1.0
+
+
+# ---------------------------------------------------------------- the computation for its result
+
+# Found by bench/time_to_accuracy.py: math-verify evaluates `85 - 25` to 60, so a policy that
+# copied the question's expression scored 1 (held-out "accuracy" 0.16 -> 1.00 in 80 steps).
+ECHOES = [
+    "{expr}",
+    "{expr} =",
+    "<answer>{expr}</answer>",
+    "\\boxed{{{expr}}}",
+    "Final answer: {expr}",
+    "The answer is ({expr}).",
+    "{question}",
+]
+HONEST = ["{gold}", "<answer>{gold}</answer>", "{expr} = {gold}", "Final answer: \\boxed{{{gold}}}", "x = {gold}"]
+
+
+def arithmetic_tasks(family: str, params: dict, size: int = 4):
+    family = ReasoningGymFamily(name=family, params=params)
+    return reasoning_gym_tasks(ReasoningGymTasks(families=[family], size=size, seed=7))
+
+
+def every_answer_verifier(task, text):
+    """(reasoning-gym, math, user) results for `text` answering `task`."""
+    from posttrain.rewards.math_verifier import MathVerifier
+    from posttrain.rewards.user import UserReward
+    from posttrain.types import Task
+
+    math_task = Task("m", "math", task.messages, answer=task.answer, verifier="math")
+    user_task = Task("u", "user", task.messages, answer=task.answer, entry={"answer": task.answer}, verifier="user")
+    return [
+        score_sync(ReasoningGymVerifier(), [sample_for(task, text)])[0],
+        score_sync(MathVerifier(), [sample_for(math_task, text)])[0],
+        score_sync(UserReward(None), [sample_for(user_task, text)])[0],
+    ]
+
+
+@pytest.mark.parametrize("template", ECHOES)
+@pytest.mark.parametrize(
+    "family, params",
+    [
+        ("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 2}),
+        ("chain_sum", {"min_terms": 3, "max_terms": 4}),
+        ("products", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}),
+        ("basic_arithmetic", {"min_terms": 2, "max_terms": 3, "max_digits": 2}),
+    ],
+)
+def test_the_question_s_own_expression_is_not_its_answer(family, params, template):
+    for task in arithmetic_tasks(family, params):
+        expr = task.entry["metadata"]["expression"]
+        text = template.format(expr=expr, question=task.entry["question"])
+        results = every_answer_verifier(task, text)
+        assert [r.score for r in results] == [0.0, 0.0, 0.0], (text, [r.reason for r in results])
+        assert all(r.ok for r in results)
+        assert any("not a final value" in r.reason for r in results), [r.reason for r in results]
+
+
+@pytest.mark.parametrize("template", HONEST)
+def test_the_value_is_credited_however_it_is_stated(template):
+    for task in arithmetic_tasks("chain_sum", {"min_terms": 2, "max_terms": 3, "max_digits": 2}):
+        text = template.format(expr=task.entry["metadata"]["expression"], gold=task.answer)
+        results = every_answer_verifier(task, text)
+        assert [r.score for r in results] == [1.0, 1.0, 1.0], (text, [r.reason for r in results])
+
+
+@pytest.mark.parametrize(
+    "gold, answer, final",
+    [
+        ("60", "120/2", False),
+        ("60", "\\frac{120}{2}", False),
+        ("60", "\\sqrt{3600}", False),
+        ("60", "60 - 0", False),
+        ("60", "85 minus 25", False),  # two numbers in prose
+        ("3628800", "10!", False),
+        ("2125", "85 \\times 25", False),
+        ("\\frac{79}{173}", "158/346", False),  # the fraction the question asked to simplify
+        ("\\frac{\\sqrt{3}}{2}", "\\sin(\\pi/3)", False),
+        ("x^2+1", "(x+1)^2-2x", False),
+        ("60", "60", True),
+        ("60", "60 apples", True),
+        ("60", "85 - 25 = 60", True),
+        ("0.5", "1/2", True),
+        ("-3", "x = -3", True),
+        ("1000", "1,000", True),
+        ("9.36e-18", "9.36e-18", True),
+        ("\\frac{\\sqrt{3}}{2}", "\\sqrt{3}/2", True),
+        ("2\\sqrt{3}", "2 \\cdot \\sqrt{3}", True),
+        ("x^2+2x+1", "x^2 + 2x + 1", True),
+    ],
+)
+def test_unevaluated(gold, answer, final):
+    from posttrain.rewards.math_verifier import unevaluated
+
+    assert (unevaluated(gold, answer) is None) == final, unevaluated(gold, answer)

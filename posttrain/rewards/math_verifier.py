@@ -5,11 +5,17 @@
 set is compared as a whole and never matches one of its members. `hedge` finds responses
 that state several different final answers or list alternatives (`5 or 6`): those score 0
 with reason "hedged: ...", never partial credit (used by every answer verifier).
+`unevaluated` finds answers that are the computation rather than its result: math-verify
+evaluates `85 - 25` to 60, so a policy that copies the question's expression would be
+"correct" without computing anything; where the expected answer is a number, the answer
+must be a number (or one number in prose), and it never has more operations than the
+expected answer (every answer verifier asks it before crediting a match).
 The `math` verifier extracts the final answer and compares it with the task's `answer`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 
@@ -20,6 +26,81 @@ _MATHY = re.compile(r"^[-+*/^().,=\s\d\\{}a-zA-Z]*\d[-+*/^().,=\s\d\\{}a-zA-Z]*$
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _ALTERNATIVE = re.compile(r"\bor\b", re.IGNORECASE)
 _LIST_SEPARATOR = re.compile(r"[,;]|\s(?:and|or)\s", re.IGNORECASE)
+
+
+_DECIMAL = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?")
+_FRACTION = re.compile(r"([-+]?)(?:(\d+)/(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\})")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# an operation still written out: a binary operator after an operand (a product only
+# between two numbers: `2\\cdot\\pi` is how some write `2\\pi`), or a function or
+# operator command or word
+_BINARY = re.compile(r"(?<=[\w)}\]!.])\s*(?:[-+/^÷]|\\(?:div|pm|mp)(?![a-zA-Z]))")
+_PRODUCT = re.compile(r"(?<=\d)\s*(?:\*|×|·|\\cdot(?![a-zA-Z])|\\times(?![a-zA-Z]))\s*(?=\d)")
+_FUNCTION = re.compile(
+    r"\\(?:[dt]?frac|sqrt|sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan|sinh|cosh|tanh|log|ln|lg|exp|binom|"
+    r"choose|sum|prod|int|lim|max|min|gcd|lcm|mod|bmod|pmod)(?![a-zA-Z])|\b(?:sqrt|sin|cos|tan|log|ln|exp|abs|mod|"
+    r"gcd|lcm|max|min|sum|pow)\s*\(|!|%(?=\s*\d)|\*\*"
+)
+
+
+def _plain(text: str, spaces: bool = False) -> str:
+    """The answer as compared here: `normalize`d, with thousands separators and LaTeX
+    spacing and sizing commands removed (and spaces, unless `spaces`)."""
+    for command in ("\\left", "\\right", "\\!", "\\,", "\\;"):
+        text = text.replace(command, "")
+    text = _THOUSANDS.sub("", normalize(text))
+    return text if spaces else text.replace(" ", "")
+
+
+def is_number(text: str) -> bool:
+    """A number written as its value: an integer or decimal (`1.5e-3` too), or a fraction in lowest terms
+    (`3/4`, `\\frac{3}{4}`), optionally signed. `6/8` and `12/4` still have a division to do."""
+    text = _plain(text)
+    if _DECIMAL.fullmatch(text):
+        return True
+    m = _FRACTION.fullmatch(text)
+    if not m:
+        return False
+    p, q = (int(m.group(2)), int(m.group(3))) if m.group(2) else (int(m.group(4)), int(m.group(5)))
+    return q > 1 and math.gcd(p, q) == 1
+
+
+def operations(text: str) -> int:
+    """How many operations an answer still writes out: binary operators (`85 - 25`, `3 \\cdot 4`),
+    fractions, roots, functions, factorials, powers."""
+    text = _plain(text, spaces=True)
+    return len(_BINARY.findall(text)) + len(_PRODUCT.findall(text)) + len(_FUNCTION.findall(text))
+
+
+def functions(text: str) -> set[str]:
+    """The functions an answer applies, by name (`sin`, `log`, `sqrt`, ...; fractions are
+    division, counted by `operations`)."""
+    found = {m.group(0).strip("\\( {").rstrip() for m in _FUNCTION.finditer(_plain(text, spaces=True))}
+    return {name for name in found if name.isalpha() and not name.endswith("frac")}
+
+
+def unevaluated(gold: str, answer: str) -> str | None:
+    """Why `answer` is not a final value where `gold` is one, or None. Only what follows an
+    answer's last `=` counts (`85 - 25 = 60` states 60). Where the expected answer is a
+    number, the answer is a number, or one number among words (`60 apples`); otherwise it
+    applies no function the expected answer does not and writes out no more operations."""
+    parts = [part for part in answer.split("=") if part.strip()] if "=" not in gold else []
+    value = parts[-1] if parts else answer
+    if is_number(gold):
+        if is_number(value):
+            return None
+        if len(_NUMBER.findall(_plain(value))) <= 1 and not operations(value):
+            return None
+        return f"not a final value: {answer[:60]!r} still has to be computed (the expected answer is {gold!r})"
+    extra = functions(value) - functions(gold)
+    if extra:
+        return f"not a final value: {answer[:60]!r} applies {', '.join(sorted(extra))}, which {gold[:60]!r} does not"
+    if operations(value) > operations(gold):
+        return (
+            f"not a final value: {answer[:60]!r} writes out {operations(value)} operation(s), "
+            f"the expected {gold[:60]!r} {operations(gold)}"
+        )
+    return None
 
 
 def _verify(gold: str, answer: str) -> bool:
@@ -119,6 +200,9 @@ class MathVerifier:
             return RewardResult(0.0, hedged, self.name, details)
         if normalize(answer) == normalize(gold):
             return RewardResult(1.0, f"correct: {answer!r} ({how})", self.name, details)
+        computed = unevaluated(gold, answer)
+        if computed:
+            return RewardResult(0.0, computed, self.name, details)
         if math_equivalent(gold, answer):
             details["matched_by"] = "math-verify"
             return RewardResult(

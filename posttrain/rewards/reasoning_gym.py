@@ -1,12 +1,14 @@
 """Verifier for reasoning-gym tasks: extract the answer, score it with the family's own
 scoring function, and, for mathematical answers, with math-verify too (so that `0.5`
 matches `\\frac{1}{2}` and `13.0` matches `13`); say why. A response that hedges (several
-different final answers, or alternatives) scores 0."""
+different final answers, or alternatives) scores 0, and so does an answer that is the
+computation rather than its result (`85 - 25` for 60: `math_verifier.unevaluated`), whoever
+would have credited it, the family's scorer or math-verify."""
 
 from __future__ import annotations
 
 from posttrain.rewards.extract import extract_answer
-from posttrain.rewards.math_verifier import hedge, math_equivalent
+from posttrain.rewards.math_verifier import hedge, math_equivalent, normalize, unevaluated
 from posttrain.types import RewardResult, Sample
 
 __all__ = ["ReasoningGymVerifier", "math_equivalent"]
@@ -35,6 +37,9 @@ class ReasoningGymVerifier:
         hedged = hedge(response, self.answer_format, gold)
         if hedged:  # never partial credit for listing the right answer among others
             return RewardResult(0.0, hedged, self.name, details)
+        computed = None if gold is None or normalize(answer) == normalize(gold) else unevaluated(gold, answer)
+        if computed:
+            return RewardResult(0.0, computed, self.name, details)
         score = float(self._scorer(family)(answer, entry))
         if score < 1.0 and entry.get("answer") is not None and math_equivalent(str(entry["answer"]), answer):
             details["matched_by"] = "math-verify"

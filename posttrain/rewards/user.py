@@ -16,7 +16,7 @@ import math
 import multiprocessing
 
 from posttrain.rewards.extract import extract_answer
-from posttrain.rewards.math_verifier import hedge, math_equivalent
+from posttrain.rewards.math_verifier import hedge, math_equivalent, unevaluated
 from posttrain.types import RewardResult, Sample
 
 _FN = None
@@ -107,8 +107,13 @@ class UserReward:
         hedged = hedge(sample.completion.text, "auto", gold)
         if hedged:
             return RewardResult(0.0, hedged, self.name)
-        if answer.strip() == gold.strip() or math_equivalent(gold, answer):
+        if answer.strip() == gold.strip():
             return RewardResult(1.0, f"correct: {answer!r} ({how})", self.name)
+        computed = unevaluated(gold, answer)
+        if computed:
+            return RewardResult(0.0, computed, self.name)
+        if math_equivalent(gold, answer):
+            return RewardResult(1.0, f"correct: {answer!r} ({how}, math-verify)", self.name)
         return RewardResult(0.0, f"wrong: {answer!r} vs expected {gold!r} ({how})", self.name)
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
