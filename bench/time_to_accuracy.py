@@ -129,6 +129,10 @@ class EvalEngine:
         acc, tokens = self.evalset.run(lambda reqs, sampling: ray.get(self.actor.generate.remote(reqs, sampling)))
         return acc, tokens, time.perf_counter() - started
 
+    def examples(self, n: int = 4) -> list[str]:
+        """The first responses of the last eval, kept in the record to read what was scored."""
+        return self.evalset.last_texts[:n]
+
 
 @dataclass
 class Clock:
@@ -150,7 +154,8 @@ class Clock:
         at = self.training_s()
         acc, tokens, seconds = score()
         self.paused += seconds
-        self.points.append({"step": step, "train_s": at, "accuracy": acc, "tokens": tokens, "eval_s": seconds})
+        point = {"step": step, "train_s": at, "accuracy": acc, "tokens": tokens, "eval_s": seconds}
+        self.points.append({**point, "examples": getattr(score, "examples", list)()})
         print(f"  step {step:4d}  train {at:7.1f} s  held-out accuracy {acc:.3f}  ({seconds:.0f} s eval)", flush=True)
 
     def over(self) -> bool:
@@ -211,6 +216,7 @@ def run_posttrain(args, model_dir: Path, train_tasks: list, evalset: EvalSet) ->
     config = posttrain_config(args, model_dir)
     start_ray(config, verbose=False)
     run_dir = Path(tempfile.mkdtemp(prefix="tta-posttrain-"))
+    print(f"  posttrain's run folder (metrics, every scored rollout): {run_dir}", flush=True)
     pool, trainers = engine_pool(config, model_dir), TrainerGroup(config.trainer, config.seed)
     pool.on_restart = lambda engine: trainers.sync_weights([engine])
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -220,6 +226,8 @@ def run_posttrain(args, model_dir: Path, train_tasks: list, evalset: EvalSet) ->
 
     def score():
         return judge.score(trainers.workers[0].get_weights.remote(trainers.version))
+
+    score.examples = judge.examples
 
     class TimedRun(RLRun):
         """Stops when the clock runs out; held-out eval every `eval_every` steps."""
@@ -339,6 +347,8 @@ def run_trl(args, model_dir: Path, train_tasks: list, evalset: EvalSet) -> dict:
     def score():
         return judge.score(pack_state_dict(model.state_dict(), judge.version + 1, tied))
 
+    score.examples = judge.examples
+
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward,
@@ -431,6 +441,8 @@ def report(args, ours: dict, trl: dict, head: dict, load: list[float]) -> str:
             f"posttrain reached TRL's final accuracy after {head['posttrain_reach_s']:.0f} s of training; "
             f"TRL trained {head['trl_train_s']:.0f} s"
         )
+        if head["trl_final"] <= ours["points"][0]["accuracy"]:
+            lines.append("(TRL ended at or below posttrain's starting accuracy: a ratio near 0 says only that)")
         lines.append(f"time ratio: {head['time_ratio']:.3f}")
     return "\n".join(lines)
 
@@ -469,7 +481,14 @@ def main() -> int:
     parser.add_argument("--trl-dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--sides", default="posttrain,trl", help="run only some sides (testing the bench)")
     parser.add_argument("--out", default=str(Path(__file__).parent))
+    parser.add_argument("--report", metavar="JSON", help="print the table again from a run's time_to_accuracy.json")
     args = parser.parse_args()
+    if args.report:
+        record = json.loads(Path(args.report).read_text())
+        args = argparse.Namespace(**{**record["args"], "report": args.report})
+        ours, trl = record["posttrain"], record["trl"]
+        print(report(args, ours, trl, headline(ours, trl), record["load"]))
+        return 0
 
     from transformers import AutoTokenizer
 
