@@ -104,7 +104,8 @@ class EvalSet:
             verifier.score_one(t.family, t.entry, c.text, c.finish_reason).score for t, c in zip(self.tasks, outs)
         ]
         self.last_texts = [c.text for c in outs]
-        return sum(scores) / len(scores), sum(len(c.token_ids) for c in outs) / len(outs)
+        correct = sum(score >= 1.0 for score in scores)  # accuracy: wholly right answers only, no partial credit
+        return correct / len(scores), sum(len(c.token_ids) for c in outs) / len(outs)
 
 
 class EvalEngine:

@@ -281,3 +281,13 @@ def test_unevaluated(gold, answer, final):
     from posttrain.rewards.math_verifier import unevaluated
 
     assert (unevaluated(gold, answer) is None) == final, unevaluated(gold, answer)
+
+
+@pytest.mark.parametrize("pad", ["{gold}0", "9{gold}9", "{gold}{gold}", "ALL"])
+@pytest.mark.parametrize("family", ["chain_sum", "products", "leg_counting", "gcd", "count_bits"])
+def test_no_partial_credit_for_containing_the_answer(family, pad):
+    """reasoning-gym's default scorer gives 2140 for 214 a 0.75: appending digits would pay."""
+    for task in arithmetic_tasks(family, {}, size=3):
+        text = "".join(str(i) for i in range(1000)) if pad == "ALL" else pad.format(gold=task.answer)
+        (result,) = score_sync(ReasoningGymVerifier(), [sample_for(task, text)])
+        assert result.ok and result.score == 0.0, (text[:40], result.reason)

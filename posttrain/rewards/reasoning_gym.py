@@ -3,7 +3,8 @@ scoring function, and, for mathematical answers, with math-verify too (so that `
 matches `\\frac{1}{2}` and `13.0` matches `13`); say why. A response that hedges (several
 different final answers, or alternatives) scores 0, and so does an answer that is the
 computation rather than its result (`85 - 25` for 60: `math_verifier.unevaluated`), whoever
-would have credited it, the family's scorer or math-verify."""
+would have credited it, the family's scorer or math-verify. A family's partial credit for
+an answer that contains the expected one (`2140` for 214) is not given (`padding`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ from posttrain.rewards.math_verifier import hedge, math_equivalent, normalize, u
 from posttrain.types import RewardResult, Sample
 
 __all__ = ["ReasoningGymVerifier", "math_equivalent"]
+
+
+def padding(gold: str, answer: str) -> str | None:
+    """Why a partial credit is not given, or None. reasoning-gym's default scorer credits an
+    answer that contains the expected one by their length ratio (`2140` for 214: 0.75), so
+    appending digits, or writing a string of every number, would earn reward. An answer
+    gets no partial credit for containing the expected one among other text (a family's
+    partial credit for a close value, which contains nothing, stays)."""
+    if normalize(gold) and normalize(gold) in normalize(answer):
+        return f"wrong: {answer[:60]!r} contains the expected {gold[:60]!r} among other text (no partial credit)"
+    return None
 
 
 class ReasoningGymVerifier:
@@ -45,6 +57,10 @@ class ReasoningGymVerifier:
             details["matched_by"] = "math-verify"
             how += ", math-verify: equivalent"
             score = 1.0
+        if 0 < score < 1 and gold is not None:
+            padded = padding(gold, answer)
+            if padded:
+                return RewardResult(0.0, padded, self.name, details)
         verdict = "correct" if score >= 1.0 else ("partly correct" if score > 0 else "wrong")
         reason = f"{verdict}: {answer!r} vs expected {entry.get('answer')!r} ({how})"
         if finish_reason == "length":
