@@ -10,7 +10,7 @@ set generated with another seed, every prompt that also occurs among the trainin
 prompts removed) by the same vLLM engine code on both sides; eval time is measured apart
 and not counted as training time.
 
-    .venv/bin/python bench/time_to_accuracy.py [--minutes 30] [--eval-every 5] [--out bench]
+    .venv/bin/python bench/time_to_accuracy.py [--minutes 30] [--eval-every 10] [--out bench]
 
 It writes OUT/time_to_accuracy.json (every eval point of both sides), OUT/time_to_accuracy.png
 (held-out accuracy against training seconds) and prints the table and the headline lines
@@ -470,13 +470,13 @@ def where_time_goes(ours: dict, trl: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget of each side")
-    parser.add_argument("--eval-every", type=int, default=5, help="held-out eval every K steps (and at 0 and the end)")
+    parser.add_argument("--eval-every", type=int, default=10, help="held-out eval every K steps (and at 0 and the end)")
     parser.add_argument("--eval-n", type=int, default=200)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, default=160)
-    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--pt-dtype", choices=["float32", "bfloat16"], default="bfloat16")
     parser.add_argument("--overlap", choices=["on", "off"], default="on")
     parser.add_argument("--trl-dtype", choices=["float32", "bfloat16"], default="float32")
