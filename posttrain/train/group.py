@@ -24,6 +24,7 @@ from posttrain.train.trainer import TrainerWorker
 from posttrain.types import LossSpec, TrainSequence
 
 SYNC_TIMEOUT_S = 600
+PORT_TRIES = 3  # rank processes started again on a new rendezvous port when the picked one was taken
 
 
 def free_port() -> int:
@@ -177,7 +178,17 @@ class TrainerGroup:
         mode = self.config.restart_on_load
         if self.loaded and (mode == "always" or (mode == "auto" and weights_bytes(model_dir) > RESTART_BYTES)):
             self.restart()
-        facts = get_all([w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume) for w in self.workers])
+        for attempt in range(PORT_TRIES):
+            try:
+                refs = [w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume) for w in self.workers]
+                facts = get_all(refs)
+                break
+            except RayActorError as exc:
+                # the rendezvous port was free when picked and taken before rank 0 bound it
+                # (another group starting on this machine): new ranks on another port
+                if "EADDRINUSE" not in str(exc) or attempt == PORT_TRIES - 1:
+                    raise
+                self.restart()
         self.sync_manifest = self.sync_members = None  # another model: a new layout, a new group
         self.loaded = True
         self.dtype = dtype
