@@ -205,6 +205,7 @@ def test_cluster_template_dry_runs_onto_8_gpu_nodes(tmp_path, cluster_template):
     ]
     assert "teachers as 9 vllm engine actor(s) at once, {'CPU': 2.0, 'GPU': 0.5} each" in plan
     assert "beside slot 0 they go on: node2 x9" in plan
+    assert "stage experts (experts): 9 jobs" in plan and "stage mopd (mopd)" in plan
     two = posttrain(tmp_path, None, "run", "--dry-run", env={"POSTTRAIN_NODES": "2"}, file=cluster_template)
     assert two.returncode == 0 and "slot 2: waits" in two.stdout and "node2 x9" in two.stdout
 
