@@ -87,6 +87,26 @@ def test_math_verify_accepts_equivalent_forms():
     assert not math_equivalent("apple", "apple pie")
 
 
+def rg_tasks(family: str, params: dict, size: int = 4):
+    family = ReasoningGymFamily(name=family, params=params)
+    return reasoning_gym_tasks(ReasoningGymTasks(families=[family], size=size, seed=7))
+
+
+def every_answer_verifier(task, text):
+    """(reasoning-gym, math, user) results for `text` answering `task`."""
+    from posttrain.rewards.math_verifier import MathVerifier
+    from posttrain.rewards.user import UserReward
+    from posttrain.types import Task
+
+    math_task = Task("m", "math", task.messages, answer=task.answer, verifier="math")
+    user_task = Task("u", "user", task.messages, answer=task.answer, entry={"answer": task.answer}, verifier="user")
+    return [
+        score_sync(ReasoningGymVerifier(), [sample_for(task, text)])[0],
+        score_sync(MathVerifier(), [sample_for(math_task, text)])[0],
+        score_sync(UserReward(None), [sample_for(user_task, text)])[0],
+    ]
+
+
 HEDGES = [
     "<answer>{a}</answer> or perhaps <answer>{b}</answer>",
     "\\boxed{{{b}}} ... on reflection \\boxed{{{a}}}",
@@ -102,20 +122,10 @@ HEDGES = [
 @pytest.mark.parametrize("template", HEDGES)
 def test_every_answer_verifier_scores_a_hedge_0(template):
     """The right answer among others is never credited: reasoning-gym, math, user."""
-    from posttrain.rewards.math_verifier import MathVerifier
-    from posttrain.rewards.user import UserReward
-    from posttrain.types import Message, Task
-
     (rg_task,) = reasoning_gym_tasks(ReasoningGymTasks(families=[ReasoningGymFamily(name="chain_sum")], size=1))
     gold = rg_task.answer
     text = template.format(a=gold, b=int(gold) + 1)
-    math_task = Task("m", "math", (Message("user", "q"),), answer=gold, verifier="math")
-    user_task = Task("u", "user", (Message("user", "q"),), answer=gold, entry={"answer": gold}, verifier="user")
-    results = [
-        score_sync(ReasoningGymVerifier(), [sample_for(rg_task, text)])[0],
-        score_sync(MathVerifier(), [sample_for(math_task, text)])[0],
-        score_sync(UserReward(None), [sample_for(user_task, text)])[0],
-    ]
+    results = every_answer_verifier(rg_task, text)
     assert all(r.ok and r.score == 0.0 and r.reason.startswith("hedged: ") for r in results), [
         r.reason for r in results
     ]
@@ -204,26 +214,6 @@ ECHOES = [
 HONEST = ["{gold}", "<answer>{gold}</answer>", "{expr} = {gold}", "Final answer: \\boxed{{{gold}}}", "x = {gold}"]
 
 
-def arithmetic_tasks(family: str, params: dict, size: int = 4):
-    family = ReasoningGymFamily(name=family, params=params)
-    return reasoning_gym_tasks(ReasoningGymTasks(families=[family], size=size, seed=7))
-
-
-def every_answer_verifier(task, text):
-    """(reasoning-gym, math, user) results for `text` answering `task`."""
-    from posttrain.rewards.math_verifier import MathVerifier
-    from posttrain.rewards.user import UserReward
-    from posttrain.types import Task
-
-    math_task = Task("m", "math", task.messages, answer=task.answer, verifier="math")
-    user_task = Task("u", "user", task.messages, answer=task.answer, entry={"answer": task.answer}, verifier="user")
-    return [
-        score_sync(ReasoningGymVerifier(), [sample_for(task, text)])[0],
-        score_sync(MathVerifier(), [sample_for(math_task, text)])[0],
-        score_sync(UserReward(None), [sample_for(user_task, text)])[0],
-    ]
-
-
 @pytest.mark.parametrize("template", ECHOES)
 @pytest.mark.parametrize(
     "family, params",
@@ -235,7 +225,7 @@ def every_answer_verifier(task, text):
     ],
 )
 def test_the_question_s_own_expression_is_not_its_answer(family, params, template):
-    for task in arithmetic_tasks(family, params):
+    for task in rg_tasks(family, params):
         expr = task.entry["metadata"]["expression"]
         text = template.format(expr=expr, question=task.entry["question"])
         results = every_answer_verifier(task, text)
@@ -246,7 +236,7 @@ def test_the_question_s_own_expression_is_not_its_answer(family, params, templat
 
 @pytest.mark.parametrize("template", HONEST)
 def test_the_value_is_credited_however_it_is_stated(template):
-    for task in arithmetic_tasks("chain_sum", {"min_terms": 2, "max_terms": 3, "max_digits": 2}):
+    for task in rg_tasks("chain_sum", {"min_terms": 2, "max_terms": 3, "max_digits": 2}):
         text = template.format(expr=task.entry["metadata"]["expression"], gold=task.answer)
         results = every_answer_verifier(task, text)
         assert [r.score for r in results] == [1.0, 1.0, 1.0], (text, [r.reason for r in results])
@@ -287,7 +277,7 @@ def test_unevaluated(gold, answer, final):
 @pytest.mark.parametrize("family", ["chain_sum", "products", "leg_counting", "gcd", "count_bits"])
 def test_no_partial_credit_for_containing_the_answer(family, pad):
     """reasoning-gym's default scorer gives 2140 for 214 a 0.75: appending digits would pay."""
-    for task in arithmetic_tasks(family, {}, size=3):
+    for task in rg_tasks(family, {}, size=3):
         text = "".join(str(i) for i in range(1000)) if pad == "ALL" else pad.format(gold=task.answer)
         (result,) = score_sync(ReasoningGymVerifier(), [sample_for(task, text)])
         assert result.ok and result.score == 0.0, (text[:40], result.reason)
