@@ -67,7 +67,7 @@ def main() -> int:
     from posttrain.config.files import load_pipeline
     from posttrain.records.metrics import MetricsLog
     from posttrain.runtime.infra import start_ray
-    from posttrain.runtime.placement import open_first_slot
+    from posttrain.runtime.slots import open_first_slot
     from posttrain.stages.evaluate import Evaluator, format_table
     from posttrain.stages.mopd import CellSampler, cell_tasks, with_experts
     from posttrain.stages.rl import RLRun, run_stage

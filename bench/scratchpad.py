@@ -34,7 +34,7 @@ def train_sft(config, out: Path) -> Path:
     from posttrain.models import resolve_model
     from posttrain.records.metrics import MetricsLog
     from posttrain.runtime.infra import start_ray
-    from posttrain.runtime.placement import open_first_slot
+    from posttrain.runtime.slots import open_first_slot
     from posttrain.stages.sft import run_sft
 
     stage = next(s for s in config.stages if s.type == "sft")

@@ -179,7 +179,7 @@ def run_pipeline(
 
     from posttrain.records.metrics import MetricsLog, write_json_atomic
     from posttrain.runtime.infra import start_ray
-    from posttrain.runtime.placement import check_placeable, open_first_slot
+    from posttrain.runtime.slots import check_placeable, open_first_slot
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
     model_dir = resolved_model(config, source)

@@ -126,7 +126,7 @@ def test_experts_budget_takes_a_margin_and_nothing_else():
 
 
 def test_placement_plan_spreads_slots_over_nodes():
-    from posttrain.runtime.placement import plan, slot_bundles
+    from posttrain.runtime.slots import plan, slot_bundles
 
     cfg = config()
     assert [b["CPU"] for b in slot_bundles(cfg)] == [1, 1, 1]  # engine, two trainer ranks

@@ -168,7 +168,7 @@ def test_cluster_template_takes_model_and_cluster_from_the_environment(tmp_path,
 
 
 def test_cluster_template_puts_one_slot_on_each_8_gpu_node(monkeypatch):
-    from posttrain.runtime.placement import plan, slot_bundles
+    from posttrain.runtime.slots import plan, slot_bundles
 
     for var in CLUSTER_VARS:
         monkeypatch.delenv(var, raising=False)

@@ -6,7 +6,7 @@ import pytest
 import ray
 
 from posttrain.config import RolloutConfig, TrainerConfig
-from posttrain.config.placement import weight_sync_mode
+from posttrain.config.resources import weight_sync_mode
 from posttrain.rollout.engine import RolloutEngine
 from posttrain.train.group import TrainerGroup
 from posttrain.types import GenerationRequest, LossSpec, SamplingSettings, TrainSequence

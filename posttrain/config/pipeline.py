@@ -119,7 +119,7 @@ class RolloutConfig(Base):
 
     @model_validator(mode="after")
     def _tensor_parallel_fits(self) -> RolloutConfig:
-        from posttrain.config.placement import tensor_parallel_problem
+        from posttrain.config.resources import tensor_parallel_problem
 
         problem = tensor_parallel_problem(self.num_gpus, self.tensor_parallel)
         if problem:
@@ -409,7 +409,7 @@ class PipelineConfig(Base):
     def _placeable(self) -> PipelineConfig:
         """On the cluster the file declares (ray.nodes, node_gpus, node_cpus), every slot and
         teacher must fit somewhere: an impossible placement group waits forever, silently."""
-        from posttrain.config.placement import declared_nodes, placement_problems
+        from posttrain.config.resources import declared_nodes, placement_problems
 
         nodes = declared_nodes(self.ray)
         if nodes is not None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import ray
 
 from posttrain.config import RolloutConfig, TeacherPoolConfig
-from posttrain.config.placement import device_of
+from posttrain.config.resources import device_of
 
 GIB = 2**30
 LOAD_TIMEOUT_S = 600
@@ -46,7 +46,7 @@ class TeacherHost:
 
         torch.set_num_threads(1)
         self.dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
-        self.device = device  # from the actor's resources (config.placement.device_of)
+        self.device = device  # from the actor's resources (config.resources.device_of)
         self.models: dict[str, object] = {}
         self.micro_batch_tokens = micro_batch_tokens
 

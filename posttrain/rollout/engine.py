@@ -18,7 +18,7 @@ import time
 import ray
 
 from posttrain.config import RolloutConfig
-from posttrain.config.placement import Device, device_of
+from posttrain.config.resources import Device, device_of
 from posttrain.rollout.cores import pin_to_cores
 from posttrain.rollout.weights import WeightPacket, unpack_tensors
 from posttrain.types import Completion, GenerationRequest, SamplingSettings

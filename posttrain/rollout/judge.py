@@ -11,7 +11,7 @@ import time
 import ray
 
 from posttrain.config import VLLMJudge
-from posttrain.config.placement import device_of
+from posttrain.config.resources import device_of
 from posttrain.rollout.engine import engine_env, vllm_args
 
 

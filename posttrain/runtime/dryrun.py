@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from posttrain.config import PipelineConfig
-from posttrain.config.placement import declared_nodes
+from posttrain.config.resources import declared_nodes
 
 
 def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict], bool]:
@@ -23,7 +23,7 @@ def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict], bool]:
     if address:
         import ray
 
-        from posttrain.runtime.placement import live_nodes
+        from posttrain.runtime.slots import live_nodes
 
         ray.init(address=address, log_to_driver=False, logging_level="ERROR")
         try:
@@ -40,7 +40,7 @@ def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict], bool]:
             nodes,
             config.ray.nodes is not None,
         )
-    from posttrain.runtime.placement import slot_cpus
+    from posttrain.runtime.slots import slot_cpus
 
     cpus = config.ray.num_cpus or max(os.cpu_count() or 1, int(slot_cpus(config) + 0.999))
     local = {"CPU": float(cpus), **({"GPU": float(_local_gpus())} if _local_gpus() else {})}
@@ -82,8 +82,8 @@ def schedule(jobs: dict, slots: int) -> list[list[str]]:
 def dry_run(config: PipelineConfig) -> tuple[str, list[str]]:
     """The plan, and the problems that would keep it from ever being placed (one line each)."""
     from posttrain.config.jobs import expert_jobs
-    from posttrain.config.placement import first_fit, placement_problems, slot_need, slot_parts, teacher_actors
-    from posttrain.runtime.placement import plan
+    from posttrain.config.resources import first_fit, placement_problems, slot_need, slot_parts, teacher_actors
+    from posttrain.runtime.slots import plan
 
     where, nodes, whole = cluster_nodes(config)
     lines = [f"placement plan for pipeline '{config.name}' on {where}:"]

@@ -4,7 +4,7 @@ Per domain the efforts form a chain: `max` starts from the stage's init checkpoi
 `high` from `max`'s final checkpoint and `low` from `high`'s, each annealing its budget
 down from the previous effort's (docs/recipe.md). Jobs of different domains are independent.
 
-Slots (posttrain/runtime/placement.py) are placement groups of one job's engines, trainer ranks
+Slots (posttrain/runtime/slots.py) are placement groups of one job's engines, trainer ranks
 and judge; slot 0 is the pipeline's own, the others are asked for at the start and used
 as Ray grants them (`parallel` at most). A job runs on a free ready slot, in a thread of
 the driver; jobs without a free slot wait in order. Placement groups are reserved whole,
@@ -70,7 +70,7 @@ class ExpertsRunner:
     # ------------------------------------------------------------ slots
 
     def _ask_for_slots(self) -> None:
-        from posttrain.runtime.placement import Slot, reserve
+        from posttrain.runtime.slots import Slot, reserve
 
         main = Slot(
             index=0,
@@ -89,7 +89,7 @@ class ExpertsRunner:
     def _open_granted(self) -> None:
         import ray
 
-        from posttrain.runtime.placement import open_slot
+        from posttrain.runtime.slots import open_slot
 
         for index, (pg, ready) in list(self.waiting.items()):
             if ray.wait([ready], timeout=0)[0]:

@@ -17,7 +17,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from posttrain.config import RolloutConfig, TrainerConfig
-from posttrain.config.placement import weight_sync_mode
+from posttrain.config.resources import weight_sync_mode
 from posttrain.errors import TrainingDiverged
 from posttrain.rollout.collective import TIMEOUT_S
 from posttrain.train.trainer import TrainerWorker

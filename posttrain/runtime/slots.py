@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from posttrain.config import PipelineConfig
-from posttrain.config.placement import (  # noqa: F401 - the slot arithmetic lives with the config
+from posttrain.config.resources import (  # noqa: F401 - the slot arithmetic lives with the config
     MIN_CPU,
     engine_count,
     first_fit,
