@@ -70,7 +70,7 @@ def main() -> int:
     from posttrain.runtime.slots import open_first_slot
     from posttrain.stages.evaluate import Evaluator, format_table
     from posttrain.stages.mopd import CellSampler, cell_tasks, with_experts
-    from posttrain.stages.rl import RLRun, run_stage
+    from posttrain.stages.rl import RLRun, train_and_save
 
     run = args.run_dir
     config = load_pipeline(run / "config.resolved.yaml")
@@ -103,7 +103,7 @@ def main() -> int:
     stage = stage.model_copy(update={"name": "mixed-rl", "alpha": 1.0})
     mixed = RLRun(stage, infra, sampler=CellSampler(cell_tasks(stage, limits), config.seed))
     rl_started = time.perf_counter()
-    mixed_dir = run_stage(mixed, sft_dir, None)
+    mixed_dir = train_and_save(mixed, sft_dir, None)
     rl_seconds = time.perf_counter() - rl_started
 
     checkpoints = {

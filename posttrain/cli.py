@@ -152,6 +152,7 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    import posttrain.stages.registry  # noqa: F401 - every stage type's schema is in the YAML's union before a file is read
     from posttrain.config.files import ConfigError, dump_config, load_pipeline
     from posttrain.errors import RunStopped
 
@@ -193,9 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run" and args.dry_run:
             from posttrain.pipeline import preflight
             from posttrain.runtime.dryrun import dry_run
+            from posttrain.stages.registry import dry_run_lines
 
             preflight(config, args.pipeline)
-            plan, problems = dry_run(config)
+            plan, problems = dry_run(config, dry_run_lines)
             print(plan)
             if problems:  # a placement that would wait forever: one line, exit 2
                 print(f"{args.pipeline}: {problems[0]}", file=sys.stderr)

@@ -18,9 +18,19 @@ import json
 import time
 from pathlib import Path
 
-from posttrain.config import CodingTasks, PipelineConfig, ReasoningGymTasks, UserTasks
+from posttrain.config import (
+    CodingTasks,
+    EnvTasks,
+    EvalStage,
+    HFTasks,
+    PipelineConfig,
+    ReasoningGymTasks,
+    UserTasks,
+    VerifiersTasks,
+)
 from posttrain.config.files import ConfigError, dump_config
-from posttrain.records.run_state import STATE_FILES, claim_run_dir, latest_checkpoint, set_aside_metrics
+from posttrain.records.run_state import claim_run_dir, latest_checkpoint, set_aside_metrics
+from posttrain.stages.registry import StageRun, stage_type
 
 
 def preflight(config: PipelineConfig, source: str) -> None:
@@ -29,12 +39,12 @@ def preflight(config: PipelineConfig, source: str) -> None:
     from posttrain.data.tasks import load_tasks
 
     for i, stage in enumerate(config.stages):
-        for where, leaf in _leaves(stage):
+        for where, leaf in stage.task_leaves():
             if isinstance(leaf, UserTasks):
                 _preflight_user(leaf, f"{source}: stages[{i}].{where}")
             if isinstance(leaf, CodingTasks) and leaf.path is not None:
                 _preflight_file(leaf, f"{source}: stages[{i}].{where}")
-            if leaf.type in ("hf", "env", "verifiers"):
+            if isinstance(leaf, (HFTasks, EnvTasks, VerifiersTasks)):
                 _preflight_own(stage, leaf, f"{source}: stages[{i}].{where}")
             if not isinstance(leaf, ReasoningGymTasks):
                 continue
@@ -51,30 +61,11 @@ def _preflight_held_out(config: PipelineConfig, source: str) -> None:
     from posttrain.data.heldout import HeldOutError, check_held_out
 
     for i, stage in enumerate(config.stages):
-        if stage.type == "eval":
+        if isinstance(stage, EvalStage):
             try:
                 check_held_out(stage, config)
             except HeldOutError as exc:
                 raise ConfigError(f"{source}: stages[{i}]: {exc}") from None
-
-
-def _leaves(stage) -> list[tuple[str, object]]:
-    """(key path, leaf task source) of a stage."""
-    if stage.type == "sft":
-        roots = [("data", stage.data)]
-    elif stage.type == "synthesis":
-        roots = [("tasks", stage.tasks)]
-    elif stage.type == "rl":
-        roots = [("tasks", stage.tasks)]
-    else:  # experts, mopd, eval: a source per domain (mopd and eval may take an experts stage's)
-        roots = [(f"domains.{name}", source) for name, source in (stage.domains or {}).items()]
-    out = []
-    for field, data in roots:
-        if data.type == "mixture":
-            out += [(f"{field}.sources[{k}]", leaf) for k, leaf in enumerate(data.sources)]
-        elif data.type not in ("chat_jsonl", "synthesis"):
-            out.append((field, data))
-    return out
 
 
 def _preflight_own(stage, leaf, where: str) -> None:
@@ -83,7 +74,7 @@ def _preflight_own(stage, leaf, where: str) -> None:
     from posttrain.data.hf import StreamSampler
     from posttrain.data.tasks import load_tasks
 
-    if getattr(leaf, "streaming", False) and stage.type not in ("rl", "experts"):
+    if getattr(leaf, "streaming", False) and not stage.streams_tasks:
         raise ConfigError(f"{where}.streaming: a {stage.type} stage reads its tasks whole; streaming is for RL stages")
     if getattr(leaf, "streaming", False) and ".sources[" in where:
         raise ConfigError(f"{where}.streaming: a streamed source cannot be mixed; give it as the stage's `tasks`")
@@ -106,10 +97,10 @@ def _preflight_file(leaf, where: str) -> None:
 def _preflight_user(leaf: UserTasks, where: str) -> None:
     _preflight_file(leaf, where)
     if leaf.reward:
-        from posttrain.rewards.user import _load
+        from posttrain.rewards.user import load_reward_function
 
         try:
-            _load(leaf.reward)
+            load_reward_function(leaf.reward)
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
 
@@ -140,10 +131,11 @@ def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str,
     plan = {}
     for stage in config.stages:
         entry = state["stages"][stage.name]
-        if entry["status"] == "done" or stage.type not in STATE_FILES:
+        state_file = stage_type(stage).state_file
+        if entry["status"] == "done" or state_file is None:
             continue  # experts: each job finds its own checkpoint; eval: runs again whole
-        found = latest_checkpoint(run_dir / "checkpoints" / stage.name, STATE_FILES[stage.type])
-        step = json.loads((found / STATE_FILES[stage.type]).read_text())["step"] if found else 0
+        found = latest_checkpoint(run_dir / "checkpoints" / stage.name, state_file)
+        step = json.loads((found / state_file).read_text())["step"] if found else 0
         set_aside_metrics(run_dir, stage.name, step)
         if found:
             plan[stage.name] = found
@@ -194,21 +186,19 @@ def run_pipeline(
     previous = model_dir
     try:
         for stage in config.stages:
-            entry = state["stages"][stage.name]
-            if entry["status"] == "done":
-                previous = _restore_done(stage, entry, checkpoints, previous)
+            entry, kind = state["stages"][stage.name], stage_type(stage)
+            if entry["status"] == "done":  # what it made, as if it had just run
+                previous = kind.restore(stage, entry, checkpoints) or previous
                 continue
             init_dir = checkpoints[stage.init_from] if stage.init_from else previous
             entry.update(status="running", started=entry.get("started", time.time()))
-            if stage.type != "eval":
+            if kind.records_init:
                 entry["init_from"] = str(init_dir)
             save_state()
-            previous = (
-                run_stage(
-                    stage, init_dir, infra, resume_dirs.get(stage.name), checkpoints, entry, save_state, model_dir
-                )
-                or previous
+            run = StageRun(
+                stage, init_dir, infra, resume_dirs.get(stage.name), checkpoints, entry, save_state, model_dir
             )
+            previous = kind.run(run) or previous
             entry.update(status="done", finished=time.time())
             entry["seconds"] = round(entry["finished"] - entry["started"], 1)
             save_state()
@@ -217,55 +207,3 @@ def run_pipeline(
         infra.metrics.close()
         slot.close()
     return state
-
-
-def run_stage(
-    stage,
-    init_dir: Path,
-    infra,
-    resume_dir: Path | None,
-    checkpoints: dict[str, Path],
-    entry: dict,
-    save_state,
-    model_dir: Path,
-) -> Path | None:
-    """Run one stage; returns the checkpoint the next stage starts from by default (an
-    experts or eval stage leaves it as it was: None)."""
-    from posttrain.stages.evaluate import run_eval
-    from posttrain.stages.experts import run_experts
-    from posttrain.stages.mopd import run_mopd
-    from posttrain.stages.rl import run_rl
-    from posttrain.stages.sft import run_sft
-
-    if stage.type == "experts":
-        finals = run_experts(stage, init_dir, infra, model_dir, entry, save_state)
-        checkpoints.update({f"{stage.name}/{job}": path for job, path in finals.items()})
-        entry["checkpoints"] = {job: str(path) for job, path in finals.items()}
-        return None
-    if stage.type == "eval":
-        entry["output"] = str(run_eval(stage, infra, checkpoints))
-        return None
-    if stage.type == "synthesis":
-        from posttrain.stages.synthesis import run_synthesis
-
-        entry["summary"] = run_synthesis(stage, infra)
-        entry["output"] = str(infra.run_dir / "synthesis" / stage.name)
-        return None
-    if stage.type == "mopd":
-        final = run_mopd(stage, init_dir, infra, resume_dir, stages=checkpoints)
-    else:
-        final = {"sft": run_sft, "rl": run_rl}[stage.type](stage, init_dir, infra, resume_dir)
-    checkpoints[stage.name] = final
-    entry["checkpoint"] = str(final)
-    return final
-
-
-def _restore_done(stage, entry: dict, checkpoints: dict[str, Path], previous: Path) -> Path:
-    """A stage finished before a resume: its checkpoints, as if it had just run."""
-    if stage.type == "experts":
-        checkpoints.update({f"{stage.name}/{job}": Path(p) for job, p in entry["checkpoints"].items()})
-        return previous
-    if stage.type in ("eval", "synthesis"):
-        return previous
-    checkpoints[stage.name] = Path(entry["checkpoint"])
-    return checkpoints[stage.name]

@@ -106,7 +106,7 @@ def checksum(trainers) -> float:
 
 
 def test_stale_tokens_get_tis_weights_and_exclude_removes_their_gradient(stack, rambler, tmp_path):
-    from posttrain.stages.rl import run_stage
+    from posttrain.stages.rl import train_and_save
 
     cap = 1.1
     stage = RLStage(
@@ -124,7 +124,7 @@ def test_stale_tokens_get_tis_weights_and_exclude_removes_their_gradient(stack, 
         budget={"tokens": 8, "margin": 1.0},
     )
     run, calls = rl_run(stack, stage, tmp_path / "run", rambler)
-    final = run_stage(run, rambler)
+    final = train_and_save(run, rambler)
     rows = metrics(tmp_path / "run")
     stale_steps = moved = 0
     for (seqs, spec, out), row in zip(calls, rows):
@@ -165,7 +165,7 @@ def test_budget_below_the_starting_length_is_learned(stack, rambler, tmp_path):
     """Budget 5 tokens, generation capped at ceil(5 x 1.25) = 7: most starting responses
     run over it and score -1, the shorter ones of each group score 0 or 1, so GRPO's
     advantage favours stopping early; the run ends with mean length under 5."""
-    from posttrain.stages.rl import run_stage
+    from posttrain.stages.rl import train_and_save
 
     stage = RLStage(
         name="budget",
@@ -179,7 +179,7 @@ def test_budget_below_the_starting_length_is_learned(stack, rambler, tmp_path):
         tasks=TASKS,
     )
     run, _ = rl_run(stack, stage, tmp_path / "run", rambler)
-    run_stage(run, rambler)
+    train_and_save(run, rambler)
     lengths = [r["response_tokens/mean"] for r in metrics(tmp_path / "run")]
     assert lengths[0] > 5, lengths
     assert sum(lengths[-3:]) / 3 < 5, lengths

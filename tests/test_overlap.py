@@ -112,7 +112,7 @@ def test_an_engine_killed_mid_overlap_loses_no_sample(ray_session, tiny_dir, tmp
     from posttrain.config.files import validate_pipeline
     from posttrain.records.metrics import MetricsLog
     from posttrain.runtime.infra import Infra, engine_pool
-    from posttrain.stages.rl import RLRun, run_stage
+    from posttrain.stages.rl import RLRun, train_and_save
     from posttrain.train.group import TrainerGroup
 
     stage = {
@@ -154,7 +154,7 @@ def test_an_engine_killed_mid_overlap_loses_no_sample(ray_session, tiny_dir, tmp
     run = KillsAnEngine(config.stages[0], infra)
     try:
         assert [ray.get(e.info.remote())["cores"] for e in pool.engines] == [[0], [0]]
-        run_stage(run, tiny_dir)
+        train_and_save(run, tiny_dir)
         run.killed.join()
         assert pool.restarts == 1
         infra.metrics.close()

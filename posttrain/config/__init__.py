@@ -60,6 +60,7 @@ from posttrain.config.stages import (  # noqa: F401
     SFTStage,
     Stage,
     StageBase,
+    StageSchema,
     SynthesisStage,
     TeacherPoolConfig,
     TeacherSpec,

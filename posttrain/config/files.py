@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from posttrain.config.pipeline import PipelineConfig
+from posttrain.config.stages import STAGE_SCHEMAS
 
 
 class ConfigError(Exception):
@@ -36,12 +37,7 @@ _MESSAGES = {
 }
 
 
-TAGS = {
-    "sft",
-    "rl",
-    "experts",
-    "mopd",
-    "eval",
+TAGS = {  # besides the stage types (STAGE_SCHEMAS, which the stage registry may extend)
     "reasoning_gym",
     "arithmetic",
     "coding",
@@ -59,7 +55,7 @@ TAGS = {
     "adamw",
     "muon",
     "muon_per_head",
-    "synthesis",
+    "synthesis",  # also a stage type: the SFT source of a synthesis stage's set
     "hf",
     "env",
     "verifiers",
@@ -68,9 +64,10 @@ UNION_FIELDS = {"stages", "data", "tasks", "sources", "judge", "correction", "al
 DICT_UNION_FIELDS = {"domains"}  # {name: task source}: the key, then the source's tag
 
 
-def _loc_path(loc: tuple, tags: set[str] = TAGS) -> str:
+def _loc_path(loc: tuple, tags: set[str] | None = None) -> str:
     """('stages', 1, 'rl', 'lr') -> 'stages[1].lr': the tags pydantic puts after a union
     field (or after a key of a dict of unions) are dropped; a dict key stays."""
+    tags = TAGS | set(STAGE_SCHEMAS) if tags is None else tags
     out = ""
     for i, part in enumerate(loc):
         prev, prev2 = (loc[i - 1] if i else None), (loc[i - 2] if i > 1 else None)

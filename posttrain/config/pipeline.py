@@ -13,7 +13,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from posttrain.config.base import Base, model_name
-from posttrain.config.stages import ExpertsStage, RLStage, SFTStage, Stage, SynthesisStage
+from posttrain.config.stages import (
+    STAGE_SCHEMAS,
+    RLStage,
+    SFTStage,
+    Stage,
+    StageSchema,
+    add_stage_schema,
+    stage_union,
+)
 
 # ---------------------------------------------------------------- model
 
@@ -351,28 +359,7 @@ class PipelineConfig(Base):
             where = f"stages[{i}] ({stage.name})"
             if stage.name in seen:
                 raise ValueError(f"{where}: duplicate stage name '{stage.name}'")
-            if stage.init_from not in (None, "model"):
-                self._checkpoint_ref(seen, stage.init_from, f"{where}.init_from")
-            for j, teacher in enumerate(getattr(stage, "teachers", [])):
-                if teacher.checkpoint.startswith("stage:"):
-                    self._checkpoint_ref(
-                        seen, teacher.checkpoint.removeprefix("stage:"), f"{where}.teachers[{j}].checkpoint"
-                    )
-            if getattr(stage, "experts", None) is not None:
-                if not isinstance(seen.get(stage.experts), ExpertsStage):
-                    raise ValueError(f"{where}.experts: '{stage.experts}' names no earlier experts stage")
-            if stage.type == "sft" and stage.data.type == "synthesis":
-                if not isinstance(seen.get(stage.data.stage), SynthesisStage):
-                    raise ValueError(f"{where}.data.stage: '{stage.data.stage}' names no earlier synthesis stage")
-            if stage.type == "eval":
-                for j, ref in enumerate(stage.checkpoints):
-                    if ref != "model":
-                        self._checkpoint_ref(seen, ref, f"{where}.checkpoints[{j}]", whole_experts=True)
-                if stage.experts is None and sum(isinstance(s, ExpertsStage) for s in seen.values()) != 1:
-                    raise ValueError(
-                        f"{where}.experts: name the experts stage whose cells to evaluate "
-                        f"(earlier experts stages: {[n for n, s in seen.items() if isinstance(s, ExpertsStage)]})"
-                    )
+            stage.check_references(seen, where)
             seen[stage.name] = stage
         return self
 
@@ -418,29 +405,6 @@ class PipelineConfig(Base):
                 raise ValueError(f"{problems[0]} (declared cluster: {_declared(self.ray)})")
         return self
 
-    @staticmethod
-    def _checkpoint_ref(seen: dict, ref: str, where: str, whole_experts: bool = False) -> None:
-        """`ref` must name an earlier stage with a checkpoint: an sft, rl or mopd stage, one
-        job of an experts stage (`EXPERTS/DOMAIN-EFFORT`), or (eval) a whole experts stage."""
-        name, _, cell = ref.partition("/")
-        stage = seen.get(name)
-        if stage is None:
-            raise ValueError(f"{where}: '{ref}' names no earlier stage")
-        if stage.type in ("eval", "synthesis"):
-            raise ValueError(f"{where}: '{ref}' is an {stage.type} stage, which makes no checkpoint")
-        if stage.type == "experts":
-            cells = [f"{d}-{e}" for d, e in stage.cells()]
-            if not cell and not whole_experts:
-                raise ValueError(
-                    f"{where}: '{ref}' is an experts stage: name one of its jobs, e.g. '{name}/{cells[0]}'"
-                )
-            if cell and cell not in cells:
-                raise ValueError(
-                    f"{where}: '{ref}': experts stage '{name}' has no job '{cell}' (jobs: {', '.join(cells)})"
-                )
-        elif cell:
-            raise ValueError(f"{where}: '{ref}': only an experts stage has jobs ('{name}' is {stage.type})")
-
     def stage(self, name: str) -> SFTStage | RLStage:
         return next(s for s in self.stages if s.name == name)
 
@@ -449,3 +413,22 @@ def _declared(ray: RayConfig) -> str:
     sizes = (("node_gpus", ray.node_gpus), ("node_cpus", ray.node_cpus))
     size = ", ".join(f"{key}: {value:g}" for key, value in sizes if value is not None)
     return f"ray.nodes: {ray.nodes}, {size}" if ray.nodes else size
+
+
+def register_stage_schema(schema: type[StageSchema]) -> None:
+    """Add a stage type's schema to the pipeline YAML's `stages` union: pipelines validated
+    from now on may use its `type:`. The stage registry (`posttrain/stages/registry.py`)
+    calls this for each type it registers."""
+    add_stage_schema(schema)
+    _rebuild_stages()
+
+
+def unregister_stage_schema(name: str) -> None:
+    """Take a registered stage type out of the union again (a test's toy type)."""
+    STAGE_SCHEMAS.pop(name)
+    _rebuild_stages()
+
+
+def _rebuild_stages() -> None:
+    PipelineConfig.model_fields["stages"].annotation = list[stage_union()]
+    PipelineConfig.model_rebuild(force=True)

@@ -56,19 +56,13 @@ def weight_sync_mode(rollout: RolloutConfig) -> Literal["collective", "object_st
 
 def judge_config(config: PipelineConfig):
     """The vLLM judge a stage of this pipeline needs (the largest), or None."""
-    judges = [
-        s.reward.grm.judge
-        for s in config.stages
-        if s.type in ("rl", "experts", "mopd", "synthesis")
-        and s.reward.grm is not None
-        and s.reward.grm.judge.type == "vllm"
-    ]
+    judges = [s.grm().judge for s in config.stages if s.grm() is not None and s.grm().judge.in_slot]
     return max(judges, key=lambda j: (j.num_cpus, j.num_gpus), default=None)
 
 
 def engine_count(config: PipelineConfig) -> int:
     """Engines per slot: none when no stage samples from the policy."""
-    sampling = any(s.type in ("rl", "experts", "mopd", "eval") for s in config.stages)
+    sampling = any(s.samples_policy for s in config.stages)
     return config.rollout.engines if sampling else 0
 
 
@@ -123,22 +117,14 @@ def _count(n: int, what: str) -> str:
 
 
 def teacher_actors(config: PipelineConfig) -> list[tuple[int, object, int, dict[str, float]]]:
-    """Per MOPD stage: (stage index, its teacher_pool, actors resident at once, resources of
-    one). vllm: one engine actor per resident teacher (at most `max_resident`); hf: one
-    shared host actor."""
+    """Per stage with teacher actors (MOPD): (stage index, its teacher_pool, actors resident
+    at once, resources of one)."""
     out = []
     for i, stage in enumerate(config.stages):
-        if stage.type != "mopd":
+        found = stage.teacher_actors(config.stages)
+        if found is None:
             continue
-        pool = stage.teacher_pool
-        if pool.backend == "hf":
-            count = 1
-        else:
-            teachers = len(stage.teachers)
-            if stage.experts is not None:
-                experts = next(s for s in config.stages if s.name == stage.experts)
-                teachers = len(experts.cells())
-            count = min(teachers, pool.max_resident or teachers)
+        pool, count = found
         one = {"CPU": float(pool.num_cpus), **({"GPU": float(pool.num_gpus)} if pool.num_gpus else {})}
         out.append((i, pool, count, one))  # actors outside any placement group: 0 CPUs is 0
     return out

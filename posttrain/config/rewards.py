@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,6 +15,9 @@ class VLLMJudge(Base):
     weights never change; it is separate from the policy's rollout engines."""
 
     type: Literal["vllm"]
+
+    in_slot: ClassVar[bool] = True
+    """An engine actor in the pipeline's slot (a bundle of its own), not an endpoint elsewhere."""
     model: str = Field(
         "smollm2-135m-instruct", description="`smollm2-135m-instruct`, `tiny`, or a local Hugging Face model folder."
     )
@@ -54,6 +57,8 @@ class HTTPJudge(Base):
     """Any OpenAI-compatible endpoint (`POST {base_url}/chat/completions`)."""
 
     type: Literal["http"]
+
+    in_slot: ClassVar[bool] = False
     base_url: str = Field(description="API root, e.g. `http://127.0.0.1:8000/v1`.")
     model: str = Field(description="Model name sent with every request.")
     api_key_env: str | None = Field(

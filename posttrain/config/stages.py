@@ -5,7 +5,7 @@ algorithm settings they share (advantage, loss, partial rollouts, token budgets)
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -17,7 +17,7 @@ from posttrain.config.algo import (
 from posttrain.config.base import Base
 from posttrain.config.rewards import RewardConfig
 from posttrain.config.synthesis import ReviewConfig, TeacherModel, VerifyConfig
-from posttrain.config.tasks import SFTSource, TaskSource
+from posttrain.config.tasks import ChatJsonl, MixtureTasks, SFTSource, SynthesisData, TaskSource
 
 # ---------------------------------------------------------------- stages
 
@@ -30,7 +30,101 @@ def stage_name(name: str) -> str:
     return name
 
 
-class StageBase(Base):
+Trains = Literal["checkpoint", "jobs", "nothing"]
+
+
+class StageSchema(Base):
+    """What every stage type's schema answers about itself, as class facts and pure
+    methods, so that validation, placement, the pipeline, the held-out check and the reward
+    router ask the stage instead of comparing type names. A new type overrides what
+    differs; how it runs is registered in `posttrain/stages/registry.py`."""
+
+    trains: ClassVar[Trains] = "checkpoint"
+    """What it trains: one checkpoint (`checkpoints/NAME/final`, named by its stage name),
+    one per job (`NAME/JOB`, the experts stage), or nothing (it writes other outputs)."""
+    samples_policy: ClassVar[bool] = False
+    """It samples from the policy on the slot's rollout engines (a slot then holds engines)."""
+    streams_tasks: ClassVar[bool] = False
+    """It may read a task source as a stream (RL draws); other stages read their tasks whole."""
+
+    @classmethod
+    def type_name(cls) -> str:
+        """The `type:` of this schema in the pipeline YAML (its `type` literal)."""
+        return get_args(cls.model_fields["type"].annotation)[0]
+
+    def task_sources(self) -> dict[str, Any]:
+        """The task sources (and SFT data) written in this stage, by key path (`tasks`,
+        `data`, `domains.NAME`); mixtures are not opened."""
+        return {}
+
+    def task_leaves(self) -> list[tuple[str, Any]]:
+        """(key path, leaf task source) of the tasks this stage draws and scores: mixtures
+        opened (`tasks.sources[K]`); conversation data (chat_jsonl, a synthesis stage's
+        set) holds no tasks and is left out."""
+        out = []
+        for key, root in self.task_sources().items():
+            if isinstance(root, MixtureTasks):
+                out += [(f"{key}.sources[{k}]", leaf) for k, leaf in enumerate(root.sources)]
+            elif not isinstance(root, (ChatJsonl, SynthesisData)):
+                out.append((key, root))
+        return out
+
+    def training_sources(self, config) -> list:
+        """What this stage trains on or makes training data from, for the held-out check:
+        its own sources (and SFT data); an empty list when nothing it reads is training data.
+        `config`: the pipeline, for sources this stage takes from an earlier one."""
+        return list(self.task_sources().values())
+
+    def grm(self):
+        """The generative reward model of this stage's `reward`, or None."""
+        return None
+
+    def job_slots(self) -> int:
+        """Slots (placement groups) this stage can use at once; slot 0 is the pipeline's own."""
+        return 1
+
+    def job_names(self) -> list[str]:
+        """The jobs of a stage that trains one checkpoint per job (`NAME/JOB`)."""
+        return []
+
+    def teacher_actors(self, stages: list) -> tuple[Any, int] | None:
+        """(teacher pool, actors resident at once) of a stage with teacher actors outside
+        the slot, or None. `stages`: the pipeline's stages, for teachers an earlier one makes."""
+        return None
+
+    def check_references(self, earlier: dict[str, StageSchema], where: str) -> None:
+        """Raise ValueError (naming the key, after `where`) for a reference to an earlier
+        stage that is not there or makes no checkpoint. `earlier`: the stages before this
+        one, by name."""
+
+
+def check_checkpoint_ref(earlier: dict[str, StageSchema], ref: str, where: str, whole_jobs: bool = False) -> None:
+    """`ref` must name an earlier stage with a checkpoint: one that trains one (sft, rl,
+    mopd), one job of a stage that trains one per job (`EXPERTS/DOMAIN-EFFORT`), or (with
+    `whole_jobs`, eval) a whole such stage."""
+    name, _, cell = ref.partition("/")
+    stage = earlier.get(name)
+    if stage is None:
+        raise ValueError(f"{where}: '{ref}' names no earlier stage")
+    if stage.trains == "nothing":
+        raise ValueError(f"{where}: '{ref}' is an {stage.type} stage, which makes no checkpoint")
+    if stage.trains == "jobs":
+        jobs = stage.job_names()
+        if not cell and not whole_jobs:
+            raise ValueError(
+                f"{where}: '{ref}' is an {stage.type} stage: name one of its jobs, e.g. '{name}/{jobs[0]}'"
+            )
+        if cell and cell not in jobs:
+            raise ValueError(
+                f"{where}: '{ref}': {stage.type} stage '{name}' has no job '{cell}' (jobs: {', '.join(jobs)})"
+            )
+    elif cell:
+        raise ValueError(f"{where}: '{ref}': only an experts stage has jobs ('{name}' is {stage.type})")
+
+
+class StageBase(StageSchema):
+    """A stage that trains from a checkpoint: the previous stage's, or its `init_from`."""
+
     name: str = Field(description="Stage name; checkpoints go to RUN_DIR/checkpoints/NAME.")
     init_from: str | None = Field(
         None,
@@ -48,6 +142,10 @@ class StageBase(Base):
     @classmethod
     def _safe_name(cls, name: str) -> str:
         return stage_name(name)
+
+    def check_references(self, earlier: dict[str, StageSchema], where: str) -> None:
+        if self.init_from not in (None, "model"):
+            check_checkpoint_ref(earlier, self.init_from, f"{where}.init_from")
 
 
 class ThinkConfig(Base):
@@ -122,9 +220,19 @@ class SFTStage(StageBase):
             raise ValueError("think.by_effort needs effort_lines: true (the effort must be stated to think by it)")
         return self
 
+    def task_sources(self) -> dict[str, Any]:
+        return {"data": self.data}
+
+    def check_references(self, earlier: dict[str, StageSchema], where: str) -> None:
+        super().check_references(earlier, where)
+        if isinstance(self.data, SynthesisData) and not isinstance(earlier.get(self.data.stage), SynthesisStage):
+            raise ValueError(f"{where}.data.stage: '{self.data.stage}' names no earlier synthesis stage")
+
 
 class RolloutStage(StageBase):
     """What every stage that samples from the policy shares (RL and MOPD)."""
+
+    samples_policy: ClassVar[bool] = True
 
     algo: GRPOConfig = Field(default_factory=GRPOConfig, description="Advantage and loss.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Answer extraction.")
@@ -146,12 +254,20 @@ class RolloutStage(StageBase):
             )
         return self
 
+    def grm(self):
+        return self.reward.grm
+
 
 class RLStage(RolloutStage):
     """RL with verifiable rewards: generate -> score -> advantage -> train -> sync."""
 
     type: Literal["rl"]
     tasks: TaskSource = Field(description="Prompts and how they are scored.")
+
+    streams_tasks: ClassVar[bool] = True
+
+    def task_sources(self) -> dict[str, Any]:
+        return {"tasks": self.tasks}
 
     @model_validator(mode="after")
     def _budget_fits(self) -> RLStage:
@@ -289,6 +405,35 @@ class MOPDStage(RolloutStage):
             raise ValueError("effort_max_tokens must be >= 1")
         return self
 
+    def task_sources(self) -> dict[str, Any]:
+        return {f"domains.{name}": source for name, source in self.domains.items()}
+
+    def training_sources(self, config) -> list:
+        if self.experts is not None:  # the experts stage's domains
+            return config.stage(self.experts).training_sources(config)
+        return super().training_sources(config)
+
+    def teacher_actors(self, stages: list) -> tuple[Any, int] | None:
+        """vllm: one engine actor per resident teacher (at most `max_resident`); hf: one
+        shared host actor."""
+        pool = self.teacher_pool
+        if pool.backend == "hf":
+            return pool, 1
+        teachers = len(self.teachers)
+        if self.experts is not None:
+            teachers = len(next(s for s in stages if s.name == self.experts).job_names())
+        return pool, min(teachers, pool.max_resident or teachers)
+
+    def check_references(self, earlier: dict[str, StageSchema], where: str) -> None:
+        super().check_references(earlier, where)
+        for j, teacher in enumerate(self.teachers):
+            if teacher.checkpoint.startswith("stage:"):
+                check_checkpoint_ref(
+                    earlier, teacher.checkpoint.removeprefix("stage:"), f"{where}.teachers[{j}].checkpoint"
+                )
+        if self.experts is not None and not isinstance(earlier.get(self.experts), ExpertsStage):
+            raise ValueError(f"{where}.experts: '{self.experts}' names no earlier experts stage")
+
 
 Domain = Literal["general", "agent", "coding"]
 EFFORT_ORDER: tuple[str, ...] = ("max", "high", "low")  # each effort's expert starts from the one before
@@ -378,13 +523,27 @@ class ExpertsStage(RolloutStage):
                     )
         return self
 
+    trains: ClassVar[Trains] = "jobs"
+    streams_tasks: ClassVar[bool] = True
+
     def cells(self) -> list[tuple[str, str]]:
         """(domain, effort) of every job, in the order they can start."""
         return [(d, e) for e in EFFORT_ORDER if e in self.efforts for d in self.domains]
 
+    def job_names(self) -> list[str]:
+        return [f"{d}-{e}" for d, e in self.cells()]
 
-class CheckpointlessStage(Base):
+    def task_sources(self) -> dict[str, Any]:
+        return {f"domains.{name}": source for name, source in self.domains.items()}
+
+    def job_slots(self) -> int:
+        return min(self.parallel or len(self.domains), len(self.domains))
+
+
+class CheckpointlessStage(StageSchema):
     """A stage that trains nothing: no checkpoint of its own, nothing to start from."""
+
+    trains: ClassVar[Trains] = "nothing"
 
     name: str = Field(description="Stage name.")
 
@@ -429,6 +588,26 @@ class EvalStage(CheckpointlessStage):
         "the run starts, and again by the stage); `drop` scores only the unseen tasks and counts the others.",
     )
 
+    samples_policy: ClassVar[bool] = True
+
+    def task_sources(self) -> dict[str, Any]:
+        return {f"domains.{name}": source for name, source in (self.domains or {}).items()}
+
+    def training_sources(self, config) -> list:
+        return []  # held out: what it scores is checked against the others' sources
+
+    def check_references(self, earlier: dict[str, StageSchema], where: str) -> None:
+        if self.experts is not None and not isinstance(earlier.get(self.experts), ExpertsStage):
+            raise ValueError(f"{where}.experts: '{self.experts}' names no earlier experts stage")
+        for j, ref in enumerate(self.checkpoints):
+            if ref != "model":
+                check_checkpoint_ref(earlier, ref, f"{where}.checkpoints[{j}]", whole_jobs=True)
+        if self.experts is None and sum(isinstance(s, ExpertsStage) for s in earlier.values()) != 1:
+            raise ValueError(
+                f"{where}.experts: name the experts stage whose cells to evaluate "
+                f"(earlier experts stages: {[n for n, s in earlier.items() if isinstance(s, ExpertsStage)]})"
+            )
+
 
 class SynthesisStage(CheckpointlessStage):
     """A teacher model writes K candidate trajectories per task (multi-turn with tools for
@@ -452,7 +631,35 @@ class SynthesisStage(CheckpointlessStage):
     verify: VerifyConfig = Field(default_factory=VerifyConfig, description="Verification stages.")
     review: ReviewConfig = Field(default_factory=ReviewConfig, description="Human review queue.")
 
+    def task_sources(self) -> dict[str, Any]:
+        return {"tasks": self.tasks}
 
-Stage = Annotated[
-    SFTStage | RLStage | ExpertsStage | MOPDStage | EvalStage | SynthesisStage, Field(discriminator="type")
-]
+    def grm(self):
+        return self.reward.grm
+
+
+# ---------------------------------------------------------------- the `stages` union
+
+STAGE_SCHEMAS: dict[str, type[StageSchema]] = {}
+"""Stage type -> its schema, in the order of the pipeline YAML's `stages` union. A type is
+added with `posttrain.config.pipeline.register_stage_schema` (the stage registry,
+`posttrain/stages/registry.py`, does it for the types it registers)."""
+
+
+def add_stage_schema(schema: type[StageSchema]) -> None:
+    name = schema.type_name()
+    if name in STAGE_SCHEMAS and STAGE_SCHEMAS[name] is not schema:
+        raise ValueError(f"stage type {name!r} is already registered ({STAGE_SCHEMAS[name].__name__})")
+    STAGE_SCHEMAS[name] = schema
+
+
+for _schema in (SFTStage, RLStage, ExpertsStage, MOPDStage, EvalStage, SynthesisStage):
+    add_stage_schema(_schema)
+
+
+def stage_union() -> Any:
+    """The `stages` item type: a union of every registered schema, told apart by `type`."""
+    return Annotated[Union[tuple(STAGE_SCHEMAS.values())], Field(discriminator="type")]  # noqa: UP007
+
+
+Stage = stage_union()

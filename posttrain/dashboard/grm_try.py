@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from posttrain.config import GRMConfig, RewardConfig
+from posttrain.config import GRMConfig, RewardConfig, RLStage
 from posttrain.config.files import ConfigError, format_validation_error, read_yaml, validate_pipeline
 from posttrain.dashboard.rewards import print_entry
 from posttrain.types import Completion, Message, Sample, Task
@@ -38,7 +38,7 @@ def load_grm_config(path: str | None) -> GRMConfig:
     raw = read_yaml(path)
     if "stages" in raw:
         config = validate_pipeline(raw, str(path))
-        found = [s.reward.grm for s in config.stages if s.type == "rl" and s.reward.grm is not None]
+        found = [s.reward.grm for s in config.stages if isinstance(s, RLStage) and s.reward.grm is not None]
         if not found:
             raise ConfigError(f"{path}: no RL stage has reward.grm")
         return found[0]

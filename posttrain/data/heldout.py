@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from posttrain.config import ChatJsonl, ExpertsStage, MixtureTasks, SynthesisData
 from posttrain.types import Message, Task
-
-TRAINING_STAGES = ("sft", "synthesis", "rl", "experts", "mopd")
 
 
 class HeldOutError(ValueError):
@@ -32,7 +31,7 @@ def experts_of(stage, config):
     """The experts stage whose cells an eval stage scores."""
     if stage.experts:
         return config.stage(stage.experts)
-    return next(s for s in config.stages if s.type == "experts")
+    return next(s for s in config.stages if isinstance(s, ExpertsStage))
 
 
 def held_out(source, offset: int):
@@ -43,7 +42,7 @@ def held_out(source, offset: int):
         update["seed"] = source.seed + offset
     if "part" in type(source).model_fields:
         update["part"] = "eval"
-    if source.type == "mixture":
+    if isinstance(source, MixtureTasks):
         update["sources"] = [held_out(s, offset) for s in source.sources]
     return source.model_copy(update=update)
 
@@ -64,16 +63,6 @@ def eval_tasks(stage, config) -> dict[str, list[Task]]:
     return out
 
 
-def _stage_sources(stage, config) -> list:
-    if stage.type == "sft":
-        return [stage.data]
-    if stage.type in ("synthesis", "rl"):
-        return [stage.tasks]
-    if stage.type == "mopd" and stage.experts:
-        return list(config.stage(stage.experts).domains.values())
-    return list((stage.domains or {}).values())
-
-
 def training_prompts(config) -> dict[str, str]:
     """Normalized prompt -> the stage it trains in, over every training stage of the run."""
     from posttrain.data.tasks import generate_tasks, load_chat_jsonl
@@ -81,10 +70,8 @@ def training_prompts(config) -> dict[str, str]:
     seen: dict[str, str] = {}
     listed: set[str] = set()  # a source two stages share (the experts' domains, MOPD's) is listed once
     for stage in config.stages:
-        if stage.type not in TRAINING_STAGES:
-            continue
-        for source in _stage_sources(stage, config):
-            if source.type == "synthesis":  # the synthesis stage's own tasks are counted there
+        for source in stage.training_sources(config):  # eval's: none
+            if isinstance(source, SynthesisData):  # the synthesis stage's own tasks are counted there
                 continue
             if getattr(source, "streaming", False):
                 _streamed_is_split(source, stage)  # too large to list: disjoint by its part instead
@@ -93,7 +80,7 @@ def training_prompts(config) -> dict[str, str]:
             if key in listed:
                 continue
             listed.add(key)
-            if source.type == "chat_jsonl":
+            if isinstance(source, ChatJsonl):
                 prompts = [normalize_prompt(c) for c in load_chat_jsonl(source)]
             else:
                 prompts = [normalize_prompt(t.messages) for t in generate_tasks(source)]

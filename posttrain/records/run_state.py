@@ -27,12 +27,9 @@ def claim_run_dir(run_dir: Path) -> Path | None:
     return moved
 
 
-STATE_FILES = {"sft": "sft_state.json", "rl": "rollout_state.json", "mopd": "rollout_state.json"}
-
-
 def latest_checkpoint(stage_dir: Path, state_file: str) -> Path | None:
-    """The newest complete checkpoint of a stage (its state file is written inside the
-    atomic rename, so a folder that has it is whole)."""
+    """The newest complete checkpoint of a stage (its state file, which the stage registry
+    names for each type, is written inside the atomic rename, so a folder that has it is whole)."""
     found = sorted(p for p in stage_dir.glob("step_*") if (p / state_file).is_file())
     return found[-1] if found else None
 

@@ -209,4 +209,4 @@ class HTTPBackend:
 
 def make_backend(config: VLLMJudge | HTTPJudge, shared=None):
     """`shared`: the job slot's `JudgeSlot` (a vLLM judge engine kept across stages)."""
-    return VLLMBackend(config, shared) if config.type == "vllm" else HTTPBackend(config)
+    return VLLMBackend(config, shared) if isinstance(config, VLLMJudge) else HTTPBackend(config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from posttrain.config import CodingTasks, EnvTasks, UserTasks, VerifiersTasks
 from posttrain.rewards.agent import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
 from posttrain.rewards.math_verifier import MathVerifier
@@ -54,12 +55,6 @@ class RewardRouter:
                 source.close()
 
 
-def task_leaves(stage) -> list:
-    """The leaf task sources of an RL stage (`tasks`) or a MOPD stage (`domains`)."""
-    roots = list(stage.domains.values()) if stage.type in ("mopd", "experts") else [stage.tasks]
-    return [leaf for root in roots for leaf in (root.sources if root.type == "mixture" else [root])]
-
-
 def reward_router(stage, judge=None) -> RewardRouter:
     """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
     sources = {
@@ -67,13 +62,13 @@ def reward_router(stage, judge=None) -> RewardRouter:
         "math": MathVerifier(stage.reward.answer_format),
         "agent": AgentVerifier(),
     }
-    leaves = task_leaves(stage)
-    coding = [leaf for leaf in leaves if leaf.type == "coding" or getattr(leaf, "verifier", None) == "code"]
+    leaves = [leaf for _, leaf in stage.task_leaves()]
+    coding = [leaf for leaf in leaves if isinstance(leaf, CodingTasks) or getattr(leaf, "verifier", None) == "code"]
     if coding:
         from posttrain.rewards.code import CodeVerifier
 
         sources["code"] = CodeVerifier(max(c.workers for c in coding))  # each task carries its own timeout_s
-    user = [leaf for leaf in leaves if leaf.type == "user" or getattr(leaf, "verifier", None) == "user"]
+    user = [leaf for leaf in leaves if isinstance(leaf, UserTasks) or getattr(leaf, "verifier", None) == "user"]
     if len({u.reward for u in user}) > 1:
         raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
     if user:
@@ -92,11 +87,11 @@ def own_sources(leaves: list) -> dict[str, RewardSource]:
     """The reward sources of the user's own environments: `env` (each environment's
     reward, run in its workers) and `verifiers` (a verifiers environment's rubric)."""
     sources: dict[str, RewardSource] = {}
-    if any(leaf.type == "env" for leaf in leaves):
+    if any(isinstance(leaf, EnvTasks) for leaf in leaves):
         from posttrain.rewards.env import EnvReward
 
         sources["env"] = EnvReward()
-    vf = [leaf for leaf in leaves if leaf.type == "verifiers"]
+    vf = [leaf for leaf in leaves if isinstance(leaf, VerifiersTasks)]
     if vf:
         from posttrain.rewards.vf import VerifiersReward
 

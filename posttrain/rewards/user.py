@@ -23,14 +23,16 @@ _FN = None
 STARTUP_TIMEOUT_S = 300
 
 
-def _load(spec: str):
+def load_reward_function(spec: str):
+    """The function a `module:function` reward spec names (ImportError or AttributeError if
+    it cannot be loaded)."""
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
 def _init(spec: str) -> None:
     global _FN
-    _FN = _load(spec)
+    _FN = load_reward_function(spec)
 
 
 def _ready() -> bool:
@@ -72,7 +74,7 @@ class UserReward:
         self.function, self.timeout_s, self.workers = function, timeout_s, workers
         self._pool = None
         if function is not None:
-            _load(function)  # fail at start-up, not at the first sample
+            load_reward_function(function)  # fail at start-up, not at the first sample
 
     def _ensure_pool(self):
         if self._pool is None:

@@ -11,6 +11,8 @@ nodes could never place is reported in one line (exit 2), not left to wait.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from posttrain.config import PipelineConfig
@@ -79,10 +81,25 @@ def schedule(jobs: dict, slots: int) -> list[list[str]]:
     return rounds
 
 
-def dry_run(config: PipelineConfig) -> tuple[str, list[str]]:
-    """The plan, and the problems that would keep it from ever being placed (one line each)."""
-    from posttrain.config.jobs import expert_jobs
-    from posttrain.config.resources import first_fit, placement_problems, slot_need, slot_parts, teacher_actors
+@dataclass(frozen=True)
+class PlanView:
+    """What a stage's dry-run lines are drawn from: the pipeline, the stage's index in it,
+    the nodes (with their free `resources`) and the slots granted on them (at least 1)."""
+
+    config: PipelineConfig
+    index: int
+    nodes: list[dict]
+    slots: int
+
+
+StageLines = Callable[[object, PlanView], list[str]]
+
+
+def dry_run(config: PipelineConfig, stage_lines: StageLines) -> tuple[str, list[str]]:
+    """The plan, and the problems that would keep it from ever being placed (one line each).
+    `stage_lines(stage, view)`: each stage's lines, from its type (the stage registry's
+    `dry_run_lines`)."""
+    from posttrain.config.resources import placement_problems, slot_need, slot_parts
     from posttrain.runtime.slots import plan
 
     where, nodes, whole = cluster_nodes(config)
@@ -90,8 +107,7 @@ def dry_run(config: PipelineConfig) -> tuple[str, list[str]]:
     for n in nodes:
         lines.append(f"  node {n['node']}: free {n['resources']}")
     lines.append(f"a slot = one placement group on one node (STRICT_PACK): {slot_parts(config)} = {slot_need(config)}")
-    experts = [s for s in config.stages if s.type == "experts"]
-    wanted = max([1] + [min(s.parallel or len(s.domains), len(s.domains)) for s in experts])
+    wanted = max(s.job_slots() for s in config.stages)
     placed = plan(config, nodes, wanted)
     granted = [p for p in placed if p["node"] is not None]
     for p in placed:
@@ -104,28 +120,44 @@ def dry_run(config: PipelineConfig) -> tuple[str, list[str]]:
                 else "waits: no node has the resources free (its jobs queue for the others)"
             )
         )
-    teachers = {index: (pool, count, one) for index, pool, count, one in teacher_actors(config)}
     for i, stage in enumerate(config.stages):
-        if stage.type == "experts":
-            rounds = schedule(expert_jobs(stage), max(1, len(granted)))
-            lines.append(
-                f"stage {stage.name} (experts): {sum(map(len, rounds))} jobs on {max(1, len(granted))} slot(s):"
-            )
-            for k, batch in enumerate(rounds, 1):
-                lines.append(f"  round {k}: " + ", ".join(f"{job} -> slot {j}" for j, job in enumerate(batch)))
-        elif stage.type == "mopd":
-            pool, count, one = teachers[i]
-            kind = "one shared hf worker actor" if pool.backend == "hf" else f"{count} vllm engine actor(s) at once"
-            free = [dict(n["resources"]) for n in nodes]
-            first_fit(free, slot_need(config))  # slot 0 stays; the experts' extra slots are gone by then
-            spots = [first_fit(free, one) for _ in range(count)]
-            on = ", ".join(f"{nodes[k]['node']} x{spots.count(k)}" for k in sorted({s for s in spots if s is not None}))
-            lines.append(
-                f"stage {stage.name} (mopd): slot 0; teachers as {kind}, {one} each, at most "
-                f"{pool.memory_gib} GiB resident; beside slot 0 they go on: {on or 'no node'}"
-                + (f" ({spots.count(None)} wait)" if None in spots else "")
-            )
-        else:
-            lines.append(f"stage {stage.name} ({stage.type}): slot 0")
+        lines += stage_lines(stage, PlanView(config, i, nodes, max(1, len(granted))))
     problems = placement_problems(config, [n["total"] for n in nodes], whole=whole)
     return "\n".join(lines), problems
+
+
+# ---------------------------------------------------------------- lines of a stage
+
+
+def slot0_lines(stage, view: PlanView) -> list[str]:
+    """A stage that runs on the pipeline's own slot."""
+    return [f"stage {stage.name} ({stage.type}): slot 0"]
+
+
+def expert_job_lines(stage, view: PlanView) -> list[str]:
+    """The experts stage: which job runs on which slot, round by round."""
+    from posttrain.config.jobs import expert_jobs
+
+    rounds = schedule(expert_jobs(stage), view.slots)
+    lines = [f"stage {stage.name} ({stage.type}): {sum(map(len, rounds))} jobs on {view.slots} slot(s):"]
+    for k, batch in enumerate(rounds, 1):
+        lines.append(f"  round {k}: " + ", ".join(f"{job} -> slot {j}" for j, job in enumerate(batch)))
+    return lines
+
+
+def teacher_lines(stage, view: PlanView) -> list[str]:
+    """MOPD: slot 0, and where its teacher actors would go beside it."""
+    from posttrain.config.resources import first_fit, slot_need, teacher_actors
+
+    config, nodes = view.config, view.nodes
+    pool, count, one = next((p, c, o) for index, p, c, o in teacher_actors(config) if index == view.index)
+    kind = "one shared hf worker actor" if pool.backend == "hf" else f"{count} vllm engine actor(s) at once"
+    free = [dict(n["resources"]) for n in nodes]
+    first_fit(free, slot_need(config))  # slot 0 stays; the experts' extra slots are gone by then
+    spots = [first_fit(free, one) for _ in range(count)]
+    on = ", ".join(f"{nodes[k]['node']} x{spots.count(k)}" for k in sorted({s for s in spots if s is not None}))
+    return [
+        f"stage {stage.name} ({stage.type}): slot 0; teachers as {kind}, {one} each, at most "
+        f"{pool.memory_gib} GiB resident; beside slot 0 they go on: {on or 'no node'}"
+        + (f" ({spots.count(None)} wait)" if None in spots else "")
+    ]

@@ -65,7 +65,8 @@ def print_ray_dashboard(url: str | None, whose: str) -> None:
 
 
 def engine_pool(config: PipelineConfig, model_dir: Path):
-    """Start the engine actors (they load while the first stage runs); none if no stage samples."""
+    """Start the engine actors (they load while the first stage runs); none if no stage samples
+    from the policy (the benches' and tests' own infra; a pipeline's slot starts its own)."""
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.rollout.pool import EnginePool
 
@@ -74,5 +75,5 @@ def engine_pool(config: PipelineConfig, model_dir: Path):
             str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + index
         )
 
-    needed = any(stage.type in ("rl", "mopd") for stage in config.stages)
+    needed = any(stage.samples_policy for stage in config.stages)
     return EnginePool([start(i) for i in range(config.rollout.engines)] if needed else [], start)

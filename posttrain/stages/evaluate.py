@@ -34,7 +34,7 @@ from posttrain.runtime.infra import Infra
 from posttrain.types import SamplingSettings
 
 EVAL_FILE = "eval.json"
-ROLES = {"sft": "sft", "experts": "expert", "mopd": "student", "rl": "rl"}
+ROLES = {"sft": "sft", "experts": "expert", "mopd": "student", "rl": "rl"}  # other types: their type name
 
 
 def targets(
@@ -46,16 +46,16 @@ def targets(
         if ref == "model":
             out.append(("model", "base", checkpoints["model"], experts.cells()))
             continue
-        kind = config.stage(ref.split("/")[0]).type
-        if kind == "experts" and "/" not in ref:
-            for domain, effort in config.stage(ref).cells():
+        made_by = config.stage(ref.split("/")[0])
+        if isinstance(made_by, ExpertsStage) and "/" not in ref:
+            for domain, effort in made_by.cells():
                 label = f"{ref}/{domain}-{effort}"
                 out.append((label, "expert", checkpoints[label], [(domain, effort)]))
-        elif kind == "experts":
+        elif isinstance(made_by, ExpertsStage):
             domain, effort = ref.split("/")[1].split("-")
             out.append((ref, "expert", checkpoints[ref], [(domain, effort)]))
         else:
-            out.append((ref, ROLES.get(kind, kind), checkpoints[ref], experts.cells()))
+            out.append((ref, ROLES.get(made_by.type, made_by.type), checkpoints[ref], experts.cells()))
     return out
 
 

@@ -119,7 +119,8 @@ class ExpertsRunner:
     def _run_job(self, job: Job, slot) -> Path:
         """In a worker thread: the job's RL stage on `slot`, tried again from its newest
         checkpoint when one of its actors dies."""
-        from posttrain.records.run_state import STATE_FILES, latest_checkpoint, set_aside_metrics
+        from posttrain.records.run_state import latest_checkpoint, set_aside_metrics
+        from posttrain.stages.registry import ROLLOUT_STATE
         from posttrain.stages.rl import run_rl
 
         global ACTOR_ERRORS
@@ -142,8 +143,8 @@ class ExpertsRunner:
         infra = replace(self.infra, pool=slot.pool, trainers=slot.trainers, judge=slot.judge, live_progress=False)
         ckpt_dir = self.infra.run_dir / "checkpoints" / job.stage.name
         while True:
-            resume = latest_checkpoint(ckpt_dir, STATE_FILES["rl"])
-            step = json.loads((resume / STATE_FILES["rl"]).read_text())["step"] if resume else 0
+            resume = latest_checkpoint(ckpt_dir, ROLLOUT_STATE)
+            step = json.loads((resume / ROLLOUT_STATE).read_text())["step"] if resume else 0
             moved = set_aside_metrics(self.infra.run_dir, job.stage.name, step)
             if resume or moved:
                 state.setdefault("resumed_from", []).append(str(resume) if resume else "step 0")

@@ -23,7 +23,7 @@ from posttrain.mopd.advantage import mopd_advantages, reverse_kl
 from posttrain.mopd.teachers import TeacherPool, same_tokenizer
 from posttrain.rollout.queue import Group
 from posttrain.runtime.infra import Infra
-from posttrain.stages.rl import RLRun, run_stage
+from posttrain.stages.rl import RLRun, train_and_save
 from posttrain.types import Task
 
 MANIFEST_FILE = "mopd_manifest.json"
@@ -199,6 +199,6 @@ def run_mopd(
         teacher_checkpoints(stage, init_dir, stages), stage.teacher_pool, infra.config.model.dtype, infra.config.rollout
     )
     try:
-        return run_stage(MOPDRun(stage, infra, pool, limits), init_dir, resume_dir)
+        return train_and_save(MOPDRun(stage, infra, pool, limits), init_dir, resume_dir)
     finally:
         pool.close()

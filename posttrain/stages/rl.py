@@ -36,9 +36,8 @@ from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.pool import Iteration
 from posttrain.rollout.queue import Group, PartialRolloutQueue
 from posttrain.runtime.infra import Infra
+from posttrain.stages.registry import ROLLOUT_STATE as STATE_FILE
 from posttrain.types import Completion, LossSpec, RewardResult, Sample, SamplingSettings, TrainSequence
-
-STATE_FILE = "rollout_state.json"
 
 
 def loss_spec(stage: RolloutStage) -> LossSpec:
@@ -436,10 +435,10 @@ def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) ->
 
 def run_rl(stage: RLStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
     """Run an RL stage from `init_dir`, or continue it from one of its own checkpoints."""
-    return run_stage(RLRun(stage, infra), init_dir, resume_dir)
+    return train_and_save(RLRun(stage, infra), init_dir, resume_dir)
 
 
-def run_stage(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -> Path:
+def train_and_save(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -> Path:
     """Load the trainer (from `init_dir`, or a checkpoint of this stage), run, save `final`."""
     stage, infra = run.stage, run.infra
     infra.trainers.load(

@@ -8,18 +8,19 @@ import json
 import random
 from pathlib import Path
 
-from posttrain.config import ChatJsonl, SFTStage
+from posttrain.config import ChatJsonl, SFTStage, SynthesisData
 from posttrain.data.chat import sft_example
 from posttrain.data.tasks import load_chat_jsonl, load_tasks
 from posttrain.records.metrics import Progress
 from posttrain.runtime.infra import Infra
+from posttrain.stages.registry import SFT_STATE as STATE_FILE
 from posttrain.types import LossSpec, Message, TrainSequence
 
 
 def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tuple[Message, ...]]:
     if isinstance(stage.data, ChatJsonl):
         return load_chat_jsonl(stage.data)
-    if stage.data.type == "synthesis":  # what a synthesis stage of this run kept
+    if isinstance(stage.data, SynthesisData):  # what a synthesis stage of this run kept
         from posttrain.synthesis.store import SynthesisStore
 
         store = SynthesisStore(run_dir, stage.data.stage)
@@ -105,9 +106,6 @@ def sft_sequences(tokenizer, conversations, max_len: int) -> list[TrainSequence]
     if not seqs:
         raise ValueError("SFT data has no assistant tokens within max_len")
     return seqs
-
-
-STATE_FILE = "sft_state.json"
 
 
 def _save(infra: Infra, folder: Path, step: int, rng: random.Random) -> str:
