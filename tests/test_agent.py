@@ -248,7 +248,7 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
     from posttrain.stages.rl import RLRun
     from posttrain.stages.sft import sft_conversations, sft_sequences
     from posttrain.train.group import TrainerGroup
-    from posttrain.types import LossSpec
+    from posttrain.train.spec import loss_spec
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
     tasks = AgentTasks(type="agent", size=64, families=["calculator"], max_turns=3, system_prompt="")
@@ -274,7 +274,7 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
     sft = sft_sequences(tokenizer, sft_conversations(SFTStage(name="s", type="sft", lr=1e-3, steps=1, data=tasks)), 320)
     rng = random.Random(0)
     for _ in range(30):
-        trainers.train_step([sft[rng.randrange(len(sft))] for _ in range(16)], LossSpec(kind="nll"))
+        trainers.train_step([sft[rng.randrange(len(sft))] for _ in range(16)], loss_spec("nll"))
     pool = EnginePool([RolloutEngine.remote_actor(str(tiny_dir), config.rollout, "float32", 0)], None)
     trainers.sync_weights(pool.engines)
     run = RLRun(stage, Infra(config, tmp_path_factory.mktemp("agent"), trainers, pool, None, tokenizer))
@@ -303,11 +303,11 @@ def test_episodes_on_the_engine_alternate_turns_and_train_on_model_tokens_only(a
     for seq, s in zip(seqs, [s for s in samples if s.completion.token_ids]):
         assert list(seq.loss_mask) == [float(m) for m in s.action_mask]
     out = run.infra.trainers.train_step(seqs, run_spec(run))
-    assert out["sums"]["tokens"] == sum(sum(s.loss_mask) for s in seqs)
+    assert out.sums.tokens == sum(sum(s.loss_mask) for s in seqs)
     # the engine's logprobs agree with the trainer's on every token the model sampled,
     # also after tool messages were spliced into the context
-    assert logp_mismatch(seqs, out["logp"]) < 1e-4
-    later = [(lt, s) for s, lt in zip(seqs, out["logp"]) if 0.0 in s.loss_mask]
+    assert logp_mismatch(seqs, out.logp) < 1e-4
+    later = [(lt, s) for s, lt in zip(seqs, out.logp) if 0.0 in s.loss_mask]
     tail = [
         abs(a - b)
         for lt, s in later
@@ -318,6 +318,6 @@ def test_episodes_on_the_engine_alternate_turns_and_train_on_model_tokens_only(a
 
 
 def run_spec(run):
-    from posttrain.stages.rl import loss_spec
+    from posttrain.stages.rl import stage_loss_spec
 
-    return loss_spec(run.stage)
+    return stage_loss_spec(run.stage)
