@@ -7,29 +7,35 @@ import random
 import pytest
 
 from posttrain.config import AgentTasks
-from posttrain.data import agent
+from posttrain.data import builtin_env
 from posttrain.data.tasks import load_tasks
-from posttrain.rewards.agent import AgentVerifier
+from posttrain.rewards.agent_verifier import AgentVerifier
 from posttrain.rewards.base import score_sync
 from posttrain.types import Completion, Message, Sample
 
 
 def call(name, **arguments):
-    return agent.format_call(name, arguments)
+    return builtin_env.format_call(name, arguments)
 
 
 def test_tool_calls_are_parsed_and_executed():
-    state = agent.EnvState()
-    assert agent.step(state, "Let me compute. " + call("calculator", expression="(17 + 3) * 4 - 2 ** 3"), 0) == "72"
-    assert agent.step(state, call("kv_set", key="a", value="blue") + call("kv_set", key="b", value=7), 0) == "ok\nok"
+    state = builtin_env.EnvState()
+    assert (
+        builtin_env.step(state, "Let me compute. " + call("calculator", expression="(17 + 3) * 4 - 2 ** 3"), 0) == "72"
+    )
+    assert (
+        builtin_env.step(state, call("kv_set", key="a", value="blue") + call("kv_set", key="b", value=7), 0) == "ok\nok"
+    )
     assert state.kv == {"a": "blue", "b": "7"}
-    assert agent.step(state, call("kv_get", key="b"), 0) == "7"
-    assert agent.step(state, call("kv_delete", key="a"), 0) == "ok" and state.kv == {"b": "7"}
-    doc = agent.corpus(0)[5]
-    assert agent.step(state, call("search", query=f"{doc.name} mayor"), 0).startswith(f"[{doc.doc_id}] {doc.name} is")
+    assert builtin_env.step(state, call("kv_get", key="b"), 0) == "7"
+    assert builtin_env.step(state, call("kv_delete", key="a"), 0) == "ok" and state.kv == {"b": "7"}
+    doc = builtin_env.corpus(0)[5]
+    assert builtin_env.step(state, call("search", query=f"{doc.name} mayor"), 0).startswith(
+        f"[{doc.doc_id}] {doc.name} is"
+    )
     assert [c["name"] for c in state.calls] == ["calculator", "kv_set", "kv_set", "kv_get", "kv_delete", "search"]
     assert all(c["ok"] for c in state.calls) and state.turns == 5 and state.final is None
-    assert agent.step(state, "The answer is 72.", 0) is None and state.final == "The answer is 72."
+    assert builtin_env.step(state, "The answer is 72.", 0) is None and state.final == "The answer is 72."
 
 
 @pytest.mark.parametrize(
@@ -52,36 +58,38 @@ def test_tool_calls_are_parsed_and_executed():
     ],
 )
 def test_malformed_calls_get_an_error_as_the_tool_result(turn, message):
-    state = agent.EnvState()
-    reply = agent.step(state, turn, 0)
+    state = builtin_env.EnvState()
+    reply = builtin_env.step(state, turn, 0)
     assert reply is not None and reply.startswith("error:") and message in reply, reply
     assert state.final is None  # the episode goes on: the model can correct itself
 
 
 def test_arguments_as_a_json_string_and_call_limits():
-    state = agent.EnvState()
+    state = builtin_env.EnvState()
     openai_style = "<tool_call>" + json.dumps({"name": "calculator", "arguments": json.dumps({"expression": "6*7"})})
-    assert agent.step(state, openai_style + "</tool_call>", 0) == "42"
+    assert builtin_env.step(state, openai_style + "</tool_call>", 0) == "42"
     many = "".join(call("kv_set", key=f"k{i}", value=i) for i in range(6))
-    reply = agent.step(state, many, 0)
-    assert reply.count("ok") == agent.MAX_CALLS_PER_TURN and "at most 4 tool calls" in reply
-    assert len(agent.step(state, call("search", query="is its a the") * 4, 0)) <= agent.MAX_RESULT_CHARS + 10
+    reply = builtin_env.step(state, many, 0)
+    assert reply.count("ok") == builtin_env.MAX_CALLS_PER_TURN and "at most 4 tool calls" in reply
+    assert (
+        len(builtin_env.step(state, call("search", query="is its a the") * 4, 0)) <= builtin_env.MAX_RESULT_CHARS + 10
+    )
 
 
-def sample_for(task, state: agent.EnvState, finish="stop") -> Sample:
+def sample_for(task, state: builtin_env.EnvState, finish="stop") -> Sample:
     return Sample(task, 0, (1,), Completion((5,), (0.0,), "", finish), env=state.to_dict())
 
 
 def play(task, turns):
-    state = agent.initial_state(task.entry)
+    state = builtin_env.initial_state(task.entry)
     for turn in turns:
-        agent.step(state, turn, task.entry["corpus_seed"])
+        builtin_env.step(state, turn, task.entry["corpus_seed"])
     return state
 
 
 def test_gold_episodes_succeed_and_wrong_ones_fail_for_every_family():
-    tasks = load_tasks(AgentTasks(type="agent", families=list(agent.FAMILIES), size=120, seed=3, corpus_seed=9))
-    assert {t.family for t in tasks} == {f"agent_{f}" for f in agent.FAMILIES}
+    tasks = load_tasks(AgentTasks(type="agent", families=list(builtin_env.FAMILIES), size=120, seed=3, corpus_seed=9))
+    assert {t.family for t in tasks} == {f"agent_{f}" for f in builtin_env.FAMILIES}
     verifier, rng = AgentVerifier(), random.Random(0)
     for task in tasks:
         gold = [content for role, content in task.entry["gold"] if role == "assistant"]
@@ -134,7 +142,7 @@ def tokenizer(tiny_dir):
 
 def test_multi_turn_masks_cover_exactly_the_models_tokens(tokenizer):
     from posttrain.data.chat import render_prompt
-    from posttrain.rollout.agent import AgentLoop
+    from posttrain.rollout.agent_loop import AgentLoop
     from posttrain.rollout.queue import PartialRolloutQueue
 
     task = load_tasks(AgentTasks(type="agent", size=5, families=["lookup_store"]))[0]
@@ -161,7 +169,7 @@ def test_multi_turn_masks_cover_exactly_the_models_tokens(tokenizer):
     )
     assert tokenizer.decode(list(prompt) + traj.response_ids) == rendered.rstrip("\n")
     assert traj.env["kv"] == task.entry["check"]["kv"] and traj.env["done"]
-    assert AgentVerifier().score_one(sample_for(task, agent.EnvState.from_dict(traj.env))).score == 1.0
+    assert AgentVerifier().score_one(sample_for(task, builtin_env.EnvState.from_dict(traj.env))).score == 1.0
     # masks and environment state survive a checkpoint of the queue
     restored = PartialRolloutQueue.from_json(queue.to_json())
     again = restored.groups[traj.group_id].trajectories[0]
@@ -171,7 +179,7 @@ def test_multi_turn_masks_cover_exactly_the_models_tokens(tokenizer):
 
 def test_turn_limit_and_context_end_an_episode(tokenizer):
     from posttrain.data.chat import render_prompt
-    from posttrain.rollout.agent import AgentLoop
+    from posttrain.rollout.agent_loop import AgentLoop
     from posttrain.rollout.queue import PartialRolloutQueue
 
     task = load_tasks(AgentTasks(type="agent", size=1, families=["calculator"], max_turns=2))[0]
@@ -193,7 +201,7 @@ def test_turn_limit_and_context_end_an_episode(tokenizer):
 
 def test_a_broken_environment_flags_its_episode_and_the_others_go_on(tokenizer):
     from posttrain.data.chat import render_prompt
-    from posttrain.rollout.agent import AgentLoop
+    from posttrain.rollout.agent_loop import AgentLoop
     from posttrain.rollout.queue import PartialRolloutQueue
 
     good, bad = load_tasks(AgentTasks(type="agent", size=2, families=["calculator"]))

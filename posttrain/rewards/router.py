@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from posttrain.rewards.agent import AgentVerifier
+from posttrain.rewards.agent_verifier import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
 from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
@@ -93,7 +93,7 @@ def own_sources(leaves: list) -> dict[str, RewardSource]:
     reward, run in its workers) and `verifiers` (a verifiers environment's rubric)."""
     sources: dict[str, RewardSource] = {}
     if any(leaf.type == "env" for leaf in leaves):
-        from posttrain.rewards.env import EnvReward
+        from posttrain.rewards.env_reward import EnvReward
 
         sources["env"] = EnvReward()
     vf = [leaf for leaf in leaves if leaf.type == "verifiers"]

@@ -30,7 +30,7 @@ from posttrain.records.metrics import Progress
 from posttrain.records.rollouts import RolloutLog
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
-from posttrain.rollout.agent import AgentLoop
+from posttrain.rollout.agent_loop import AgentLoop
 from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.pool import Iteration
 from posttrain.rollout.queue import Group, PartialRolloutQueue
