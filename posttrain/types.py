@@ -120,6 +120,14 @@ class LossSpec:
 
 
 @dataclass(frozen=True)
+class LoadedModel:
+    """What the trainer ranks report after loading a model."""
+
+    parameters: int
+    tied_embeddings: bool
+
+
+@dataclass(frozen=True)
 class TrainSums:
     """Sums a train step returns, in which every token counts once: over tokens (trained
     tokens, stale and fresh sampled tokens with their correction weights, entropy;

@@ -22,7 +22,7 @@ from posttrain.config.placement import weight_sync_mode
 from posttrain.errors import TrainingDiverged
 from posttrain.rollout.collective import TIMEOUT_S
 from posttrain.train.trainer import TrainerWorker
-from posttrain.types import LossSpec, TrainSequence, TrainStepResult, TrainSums
+from posttrain.types import LoadedModel, LossSpec, TrainSequence, TrainStepResult, TrainSums
 
 SYNC_TIMEOUT_S = 600
 PORT_TRIES = 3  # rank processes started again on a new rendezvous port when the picked one was taken
@@ -186,7 +186,7 @@ class TrainerGroup:
 
     def load(
         self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0, resume: bool = False
-    ) -> dict:
+    ) -> LoadedModel:
         """Build the model and optimizer on every rank. A load after the first starts fresh
         rank processes (`restart_on_load`; auto: for models over 256 MB): a DeepSpeed engine
         dropped in place does not give its memory back (measured: SmolLM2 ranks grew from

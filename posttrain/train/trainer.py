@@ -31,7 +31,7 @@ from posttrain.train.batching import PAD_SEQUENCE, collate_micro_batch, micro_ba
 from posttrain.train.distributed import group_backend, prepare_device, rank_device
 from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.train.sync import WeightSender
-from posttrain.types import LossSpec, TrainSequence, TrainStepResult, TrainSums
+from posttrain.types import LoadedModel, LossSpec, TrainSequence, TrainStepResult, TrainSums
 
 SUM_KEYS = tuple(f.name for f in fields(TrainSums))  # what `sums` accumulates, in TrainSums' order
 
@@ -78,7 +78,7 @@ class TrainerWorker(WeightSender):
 
     def load(
         self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0, resume: bool = False
-    ) -> dict:
+    ) -> LoadedModel:
         """(Re)build the DeepSpeed engine from a model folder; with `resume`, the folder is a
         checkpoint of ours and its optimizer and schedule state are restored too."""
         import deepspeed
@@ -114,7 +114,7 @@ class TrainerWorker(WeightSender):
             )
             if path is None:
                 raise FileNotFoundError(f"no DeepSpeed state in {model_dir}/deepspeed")
-        return {"parameters": sum(p.numel() for p in model.parameters()), "tied_embeddings": self.tied}
+        return LoadedModel(parameters=sum(p.numel() for p in model.parameters()), tied_embeddings=self.tied)
 
     def _check_shared_prompts(self, model) -> bool:
         """`share_prompts` gives the model a 4-D mask: boolean for SDPA, additive for eager
