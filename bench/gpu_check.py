@@ -207,14 +207,14 @@ class Checks:
 
     def engine_rank(self):
         from posttrain.config import RolloutConfig
-        from posttrain.types import LossSpec
+        from posttrain.train.spec import loss_spec
 
         tiny = self.shared["tiny"]
         engine, _, info = self.engine(tiny, eager=False if self.gpu else True)
         rollout = RolloutConfig(weight_sync="collective", sync_bucket_mib=0.25)  # several buckets
         group = self.trainers(tiny, rollout=rollout)
         before = self.disagreement(engine, group)
-        group.train_step(self.sample(engine), LossSpec(kind="pg"))
+        group.train_step(self.sample(engine), loss_spec("pg"))
         details = [
             f"engine start {info['start_seconds']:.0f} s (CUDA graphs {'on' if self.gpu else 'off'})",
             f"agreement before training {before:.1e}",
@@ -226,7 +226,7 @@ class Checks:
             after = self.disagreement(engine, group)
             details.append(f"{mode} push {sync['sync/seconds']:.2f} s, then agreement {after:.1e}")
             ok = ok and after < 1e-4
-            group.train_step(self.sample(engine), LossSpec(kind="pg"))
+            group.train_step(self.sample(engine), loss_spec("pg"))
         group.sync_weights([engine])
         self.shared["engine"], self.shared["group"] = engine, group
         return ok, "; ".join(details)
@@ -251,18 +251,19 @@ class Checks:
 
     def zero3(self):
         from posttrain.config import RolloutConfig
-        from posttrain.types import LossSpec
+        from posttrain.train.spec import loss_spec
 
         tiny = self.shared["tiny"]
         engine, _, _ = self.engine(tiny)
         group = self.trainers(tiny, zero_stage=3, rollout=RolloutConfig(weight_sync="collective"))
-        group.train_step(self.sample(engine), LossSpec(kind="pg"))
+        group.train_step(self.sample(engine), loss_spec("pg"))
         sync = group.sync_weights([engine])
         after = self.disagreement(engine, group)
         return after < 1e-4, f"collective push {sync['sync/seconds']:.2f} s, agreement {after:.1e}"
 
     def two_ranks(self):
-        from posttrain.types import LossSpec, TrainSequence
+        from posttrain.train.spec import loss_spec
+        from posttrain.types import TrainSequence
 
         tiny = self.shared["tiny"]
         seqs = [
@@ -273,8 +274,8 @@ class Checks:
         norms = []
         for workers in (1, 2):
             group = self.trainers(tiny, workers=workers, env=cpu, gpus=0)
-            out = group.train_step(seqs, LossSpec(kind="pg"))
-            norms.append((out["grad_norm"], out["sums"]["loss"]))
+            out = group.train_step(seqs, loss_spec("pg"))
+            norms.append((out.grad_norm, out.sums.loss))
         (g1, l1), (g2, l2) = norms
         ok = abs(g1 - g2) <= 1e-4 * abs(g1) and abs(l1 - l2) <= 1e-4 * abs(l1) + 1e-7
         return ok, f"grad norm 1 rank {g1:.6f} vs 2 ranks {g2:.6f}; loss {l1:.6f} vs {l2:.6f}"
@@ -321,7 +322,8 @@ class Checks:
         import ray
 
         from posttrain.config import RolloutConfig
-        from posttrain.types import LossSpec, TrainSequence
+        from posttrain.train.spec import loss_spec
+        from posttrain.types import TrainSequence
 
         big = self.big.result(timeout=120)
         rollout = RolloutConfig(weight_sync="collective", sync_bucket_mib=256)
@@ -343,7 +345,7 @@ class Checks:
                 torch.cuda.reset_peak_memory_stats()
 
         ray.get(group.workers[0].__ray_call__.remote(reset))
-        step = group.train_step(seqs, LossSpec(kind="pg"))
+        step = group.train_step(seqs, loss_spec("pg"))
         peak_gib = ray.get(group.workers[0].__ray_call__.remote(lambda _self: peak()))
         times, lines = {}, []
         for mode in ("collective", "object_store"):

@@ -133,8 +133,9 @@ def trainer_times(run_dir: Path, steps: list[list[dict]], repeats: int, threads:
     from posttrain.config import ModelConfig, TrainerConfig
     from posttrain.models import resolve_model
     from posttrain.train.group import free_port
+    from posttrain.train.spec import loss_spec
     from posttrain.train.trainer import TrainerWorker
-    from posttrain.types import LossSpec, TrainSequence
+    from posttrain.types import TrainSequence
 
     config = yaml.safe_load((run_dir / "config.resolved.yaml").read_text())
     folder = str(resolve_model(ModelConfig(**config["model"])))
@@ -159,7 +160,7 @@ def trainer_times(run_dir: Path, steps: list[list[dict]], repeats: int, threads:
             worker.config = config.model_copy(update={"share_prompts": share})
             started = time.perf_counter()
             for seqs in batches:
-                worker.train_step(seqs, LossSpec(kind="pg"), int(sum(sum(s.loss_mask) for s in seqs)))
+                worker.train_step(seqs, loss_spec("pg"), int(sum(sum(s.loss_mask) for s in seqs)))
             best[name] = min(best[name], time.perf_counter() - started)
     return best
 

@@ -1,7 +1,7 @@
 """How much of a real RL batch the trainer spends on padding, and on repeated prompts.
 
 Replays the trainer's own batching (`shard_balanced` over the ranks, then each rank's
-`_micro_batches`: sorted by length, padded to the longest) on every step's batch saved in
+`micro_batches` without shared prompts: sorted by length, padded to the longest) on every step's batch saved in
 a run folder (`rollouts/**.jsonl`: prompt and response tokens of every trained sample),
 with the run's `trainer.workers` and `micro_batch_tokens`. Per stage it reports the
 positions the model runs over: padded (today), packed (no padding: the bound of packing
@@ -37,18 +37,15 @@ def batches(run_dir: Path) -> dict[str, list[list[dict]]]:
 
 def positions(rows: list[dict], workers: int, micro_batch_tokens: int) -> tuple[int, int, int]:
     """(padded, packed, packed with shared prompts) positions of one batch over all ranks."""
-    from posttrain.config import TrainerConfig
+    from posttrain.train.batching import micro_batches
     from posttrain.train.group import shard_balanced
-    from posttrain.train.trainer import TrainerWorker
     from posttrain.types import TrainSequence
 
     seqs = [TrainSequence((0,) * (r["prompt_tokens"] + r["response_tokens"]), r["prompt_tokens"], (), ()) for r in rows]
-    worker = TrainerWorker.__new__(TrainerWorker)
-    worker.config = TrainerConfig(micro_batch_tokens=micro_batch_tokens)
     padded = 0
     for shard in shard_balanced(seqs, workers):
         local = [seqs[i] for i in shard]
-        for mb in worker._micro_batches(local):
+        for mb in micro_batches(local, micro_batch_tokens, share_prompts=False):
             padded += len(mb) * max(len(local[i].token_ids) for i in mb)
     packed = sum(len(s.token_ids) for s in seqs)
     groups: dict[tuple, list[dict]] = defaultdict(list)

@@ -77,7 +77,7 @@ def generate(model, tok, prompt_ids: list[int], opening_text: str, first_tokens:
 
 def episode(model, tok, task, form: str, first_tokens, limit: int):
     """The agent task's episode: model turns, each tool call run by the environment."""
-    from posttrain.data import agent as env
+    from posttrain.data import builtin_env as env
     from posttrain.data.chat import render_prompt
     from posttrain.types import Message
 
@@ -101,7 +101,7 @@ def episode(model, tok, task, form: str, first_tokens, limit: int):
 
 
 def score(model, tok, tasks: list, form: str, limit: int) -> tuple[list[float], list[int]]:
-    from posttrain.data.agent import check_episode
+    from posttrain.data.builtin_env import check_episode
     from posttrain.data.chat import render_prompt, with_effort
     from posttrain.rewards.router import MathVerifier
     from posttrain.types import Completion, Sample

@@ -78,8 +78,9 @@ def child(args) -> dict:
 
     from posttrain.config import TrainerConfig
     from posttrain.train.group import free_port
+    from posttrain.train.spec import loss_spec
     from posttrain.train.trainer import TrainerWorker
-    from posttrain.types import LossSpec, TrainSequence
+    from posttrain.types import TrainSequence
 
     model_dir = resolve(args.model)
     length = args.prompt + args.response
@@ -108,7 +109,7 @@ def child(args) -> dict:
         for _ in range(args.seqs)
     ]
     tokens = args.seqs * args.response
-    worker.train_step(seqs, LossSpec(kind="pg"), tokens)  # warm-up: optimizer state
+    worker.train_step(seqs, loss_spec("pg"), tokens)  # warm-up: optimizer state
     phases = {}
     optimizer_step = worker._optimizer_step
 
@@ -125,7 +126,7 @@ def child(args) -> dict:
     before = _memory_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     started = time.perf_counter()
-    worker.train_step(seqs, LossSpec(kind="pg"), tokens)
+    worker.train_step(seqs, loss_spec("pg"), tokens)
     seconds = time.perf_counter() - started
     return {
         "variant": args.variant,

@@ -5,7 +5,7 @@ heavy imports, so every layer can use them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 
@@ -100,17 +100,69 @@ class TrainSequence:
 
 @dataclass(frozen=True)
 class LossSpec:
-    """Which loss the trainer applies to a batch, and its settings."""
+    """Which loss the trainer applies to a batch, and its settings. It has no defaults of
+    its own: `posttrain.train.spec.loss_spec` fills it from the config (config/algo.py is
+    the one place the defaults are written). A correction's settings are None where that
+    correction has none (`tis_cap` is tis's, `mask_lo`/`mask_hi` mask's)."""
 
     kind: Literal["pg", "nll"]
-    clip_eps_lo: float = 0.2
-    clip_eps_hi: float = 0.28
-    kl_beta: float = 0.0
-    temperature: float = 1.0
-    correction: Literal["none", "tis", "mask", "exclude"] = "none"
-    tis_cap: float = 2.0
-    mask_lo: float = 0.5
-    mask_hi: float = 2.0
-    correct_fresh: bool = False  # the correction also on fresh tokens (engine/trainer mismatch)
-    minibatches: int = 1  # optimizer steps per batch (PPO); logp_old from before the first
-    epochs: int = 1  # passes over the minibatches
+    clip_eps_lo: float
+    clip_eps_hi: float
+    kl_beta: float
+    temperature: float
+    correction: Literal["none", "tis", "mask", "exclude"]
+    tis_cap: float | None
+    mask_lo: float | None
+    mask_hi: float | None
+    correct_fresh: bool  # the correction also on fresh tokens (engine/trainer mismatch)
+    minibatches: int  # optimizer steps per batch (PPO); logp_old from before the first
+    epochs: int  # passes over the minibatches
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the trainer ranks report after loading a model."""
+
+    parameters: int
+    tied_embeddings: bool
+
+
+@dataclass(frozen=True)
+class TrainSums:
+    """Sums a train step returns, in which every token counts once: over tokens (trained
+    tokens, stale and fresh sampled tokens with their correction weights, entropy;
+    positions through the model, padding included, and the sequences' own tokens) and
+    over optimizer steps (loss, clipped tokens, kl). Ranks' sums add (`+`)."""
+
+    loss: float = 0.0
+    clip_tokens: float = 0.0
+    kl: float = 0.0
+    tokens: float = 0.0
+    stale_tokens: float = 0.0
+    offpolicy_weight: float = 0.0
+    fresh_tokens: float = 0.0
+    fresh_weight: float = 0.0
+    entropy: float = 0.0
+    positions: float = 0.0
+    sequence_tokens: float = 0.0
+
+    def __add__(self, other: TrainSums) -> TrainSums:
+        return TrainSums(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class TrainStepResult:
+    """What one train step hands back (one rank's, or the ranks' merged by the group).
+    Per sequence (in the batch's order): logp_old of its response tokens, the trainer's
+    policy before the step, and their off-policy weights. `skipped`: the loss was NaN or
+    inf on some rank, so no rank stepped; `applied`: optimizer steps taken; `empty`: the
+    driver had nothing to train on (no step at all). The defaults are such a step's."""
+
+    logp: list[list[float]] = field(default_factory=list)
+    weights: list[list[float]] = field(default_factory=list)
+    sums: TrainSums = field(default_factory=TrainSums)
+    grad_norm: float = float("nan")  # mean over the applied optimizer steps
+    skipped: bool = False
+    applied: int = 0
+    empty: bool = False
+    seconds: float = 0.0

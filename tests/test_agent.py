@@ -7,29 +7,35 @@ import random
 import pytest
 
 from posttrain.config import AgentTasks
-from posttrain.data import agent
+from posttrain.data import builtin_env
 from posttrain.data.tasks import load_tasks
-from posttrain.rewards.agent import AgentVerifier
+from posttrain.rewards.agent_verifier import AgentVerifier
 from posttrain.rewards.base import score_sync
 from posttrain.types import Completion, Message, Sample
 
 
 def call(name, **arguments):
-    return agent.format_call(name, arguments)
+    return builtin_env.format_call(name, arguments)
 
 
 def test_tool_calls_are_parsed_and_executed():
-    state = agent.EnvState()
-    assert agent.step(state, "Let me compute. " + call("calculator", expression="(17 + 3) * 4 - 2 ** 3"), 0) == "72"
-    assert agent.step(state, call("kv_set", key="a", value="blue") + call("kv_set", key="b", value=7), 0) == "ok\nok"
+    state = builtin_env.EnvState()
+    assert (
+        builtin_env.step(state, "Let me compute. " + call("calculator", expression="(17 + 3) * 4 - 2 ** 3"), 0) == "72"
+    )
+    assert (
+        builtin_env.step(state, call("kv_set", key="a", value="blue") + call("kv_set", key="b", value=7), 0) == "ok\nok"
+    )
     assert state.kv == {"a": "blue", "b": "7"}
-    assert agent.step(state, call("kv_get", key="b"), 0) == "7"
-    assert agent.step(state, call("kv_delete", key="a"), 0) == "ok" and state.kv == {"b": "7"}
-    doc = agent.corpus(0)[5]
-    assert agent.step(state, call("search", query=f"{doc.name} mayor"), 0).startswith(f"[{doc.doc_id}] {doc.name} is")
+    assert builtin_env.step(state, call("kv_get", key="b"), 0) == "7"
+    assert builtin_env.step(state, call("kv_delete", key="a"), 0) == "ok" and state.kv == {"b": "7"}
+    doc = builtin_env.corpus(0)[5]
+    assert builtin_env.step(state, call("search", query=f"{doc.name} mayor"), 0).startswith(
+        f"[{doc.doc_id}] {doc.name} is"
+    )
     assert [c["name"] for c in state.calls] == ["calculator", "kv_set", "kv_set", "kv_get", "kv_delete", "search"]
     assert all(c["ok"] for c in state.calls) and state.turns == 5 and state.final is None
-    assert agent.step(state, "The answer is 72.", 0) is None and state.final == "The answer is 72."
+    assert builtin_env.step(state, "The answer is 72.", 0) is None and state.final == "The answer is 72."
 
 
 @pytest.mark.parametrize(
@@ -52,36 +58,38 @@ def test_tool_calls_are_parsed_and_executed():
     ],
 )
 def test_malformed_calls_get_an_error_as_the_tool_result(turn, message):
-    state = agent.EnvState()
-    reply = agent.step(state, turn, 0)
+    state = builtin_env.EnvState()
+    reply = builtin_env.step(state, turn, 0)
     assert reply is not None and reply.startswith("error:") and message in reply, reply
     assert state.final is None  # the episode goes on: the model can correct itself
 
 
 def test_arguments_as_a_json_string_and_call_limits():
-    state = agent.EnvState()
+    state = builtin_env.EnvState()
     openai_style = "<tool_call>" + json.dumps({"name": "calculator", "arguments": json.dumps({"expression": "6*7"})})
-    assert agent.step(state, openai_style + "</tool_call>", 0) == "42"
+    assert builtin_env.step(state, openai_style + "</tool_call>", 0) == "42"
     many = "".join(call("kv_set", key=f"k{i}", value=i) for i in range(6))
-    reply = agent.step(state, many, 0)
-    assert reply.count("ok") == agent.MAX_CALLS_PER_TURN and "at most 4 tool calls" in reply
-    assert len(agent.step(state, call("search", query="is its a the") * 4, 0)) <= agent.MAX_RESULT_CHARS + 10
+    reply = builtin_env.step(state, many, 0)
+    assert reply.count("ok") == builtin_env.MAX_CALLS_PER_TURN and "at most 4 tool calls" in reply
+    assert (
+        len(builtin_env.step(state, call("search", query="is its a the") * 4, 0)) <= builtin_env.MAX_RESULT_CHARS + 10
+    )
 
 
-def sample_for(task, state: agent.EnvState, finish="stop") -> Sample:
+def sample_for(task, state: builtin_env.EnvState, finish="stop") -> Sample:
     return Sample(task, 0, (1,), Completion((5,), (0.0,), "", finish), env=state.to_dict())
 
 
 def play(task, turns):
-    state = agent.initial_state(task.entry)
+    state = builtin_env.initial_state(task.entry)
     for turn in turns:
-        agent.step(state, turn, task.entry["corpus_seed"])
+        builtin_env.step(state, turn, task.entry["corpus_seed"])
     return state
 
 
 def test_gold_episodes_succeed_and_wrong_ones_fail_for_every_family():
-    tasks = load_tasks(AgentTasks(type="agent", families=list(agent.FAMILIES), size=120, seed=3, corpus_seed=9))
-    assert {t.family for t in tasks} == {f"agent_{f}" for f in agent.FAMILIES}
+    tasks = load_tasks(AgentTasks(type="agent", families=list(builtin_env.FAMILIES), size=120, seed=3, corpus_seed=9))
+    assert {t.family for t in tasks} == {f"agent_{f}" for f in builtin_env.FAMILIES}
     verifier, rng = AgentVerifier(), random.Random(0)
     for task in tasks:
         gold = [content for role, content in task.entry["gold"] if role == "assistant"]
@@ -134,7 +142,7 @@ def tokenizer(tiny_dir):
 
 def test_multi_turn_masks_cover_exactly_the_models_tokens(tokenizer):
     from posttrain.data.chat import render_prompt
-    from posttrain.rollout.agent import AgentLoop
+    from posttrain.rollout.agent_loop import AgentLoop
     from posttrain.rollout.queue import PartialRolloutQueue
 
     task = load_tasks(AgentTasks(type="agent", size=5, families=["lookup_store"]))[0]
@@ -161,7 +169,7 @@ def test_multi_turn_masks_cover_exactly_the_models_tokens(tokenizer):
     )
     assert tokenizer.decode(list(prompt) + traj.response_ids) == rendered.rstrip("\n")
     assert traj.env["kv"] == task.entry["check"]["kv"] and traj.env["done"]
-    assert AgentVerifier().score_one(sample_for(task, agent.EnvState.from_dict(traj.env))).score == 1.0
+    assert AgentVerifier().score_one(sample_for(task, builtin_env.EnvState.from_dict(traj.env))).score == 1.0
     # masks and environment state survive a checkpoint of the queue
     restored = PartialRolloutQueue.from_json(queue.to_json())
     again = restored.groups[traj.group_id].trajectories[0]
@@ -171,7 +179,7 @@ def test_multi_turn_masks_cover_exactly_the_models_tokens(tokenizer):
 
 def test_turn_limit_and_context_end_an_episode(tokenizer):
     from posttrain.data.chat import render_prompt
-    from posttrain.rollout.agent import AgentLoop
+    from posttrain.rollout.agent_loop import AgentLoop
     from posttrain.rollout.queue import PartialRolloutQueue
 
     task = load_tasks(AgentTasks(type="agent", size=1, families=["calculator"], max_turns=2))[0]
@@ -193,7 +201,7 @@ def test_turn_limit_and_context_end_an_episode(tokenizer):
 
 def test_a_broken_environment_flags_its_episode_and_the_others_go_on(tokenizer):
     from posttrain.data.chat import render_prompt
-    from posttrain.rollout.agent import AgentLoop
+    from posttrain.rollout.agent_loop import AgentLoop
     from posttrain.rollout.queue import PartialRolloutQueue
 
     good, bad = load_tasks(AgentTasks(type="agent", size=2, families=["calculator"]))
@@ -248,7 +256,7 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
     from posttrain.stages.rl import RLRun
     from posttrain.stages.sft import sft_conversations, sft_sequences
     from posttrain.train.group import TrainerGroup
-    from posttrain.types import LossSpec
+    from posttrain.train.spec import loss_spec
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
     tasks = AgentTasks(type="agent", size=64, families=["calculator"], max_turns=3, system_prompt="")
@@ -274,7 +282,7 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
     sft = sft_sequences(tokenizer, sft_conversations(SFTStage(name="s", type="sft", lr=1e-3, steps=1, data=tasks)), 320)
     rng = random.Random(0)
     for _ in range(30):
-        trainers.train_step([sft[rng.randrange(len(sft))] for _ in range(16)], LossSpec(kind="nll"))
+        trainers.train_step([sft[rng.randrange(len(sft))] for _ in range(16)], loss_spec("nll"))
     pool = EnginePool([RolloutEngine.remote_actor(str(tiny_dir), config.rollout, "float32", 0)], None)
     trainers.sync_weights(pool.engines)
     run = RLRun(stage, Infra(config, tmp_path_factory.mktemp("agent"), trainers, pool, None, tokenizer))
@@ -303,11 +311,11 @@ def test_episodes_on_the_engine_alternate_turns_and_train_on_model_tokens_only(a
     for seq, s in zip(seqs, [s for s in samples if s.completion.token_ids]):
         assert list(seq.loss_mask) == [float(m) for m in s.action_mask]
     out = run.infra.trainers.train_step(seqs, run_spec(run))
-    assert out["sums"]["tokens"] == sum(sum(s.loss_mask) for s in seqs)
+    assert out.sums.tokens == sum(sum(s.loss_mask) for s in seqs)
     # the engine's logprobs agree with the trainer's on every token the model sampled,
     # also after tool messages were spliced into the context
-    assert logp_mismatch(seqs, out["logp"]) < 1e-4
-    later = [(lt, s) for s, lt in zip(seqs, out["logp"]) if 0.0 in s.loss_mask]
+    assert logp_mismatch(seqs, out.logp) < 1e-4
+    later = [(lt, s) for s, lt in zip(seqs, out.logp) if 0.0 in s.loss_mask]
     tail = [
         abs(a - b)
         for lt, s in later
@@ -318,6 +326,6 @@ def test_episodes_on_the_engine_alternate_turns_and_train_on_model_tokens_only(a
 
 
 def run_spec(run):
-    from posttrain.stages.rl import loss_spec
+    from posttrain.stages.rl import stage_loss_spec
 
-    return loss_spec(run.stage)
+    return stage_loss_spec(run.stage)

@@ -19,9 +19,9 @@ from posttrain.config import EnvTasks, SFTStage
 from posttrain.data.chat import format_call
 from posttrain.data.tasks import load_tasks
 from posttrain.data.tools import render_task, tool_format
-from posttrain.rewards.env import EnvReward
-from posttrain.rollout.agent import AgentLoop
-from posttrain.rollout.env import close_all
+from posttrain.rewards.env_reward import EnvReward
+from posttrain.rollout.agent_loop import AgentLoop
+from posttrain.rollout.env_workers import close_all
 from posttrain.rollout.queue import PartialRolloutQueue
 from posttrain.types import Completion, Sample
 

@@ -9,7 +9,8 @@ import ray
 from posttrain.config import RolloutConfig, TrainerConfig
 from posttrain.rollout.engine import RolloutEngine
 from posttrain.train.group import TrainerGroup
-from posttrain.types import GenerationRequest, LossSpec, SamplingSettings, TrainSequence
+from posttrain.train.spec import loss_spec
+from posttrain.types import GenerationRequest, SamplingSettings, TrainSequence
 
 pytestmark = pytest.mark.gpu
 
@@ -37,7 +38,7 @@ def test_weight_push_and_logprob_agreement_on_gpu(ray_session, tiny_dir, dtype, 
             )
             for c in outs
         ]
-        group.train_step(seqs, LossSpec(kind="pg"))
+        group.train_step(seqs, loss_spec("pg"))
         assert group.sync_weights([engine])["sync/collective"] == float(weight_sync == "collective")
         (fresh,) = ray.get(engine.generate.remote([GenerationRequest((1, 40, 41), 8, 12)], SamplingSettings()))
         fresh_seqs = [

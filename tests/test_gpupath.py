@@ -296,7 +296,8 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.rollout.pool import EnginePool
     from posttrain.train.group import TrainerGroup
-    from posttrain.types import GenerationRequest, LossSpec, SamplingSettings, TrainSequence
+    from posttrain.train.spec import loss_spec
+    from posttrain.types import GenerationRequest, SamplingSettings, TrainSequence
 
     rollout = RolloutConfig(max_model_len=128, kv_cache_gib=0.05, weight_sync="collective", sync_bucket_mib=0.25)
 
@@ -314,7 +315,7 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
             TrainSequence((1, 40, 41) + c.token_ids, 3, (1.0,) * len(c.token_ids), (1.0,) * len(c.token_ids))
             for c in outs
         ]
-        group.train_step(seqs, LossSpec(kind="pg"))
+        group.train_step(seqs, loss_spec("pg"))
         dead = pool.engines[1]
         ray.kill(dead)  # between pushes: the group it was in must be formed again without it
         pool.on_every_engine(group.sync_weights)
@@ -329,7 +330,7 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
         started = time.monotonic()
         pool.on_every_engine(group.sync_weights)
         push_s = time.monotonic() - started  # how long one push of them takes
-        group.train_step(seqs, LossSpec(kind="pg"))
+        group.train_step(seqs, loss_spec("pg"))
         dead = pool.engines[0]
         killer = threading.Timer(push_s / 3, lambda: ray.kill(dead))
         killer.start()

@@ -88,7 +88,7 @@ def test_sft_forms_do_not_depend_on_the_stated_effort():
 
 
 def test_agent_answer_is_read_from_the_last_line_of_the_final_turn():
-    from posttrain.data.agent import EnvState, check_episode
+    from posttrain.data.builtin_env import EnvState, check_episode
 
     state = EnvState(final="Work: 3+5=8 8+7=15 15+2=17\n17")
     assert check_episode({"answer": "17"}, state)[0] == 1.0

@@ -1,7 +1,6 @@
 """Off-policy weights and budget rewards against hand-computed values."""
 
 import math
-from collections import defaultdict
 
 import pytest
 import torch
@@ -55,17 +54,15 @@ def test_over_budget_is_a_flag_that_every_reader_uses():
 
     from posttrain.stages.evaluate import cell_score
     from posttrain.stages.rl import step_metrics
-    from posttrain.types import Completion, Message, Sample, Task
+    from posttrain.types import Completion, Message, Sample, Task, TrainStepResult, TrainSums
 
     over = apply_budget(RewardResult(1.0, "correct", "v"), 11, 10)
     assert over.over_budget and not apply_budget(RewardResult(1.0, "correct", "v"), 10, 10).over_budget
     words = RewardResult(1.0, "correct: 'over budget' vs expected 'over budget'", "reasoning_gym")  # not a flag
     assert cell_score(None, over) == 0.0 and cell_score(None, words) == 1.0
     sample = Sample(Task("t", "f", (Message("user", "q"),)), 0, (1,), Completion((1, 2), (0.0, 0.0), "x", "stop"))
-    sums = defaultdict(
-        float, dict.fromkeys(("tokens", "stale_tokens", "offpolicy_weight", "loss", "clip_tokens", "kl"), 1.0)
-    )
-    trained = {"sums": sums, "logp": [], "grad_norm": 0.0}
+    sums = TrainSums(**dict.fromkeys(("tokens", "stale_tokens", "offpolicy_weight", "loss", "clip_tokens", "kl"), 1.0))
+    trained = TrainStepResult(sums=sums, grad_norm=0.0)
     metrics = step_metrics([sample] * 4, [over, words, words, words], [], trained, time.perf_counter(), 0.0)
     assert metrics["reward/over_budget_frac"] == 0.25
 

@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 import ray
 
-from posttrain.config import PipelineConfig, RLStage, RolloutConfig, TrainerConfig
-from posttrain.types import LossSpec
+from posttrain.config import ExcludeCorrection, PipelineConfig, RLStage, RolloutConfig, TISCorrection, TrainerConfig
+from posttrain.train.spec import loss_spec
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +129,7 @@ def test_stale_tokens_get_tis_weights_and_exclude_removes_their_gradient(stack, 
     stale_steps = moved = 0
     for (seqs, spec, out), row in zip(calls, rows):
         stale_weights = []
-        for s, logp_old, weights in zip(seqs, out["logp"], out["weights"]):
+        for s, logp_old, weights in zip(seqs, out.logp, out.weights):
             for st, mu, m, lp, w in zip(s.stale, s.logp_engine, s.loss_mask, logp_old, weights):
                 if st and m:
                     assert w == pytest.approx(min(math.exp(lp - mu), cap), rel=1e-5, abs=1e-6)
@@ -152,11 +152,12 @@ def test_stale_tokens_get_tis_weights_and_exclude_removes_their_gradient(stack, 
     only_stale = [replace(s, advantages=tuple(float(st) for st in s.stale)) for s in seqs]
     trainers = stack["trainers"]
     moved = {}
+    corrections = {"exclude": lambda cap: ExcludeCorrection(type="exclude"), "tis": lambda cap: TISCorrection(cap=cap)}
     for kind in ("exclude", "tis"):
         trainers.load(str(final), "float32", lr=1e-2, warmup_steps=0)
         before = checksum(trainers)
-        out = trainers.train_step(only_stale, LossSpec(kind="pg", correction=kind, tis_cap=cap))
-        moved[kind] = (checksum(trainers) != before, out["grad_norm"])
+        out = trainers.train_step(only_stale, loss_spec("pg", correction=corrections[kind](cap)))
+        moved[kind] = (checksum(trainers) != before, out.grad_norm)
     assert moved["exclude"] == (False, 0.0)
     assert moved["tis"][0] and moved["tis"][1] > 0
 

@@ -209,13 +209,13 @@ def test_per_head_muon_under_zero3(ray_session, gqa_dir):
     """Two ZeRO-3 ranks, each holding half of every matrix. (ZeRO-2: the muon_per_head case of
     the resume test below.)"""
     from posttrain.train.group import TrainerGroup
-    from posttrain.types import LossSpec
+    from posttrain.train.spec import loss_spec
 
     group = TrainerGroup(trainer_config("muon_per_head", zero_stage=3), seed=0, env=EAGER)
     try:
         group.load(str(gqa_dir), "float32", lr=1e-3, warmup_steps=0)
         before = weights(group)
-        group.train_step(batch(0), LossSpec(kind="nll"))
+        group.train_step(batch(0), loss_spec("nll"))
         after = weights(group)
     finally:
         group.shutdown()
@@ -228,20 +228,20 @@ def test_resume_reproduces_the_next_step(ray_session, gqa_dir, tmp_path, kind, s
     step 2 again: the same weights, bit for bit (momentum, Adam moments and the warm-up
     schedule came back)."""
     from posttrain.train.group import TrainerGroup
-    from posttrain.types import LossSpec
+    from posttrain.train.spec import loss_spec
 
     group = TrainerGroup(trainer_config(kind, zero_stage=stage), seed=0, env=EAGER)
     try:
         group.load(str(gqa_dir), "float32", lr=3e-3, warmup_steps=2)
         initial = weights(group)
-        group.train_step(batch(1), LossSpec(kind="nll"))
+        group.train_step(batch(1), loss_spec("nll"))
         group.save(str(tmp_path / "ckpt"))
         saved = weights(group)
-        group.train_step(batch(2), LossSpec(kind="nll"))
+        group.train_step(batch(2), loss_spec("nll"))
         straight = weights(group)
         group.load(str(tmp_path / "ckpt"), "float32", lr=3e-3, warmup_steps=2, resume=True)
         assert all(np.array_equal(saved[k], v) for k, v in weights(group).items())
-        group.train_step(batch(2), LossSpec(kind="nll"))
+        group.train_step(batch(2), loss_spec("nll"))
         resumed = weights(group)
     finally:
         group.shutdown()

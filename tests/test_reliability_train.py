@@ -15,9 +15,10 @@ import ray
 from posttrain.config import TrainerConfig
 from posttrain.errors import CheckpointWriteError, TrainingDiverged
 from posttrain.train.group import TrainerGroup
-from posttrain.types import LossSpec, TrainSequence
+from posttrain.train.spec import loss_spec
+from posttrain.types import TrainSequence
 
-PG = LossSpec(kind="pg")
+PG = loss_spec("pg")
 
 
 def batch(bad: float | None = None) -> list[TrainSequence]:
@@ -41,20 +42,20 @@ def test_nonfinite_loss_skips_the_step_then_stops_after_k_in_a_row(ray_session, 
         group.load(str(tiny_dir), "float32", lr=1e-2, warmup_steps=0)
         before = checksum(group)
         out = group.train_step(batch(float("nan")), PG)
-        assert out["skipped"] and group.version == 0 and checksum(group) == before
+        assert out.skipped and group.version == 0 and checksum(group) == before
 
         out = group.train_step(batch(), PG)  # a finite step trains, and resets the count
         after_good = checksum(group)
-        assert not out["skipped"] and group.version == 1 and after_good != before and math.isfinite(after_good)
+        assert not out.skipped and group.version == 1 and after_good != before and math.isfinite(after_good)
         assert group.nonfinite_in_a_row == 0
 
-        assert group.train_step(batch(float("inf")), PG)["skipped"]
+        assert group.train_step(batch(float("inf")), PG).skipped
         with pytest.raises(TrainingDiverged, match=r"NaN or inf in 2 optimizer steps in a row .*max_nonfinite_steps=2"):
             group.train_step(batch(float("nan")), PG)
         assert checksum(group) == after_good  # neither skipped step touched the weights
 
         out = group.train_step(batch(), PG)  # optimizer state is not poisoned either
-        assert not out["skipped"] and math.isfinite(checksum(group)) and checksum(group) != after_good
+        assert not out.skipped and math.isfinite(checksum(group)) and checksum(group) != after_good
     finally:
         group.shutdown()
 

@@ -71,7 +71,7 @@ def test_reasoning_gym_and_math(tmp_path):
 
 def test_agent_turns_run_in_the_real_environment(tmp_path):
     from posttrain.config import AgentTasks
-    from posttrain.data.agent import agent_tasks
+    from posttrain.data.builtin_env import agent_tasks
 
     (task,) = agent_tasks(AgentTasks(type="agent", families=["kv_store"], size=1, seed=3))
     row = {"verifier": "agent", "id": task.task_id, "prompt": task.messages[-1].content, "entry": task.entry}

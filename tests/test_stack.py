@@ -9,7 +9,8 @@ from posttrain.config import RolloutConfig, TrainerConfig
 from posttrain.config.resources import weight_sync_mode
 from posttrain.rollout.engine import RolloutEngine
 from posttrain.train.group import TrainerGroup
-from posttrain.types import GenerationRequest, LossSpec, SamplingSettings, TrainSequence
+from posttrain.train.spec import loss_spec
+from posttrain.types import GenerationRequest, SamplingSettings, TrainSequence
 
 PROMPTS = [(1, 40, 41, 42, 43), (1, 50, 51), (1, 60, 61, 62, 63, 64, 65)]
 
@@ -66,10 +67,10 @@ def test_step_changes_parameters_and_push_keeps_engine_in_agreement(engine, trai
     trainers.weight_sync = weight_sync_mode(RolloutConfig(weight_sync=weight_sync))
     seqs = sample(engine)
     before = ray.get(trainers.workers[0].parameter_checksum.remote())
-    out = trainers.train_step(seqs, LossSpec(kind="pg"))
+    out = trainers.train_step(seqs, loss_spec("pg"))
     after = ray.get(trainers.workers[0].parameter_checksum.remote())
     assert before != after
-    assert mean_abs_diff(seqs, out["logp"]) < 1e-4  # pre-step logprobs, same weights as the engine
+    assert mean_abs_diff(seqs, out.logp) < 1e-4  # pre-step logprobs, same weights as the engine
     stale = trainers.logprobs(seqs)
     assert mean_abs_diff(seqs, stale) > 1e-3  # the step moved the policy away from the engine
     sync = trainers.sync_weights([engine])
@@ -84,7 +85,7 @@ def test_step_changes_parameters_and_push_keeps_engine_in_agreement(engine, trai
 
 def test_loss_falls_when_overfitting_one_batch(engine, trainers):
     seqs = sample(engine)
-    losses = [trainers.train_step(seqs, LossSpec(kind="nll"))["sums"]["loss"] for _ in range(30)]
+    losses = [trainers.train_step(seqs, loss_spec("nll")).sums.loss for _ in range(30)]
     assert losses[-1] < 0.5 * losses[0], losses
 
 
@@ -96,9 +97,9 @@ def test_two_ranks_with_micro_batches_match_one_rank(ray_session, tiny_dir, engi
     for workers, micro in ((1, 100_000), (2, 24)):
         group = TrainerGroup(TrainerConfig(workers=workers, zero_stage=2, micro_batch_tokens=micro), seed=0)
         group.load(str(tiny_dir), "float32", lr=1e-2, warmup_steps=0)
-        out = group.train_step(seqs, LossSpec(kind="pg"))
+        out = group.train_step(seqs, loss_spec("pg"))
         packet = ray.get(group.workers[0].get_weights.remote(1))
-        results[workers] = (out["grad_norm"], out["sums"]["loss"], packet.arrays)
+        results[workers] = (out.grad_norm, out.sums.loss, packet.arrays)
         group.shutdown()
     (g1, l1, w1), (g2, l2, w2) = results[1], results[2]
     assert g2 == pytest.approx(g1, rel=1e-4) and l2 == pytest.approx(l1, rel=1e-4, abs=1e-7)
@@ -115,7 +116,7 @@ def test_zero3_gathers_full_weights_for_the_engine(ray_session, tiny_dir, engine
     try:
         group.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
         seqs = sample(engine)
-        group.train_step(seqs, LossSpec(kind="pg"))
+        group.train_step(seqs, loss_spec("pg"))
         assert group.sync_weights([engine])["sync/collective"] == float(weight_sync == "collective")
         fresh = sample(engine)
         assert mean_abs_diff(fresh, group.logprobs(fresh)) < 1e-4

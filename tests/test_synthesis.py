@@ -7,7 +7,7 @@ import json
 import pytest
 
 from posttrain.config import AgentTasks, ReasoningGymTasks, SynthesisStage
-from posttrain.data import agent
+from posttrain.data import builtin_env
 from posttrain.data.chat import (
     TEMPLATE_VERSION,
     TemplateError,
@@ -55,7 +55,7 @@ def test_template_round_trip_is_lossless(tokenizer):
         Message("user", 'and the café? {"x": 1}'),
         Message("assistant", "done \u00e9 \U0001f600"),
     )
-    for messages in [gold_conversation(f, i)[1] for f in agent.FAMILIES for i in range(2)] + [tricky]:
+    for messages in [gold_conversation(f, i)[1] for f in builtin_env.FAMILIES for i in range(2)] + [tricky]:
         ids, prompt_len, mask = sft_example(tokenizer, messages, 10**9)
         first = next(i for i, m in enumerate(messages) if m.role == "assistant")
         back = parse_response(tokenizer, ids[prompt_len:], mask)

@@ -5,9 +5,10 @@ with the KL term and the fresh-token correction. Never run yet: no GPU here."""
 import pytest
 import ray
 
-from posttrain.config import TrainerConfig
+from posttrain.config import GRPOConfig, TISCorrection, TrainerConfig
 from posttrain.train.group import TrainerGroup
-from posttrain.types import LossSpec, TrainSequence
+from posttrain.train.spec import loss_spec
+from posttrain.types import TrainSequence
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -32,9 +33,9 @@ def test_a_gpu_rank_trains_with_everything_on_its_device(ray_session, tiny_dir):
 
         facts = ray.get(group.workers[0].__ray_call__.remote(devices))
         assert facts == {"rank": "cuda:0", "model": "cuda:0", "ref": "cuda:0", "inputs": ["cuda:0"]}
-        spec = LossSpec(kind="pg", kl_beta=0.1, correction="tis", correct_fresh=True, minibatches=2)
+        spec = loss_spec("pg", GRPOConfig(kl_beta=0.1, minibatches=2), TISCorrection(fresh=True))
         out = group.train_step(SEQS, spec)
-        assert not out["skipped"] and out["sums"]["tokens"] == 4 and out["sums"]["kl"] >= 0
+        assert not out.skipped and out.sums.tokens == 4 and out.sums.kl >= 0
         assert group.version == 1
     finally:
         group.shutdown()

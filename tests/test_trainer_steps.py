@@ -8,9 +8,10 @@ import pytest
 import ray
 import torch
 
-from posttrain.config import TrainerConfig
+from posttrain.config import GRPOConfig, TrainerConfig
 from posttrain.train.group import TrainerGroup, split_minibatches
-from posttrain.types import LossSpec, TrainSequence
+from posttrain.train.spec import loss_spec
+from posttrain.types import TrainSequence
 
 pytestmark = pytest.mark.slow
 
@@ -44,22 +45,22 @@ def test_second_optimizer_step_is_clipped_and_the_loss_is_the_hand_derived_one(
     the token clipped (and no gradient from it). Reported: the token mean over the batch
     averaged over epochs, (-1 - 1.28) / 2 = -1.14, and clip_frac = 1 clipped token of 2
     token-steps = 0.5. With one minibatch and one epoch the clip never acts: loss -1."""
-    spec = LossSpec(kind="pg", clip_eps_lo=0.2, clip_eps_hi=0.28, minibatches=minibatches, epochs=epochs)
+    spec = loss_spec("pg", GRPOConfig(clip_eps_lo=0.2, clip_eps_hi=0.28, minibatches=minibatches, epochs=epochs))
     g = group(tiny_dir)
     try:
         before = g.logprobs([S])[0]
         out = g.train_step(batch, spec)
-        assert out["sums"]["clip_tokens"] / out["sums"]["tokens"] == pytest.approx(0.5)
-        assert out["sums"]["loss"] == pytest.approx((-1.0 - 1.28) / 2, abs=1e-6)
-        assert out["sums"]["tokens"] == len(batch)  # every token counted once, whatever the epochs
-        assert out["logp"] == [before] * len(batch)  # logp_old: the policy before the first step
+        assert out.sums.clip_tokens / out.sums.tokens == pytest.approx(0.5)
+        assert out.sums.loss == pytest.approx((-1.0 - 1.28) / 2, abs=1e-6)
+        assert out.sums.tokens == len(batch)  # every token counted once, whatever the epochs
+        assert out.logp == [before] * len(batch)  # logp_old: the policy before the first step
         assert g.version == 1  # one RL step, one policy version, however many optimizer steps
     finally:
         g.shutdown()
     g = group(tiny_dir)
     try:
-        out = g.train_step(batch, LossSpec(kind="pg"))
-        assert out["sums"]["clip_tokens"] == 0 and out["sums"]["loss"] == pytest.approx(-1.0)
+        out = g.train_step(batch, loss_spec("pg"))
+        assert out.sums.clip_tokens == 0 and out.sums.loss == pytest.approx(-1.0)
     finally:
         g.shutdown()
 
@@ -89,9 +90,9 @@ def test_entropy_is_summed_exactly_over_micro_batches_and_ranks(ray_session, tin
             tokens += sum(s.loss_mask)
     g = group(tiny_dir, lr=1e-3, micro=24)  # several micro-batches per rank, uneven over the ranks
     try:
-        out = g.train_step(seqs, LossSpec(kind="pg"))
-        assert out["sums"]["tokens"] == tokens
-        assert out["sums"]["entropy"] / out["sums"]["tokens"] == pytest.approx(total / tokens, rel=1e-5)
+        out = g.train_step(seqs, loss_spec("pg"))
+        assert out.sums.tokens == tokens
+        assert out.sums.entropy / out.sums.tokens == pytest.approx(total / tokens, rel=1e-5)
         assert 0 < total / tokens < math.log(model.config.vocab_size)
     finally:
         g.shutdown()
@@ -109,8 +110,8 @@ def test_gradient_checkpointing_changes_memory_not_the_step(ray_session, tiny_di
             g.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
             active = ray.get(g.workers[0].__ray_call__.remote(lambda w: w.engine.module.is_gradient_checkpointing))
             assert active == checkpointing
-            out = g.train_step(seqs, LossSpec(kind="pg"))
-            results[checkpointing] = (out["sums"]["loss"], out["grad_norm"])
+            out = g.train_step(seqs, loss_spec("pg"))
+            results[checkpointing] = (out.sums.loss, out.grad_norm)
         finally:
             g.shutdown()
     assert results[True] == pytest.approx(results[False], rel=1e-5)
@@ -140,12 +141,12 @@ def test_shared_prompts_give_the_same_step_on_ranks(ray_session, tiny_dir):
         g = TrainerGroup(config, seed=0)
         try:
             g.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
-            results[share] = g.train_step(seqs, LossSpec(kind="pg", minibatches=2))
+            results[share] = g.train_step(seqs, loss_spec("pg", GRPOConfig(minibatches=2)))
         finally:
             g.shutdown()
     a, b = results[False], results[True]
-    assert [x for row in b["logp"] for x in row] == pytest.approx([x for row in a["logp"] for x in row], abs=1e-5)
+    assert [x for row in b.logp for x in row] == pytest.approx([x for row in a.logp for x in row], abs=1e-5)
     for key in ("loss", "entropy", "clip_tokens", "tokens"):
-        assert b["sums"][key] == pytest.approx(a["sums"][key], rel=1e-5, abs=1e-7), key
-    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
-    assert b["sums"]["sequence_tokens"] < a["sums"]["sequence_tokens"]  # the prompts' repeats are gone
+        assert getattr(b.sums, key) == pytest.approx(getattr(a.sums, key), rel=1e-5, abs=1e-7), key
+    assert b.grad_norm == pytest.approx(a.grad_norm, rel=1e-4)
+    assert b.sums.sequence_tokens < a.sums.sequence_tokens  # the prompts' repeats are gone

@@ -19,18 +19,23 @@ def offpolicy_weights(
     logp_old: torch.Tensor,
     logp_behaviour: torch.Tensor,
     stale: torch.Tensor,
-    cap: float = 2.0,
-    lo: float = 0.5,
-    hi: float = 2.0,
+    cap: float | None = None,
+    lo: float | None = None,
+    hi: float | None = None,
 ) -> torch.Tensor:
-    """Weights per token; `stale` is 1 where the token came from an older policy version."""
+    """Weights per token; `stale` is 1 where the token came from an older policy version.
+    `cap` is tis's setting, `lo` and `hi` mask's (config/algo.py holds their defaults)."""
     ones = torch.ones_like(logp_old)
     if kind == "none":
         return ones
     ratio = torch.exp(logp_old - logp_behaviour)
     if kind == "tis":
+        if cap is None:
+            raise ValueError("the tis correction needs its cap")
         corrected = torch.clamp(ratio, max=cap)
     elif kind == "mask":
+        if lo is None or hi is None:
+            raise ValueError("the mask correction needs its lo and hi")
         corrected = ((ratio >= lo) & (ratio <= hi)).to(logp_old.dtype)
     elif kind == "exclude":
         corrected = torch.zeros_like(logp_old)

@@ -87,7 +87,7 @@ def task_of(row: dict, name: str) -> Task:
 
 def _agent_env(task: Task, response: str) -> tuple[dict, int]:
     """Run the model's turns against the task's real environment: (final state, turns)."""
-    from posttrain.data import agent
+    from posttrain.data import builtin_env
 
     try:
         turns = json.loads(response)
@@ -95,9 +95,9 @@ def _agent_env(task: Task, response: str) -> tuple[dict, int]:
         turns = [response]
     if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
         turns = [response]
-    state = agent.initial_state(task.entry)
+    state = builtin_env.initial_state(task.entry)
     for turn in turns[: task.entry.get("max_turns", 4)]:
-        if agent.step(state, turn, task.entry.get("corpus_seed", 0)) is None:
+        if builtin_env.step(state, turn, task.entry.get("corpus_seed", 0)) is None:
             break
     return state.to_dict(), len(turns)
 
@@ -116,7 +116,7 @@ def _source(task: Task, user_reward: str | None):
 
         return MathVerifier()
     if task.verifier == "agent":
-        from posttrain.rewards.agent import AgentVerifier
+        from posttrain.rewards.agent_verifier import AgentVerifier
 
         return AgentVerifier()
     from posttrain.rewards.user import UserReward

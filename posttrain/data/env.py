@@ -18,7 +18,7 @@ tool environments). Subclass `ToolEnv` (or write the same methods):
 
 The state is plain JSON, kept in the partial-rollout queue and in checkpoints, so an
 episode goes on across iterations and resumes; `step` must depend only on (state, call).
-The environment runs in worker processes (`rollout/env.py`): a call that raises, runs past
+The environment runs in worker processes (`rollout/env_workers.py`): a call that raises, runs past
 `timeout_s` or returns something else ends its episode, flagged, and the run goes on.
 """
 

@@ -104,7 +104,7 @@ def _generate(source) -> list[Task]:
         random.Random(source.seed).shuffle(tasks)
         return tasks
     if isinstance(source, AgentTasks):
-        from posttrain.data.agent import agent_tasks
+        from posttrain.data.builtin_env import agent_tasks
 
         return agent_tasks(source)
     if isinstance(source, WritingTasks):

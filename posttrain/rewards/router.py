@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from posttrain.config import CodingTasks, EnvTasks, UserTasks, VerifiersTasks
-from posttrain.rewards.agent import AgentVerifier
+from posttrain.rewards.agent_verifier import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
 from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
@@ -88,7 +88,7 @@ def own_sources(leaves: list) -> dict[str, RewardSource]:
     reward, run in its workers) and `verifiers` (a verifiers environment's rubric)."""
     sources: dict[str, RewardSource] = {}
     if any(isinstance(leaf, EnvTasks) for leaf in leaves):
-        from posttrain.rewards.env import EnvReward
+        from posttrain.rewards.env_reward import EnvReward
 
         sources["env"] = EnvReward()
     vf = [leaf for leaf in leaves if isinstance(leaf, VerifiersTasks)]

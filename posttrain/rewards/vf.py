@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from posttrain.rollout.env import EnvWorkers
+from posttrain.rollout.env_workers import EnvWorkers
 from posttrain.types import RewardResult, Sample
 
 _TASKSET = None

@@ -16,7 +16,6 @@ import asyncio
 import json
 import math
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -31,31 +30,29 @@ from posttrain.records.metrics import Progress
 from posttrain.records.rollouts import RolloutLog
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
-from posttrain.rollout.agent import AgentLoop
+from posttrain.rollout.agent_loop import AgentLoop
 from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.pool import Iteration
 from posttrain.rollout.queue import Group, PartialRolloutQueue
 from posttrain.runtime.infra import Infra
 from posttrain.stages.registry import ROLLOUT_STATE as STATE_FILE
-from posttrain.types import Completion, LossSpec, RewardResult, Sample, SamplingSettings, TrainSequence
+from posttrain.train.spec import loss_spec
+from posttrain.types import (
+    Completion,
+    LossSpec,
+    RewardResult,
+    Sample,
+    SamplingSettings,
+    TrainSequence,
+    TrainStepResult,
+    TrainSums,
+)
 
 
-def loss_spec(stage: RolloutStage) -> LossSpec:
-    corr = stage.partial.correction
-    return LossSpec(
-        kind="pg",
-        clip_eps_lo=stage.algo.clip_eps_lo,
-        clip_eps_hi=stage.algo.clip_eps_hi,
-        kl_beta=stage.algo.kl_beta,
-        temperature=stage.temperature,
-        correction=corr.type,
-        tis_cap=getattr(corr, "cap", 2.0),
-        mask_lo=getattr(corr, "lo", 0.5),
-        mask_hi=getattr(corr, "hi", 2.0),
-        correct_fresh=getattr(corr, "fresh", False),
-        minibatches=stage.algo.minibatches,
-        epochs=stage.algo.epochs,
-    )
+def stage_loss_spec(stage: RolloutStage) -> LossSpec:
+    """The trainer's loss for a rollout stage: its algo, its off-policy correction and the
+    temperature its samples were drawn at, every setting as the config holds it."""
+    return loss_spec("pg", stage.algo, stage.partial.correction, stage.temperature)
 
 
 def current_budget(stage: RolloutStage, step: int) -> int | None:
@@ -230,7 +227,7 @@ class RLRun:
 
     def run(self) -> None:
         stage, infra = self.stage, self.infra
-        spec = loss_spec(stage)
+        spec = stage_loss_spec(stage)
         progress = Progress(stage.name, stage.steps, live=infra.live_progress)
         health = HealthMonitor(infra.config.health, stage.name, stage.partial.max_staleness)
         while not self.done():
@@ -246,7 +243,7 @@ class RLRun:
             seqs, batch_stats = self.batch(groups, rewards, version)
             self.queue.mark_trained(len(seqs))
             train_start = time.perf_counter()
-            trained = infra.trainers.train_step(seqs, spec) if seqs else nothing_trained()
+            trained = infra.trainers.train_step(seqs, spec) if seqs else TrainStepResult(empty=True)
             train_seconds = time.perf_counter() - train_start
             if ahead is not None:  # the engines take the new weights once it is in
                 timing.add(self.land(ahead), overlapped=True)
@@ -314,24 +311,13 @@ class RLRun:
         self.queue = PartialRolloutQueue.from_json(state["queue"])
 
 
-def nothing_trained() -> dict:
-    """A step whose every sample was left out (unscored, or empty): no optimizer step, the
-    weights and the policy version stay, and the step is logged as skipped."""
-    return {
-        "logp": [],
-        "weights": [],
-        "sums": defaultdict(float),
-        "grad_norm": float("nan"),
-        "skipped": False,
-        "empty": True,
-        "seconds": 0.0,
-    }
-
-
-def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dict:
+def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, train_seconds) -> dict:
+    """The step's row. A step with nothing to train on (`TrainStepResult(empty=True)`: every
+    sample unscored or empty) took no optimizer step and is logged as skipped."""
     scored = [r.score for r in rewards if r.ok]
     lengths = [s.model_tokens for s in samples]
-    tokens = trained["sums"]["tokens"]
+    sums = trained.sums
+    tokens = sums.tokens
     step_seconds = time.perf_counter() - started
     by_source: dict[str, list[float]] = {}
     for r in rewards:
@@ -351,27 +337,27 @@ def step_metrics(samples, rewards, seqs, trained, started, train_seconds) -> dic
         "response_tokens/max": float(max(lengths, default=0)),
         "tokens/trained": tokens,
         "response/truncated_frac": float(np.mean([s.completion.finish_reason == "length" for s in samples])),
-        "logp/mismatch": logp_mismatch(seqs, trained["logp"]),
-        "offpolicy/token_frac": trained["sums"]["stale_tokens"] / max(tokens, 1.0),
-        "offpolicy/weight_mean": trained["sums"]["offpolicy_weight"] / max(trained["sums"]["stale_tokens"], 1.0),
-        "offpolicy/fresh_weight_mean": fresh_weight_mean(trained["sums"]),
-        "policy/entropy": trained["sums"]["entropy"] / max(tokens, 1.0),
-        "train/padding_frac": 1.0 - trained["sums"]["sequence_tokens"] / max(trained["sums"]["positions"], 1.0),
-        "loss/policy": trained["sums"]["loss"],
-        "loss/clip_frac": trained["sums"]["clip_tokens"] / max(tokens, 1.0),
-        "loss/kl": trained["sums"]["kl"] / max(tokens, 1.0),
-        "grad/norm": trained["grad_norm"],
-        "train/skipped_nonfinite": float(trained.get("skipped", False)),
-        "train/skipped_empty": float(trained.get("empty", False)),
+        "logp/mismatch": logp_mismatch(seqs, trained.logp),
+        "offpolicy/token_frac": sums.stale_tokens / max(tokens, 1.0),
+        "offpolicy/weight_mean": sums.offpolicy_weight / max(sums.stale_tokens, 1.0),
+        "offpolicy/fresh_weight_mean": fresh_weight_mean(sums),
+        "policy/entropy": sums.entropy / max(tokens, 1.0),
+        "train/padding_frac": 1.0 - sums.sequence_tokens / max(sums.positions, 1.0),
+        "loss/policy": sums.loss,
+        "loss/clip_frac": sums.clip_tokens / max(tokens, 1.0),
+        "loss/kl": sums.kl / max(tokens, 1.0),
+        "grad/norm": trained.grad_norm,
+        "train/skipped_nonfinite": float(trained.skipped),
+        "train/skipped_empty": float(trained.empty),
         "time/train_s": train_seconds,
         "time/step_s": step_seconds,
         "throughput/tokens_per_s": tokens / step_seconds,
     }
 
 
-def fresh_weight_mean(sums: dict) -> float:
+def fresh_weight_mean(sums: TrainSums) -> float:
     """Mean correction weight of the fresh sampled tokens: 1 unless `correction.fresh`."""
-    return sums["fresh_weight"] / sums["fresh_tokens"] if sums.get("fresh_tokens") else 1.0
+    return sums.fresh_weight / sums.fresh_tokens if sums.fresh_tokens else 1.0
 
 
 def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:

@@ -14,7 +14,8 @@ from posttrain.data.tasks import load_chat_jsonl, load_tasks
 from posttrain.records.metrics import Progress
 from posttrain.runtime.infra import Infra
 from posttrain.stages.registry import SFT_STATE as STATE_FILE
-from posttrain.types import LossSpec, Message, TrainSequence
+from posttrain.train.spec import loss_spec
+from posttrain.types import Message, TrainSequence
 
 
 def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tuple[Message, ...]]:
@@ -131,16 +132,16 @@ def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | No
         infra.trainers.version, first = state["version"], state["step"] + 1
     progress = Progress(stage.name, stage.steps)
     ckpt_root = infra.run_dir / "checkpoints" / stage.name
-    spec = LossSpec(kind="nll")
+    spec = loss_spec("nll")
     for step in range(first, stage.steps + 1):
         batch = [seqs[rng.randrange(len(seqs))] for _ in range(stage.batch_size)]
         out = infra.trainers.train_step(batch, spec)
         row = {
-            "loss/nll": out["sums"]["loss"],
-            "grad/norm": out["grad_norm"],
-            "tokens": out["sums"]["tokens"],
-            "time/step_s": out["seconds"],
-            "train/skipped_nonfinite": float(out["skipped"]),
+            "loss/nll": out.sums.loss,
+            "grad/norm": out.grad_norm,
+            "tokens": out.sums.tokens,
+            "time/step_s": out.seconds,
+            "train/skipped_nonfinite": float(out.skipped),
         }
         infra.metrics.log(stage.name, step, row)
         progress.update(step, loss=row["loss/nll"])

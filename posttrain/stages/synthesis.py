@@ -61,7 +61,7 @@ class Synthesizer:
     def __init__(
         self, stage: SynthesisStage, infra: Infra, teacher_tokenizer, pool, router, verifier: Verifier, teacher_id: str
     ):
-        from posttrain.rollout.agent import AgentLoop
+        from posttrain.rollout.agent_loop import AgentLoop
 
         self.stage, self.infra, self.tok, self.pool = stage, infra, teacher_tokenizer, pool
         self.router, self.verifier, self.teacher_id = router, verifier, teacher_id

@@ -14,7 +14,7 @@ import random
 import re
 
 from posttrain.config import SynthesisStage
-from posttrain.data.agent import TOOLS
+from posttrain.data.builtin_env import TOOLS
 from posttrain.data.chat import TemplateError, parse_calls, parse_response, sft_example, wants_tools
 from posttrain.types import Message, RewardResult
 

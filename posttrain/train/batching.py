@@ -1,7 +1,8 @@
-"""Micro-batches as tensors: `collate` (right-padded rows, one sequence each) and
-`collate_shared` (a group's prompt computed once per row, a 4-D mask keeping each
-sequence's logprobs its own), both giving per-token tensors over the window of positions
-that predict a response token."""
+"""Micro-batches of a rank's shard: which sequences go together (`micro_batches`, one
+packing loop for both layouts), and as tensors: `collate` (right-padded rows, one
+sequence each) and `collate_shared` (a group's prompt computed once per row, a 4-D mask
+keeping each sequence's logprobs its own), both giving per-token tensors over the window
+of positions that predict a response token; `collate_micro_batch` picks the layout."""
 
 from __future__ import annotations
 
@@ -10,6 +11,48 @@ from posttrain.types import TrainSequence
 # Stands in for a micro-batch on a rank that has run out of data: zero loss, but a full
 # backward, so the rank joins every gradient collective of the others.
 PAD_SEQUENCE = TrainSequence(token_ids=(0, 0), prompt_len=1, advantages=(0.0,), loss_mask=(0.0,))
+
+
+def micro_batches(shard: list[TrainSequence], cap: int, share_prompts: bool) -> list[list[int]]:
+    """Indices of `shard` in micro-batches of at most `cap` positions (rows x the longest
+    row, padding included), filled shortest row first. A row is one sequence, or with
+    `share_prompts` a shared-prompt row (`prompt_rows`: a group's sequences together,
+    listed in row order, which `collate_shared` rebuilds)."""
+    if share_prompts:
+        order = sorted(range(len(shard)), key=lambda i: shard[i].token_ids[: shard[i].prompt_len])
+        rows = [[order[k] for k in row] for row in prompt_rows([shard[i] for i in order], cap)]
+        sizes = [len(shard[row[0]].token_ids) + sum(shard[i].response_len + 1 for i in row[1:]) for row in rows]
+    else:
+        rows = [[i] for i in range(len(shard))]
+        sizes = [len(s.token_ids) for s in shard]
+    return _pack(rows, sizes, cap)
+
+
+def _pack(rows: list[list[int]], sizes: list[int], cap: int) -> list[list[int]]:
+    """Rows, sorted by size (stable), into micro-batches: a row starts a new micro-batch when
+    the current one, padded to its longest row, would pass `cap` positions with it."""
+    batches, current, longest = [], [], 0
+    for k in sorted(range(len(rows)), key=lambda k: sizes[k]):
+        longest_if = max(longest, sizes[k])
+        if current and longest_if * (len(current) + 1) > cap:
+            batches.append([i for row in current for i in row])
+            current, longest_if = [], sizes[k]
+        current.append(rows[k])
+        longest = longest_if
+    if current:
+        batches.append([i for row in current for i in row])
+    return batches
+
+
+def collate_micro_batch(
+    seqs: list[TrainSequence], device, cap: int, share_prompts: bool, additive_mask: bool = False
+) -> dict:
+    """With `share_prompts`, the shared-prompt layout where a micro-batch has a prompt to
+    share; otherwise (SFT, and always without it) one padded row per sequence, whose
+    2-D mask lets attention skip masking when nothing is padded."""
+    if share_prompts and any(len(row) > 1 for row in prompt_rows(seqs, cap)):
+        return collate_shared(seqs, device, cap, additive_mask)
+    return collate(seqs, device)
 
 
 def collate(seqs: list[TrainSequence], device) -> dict:

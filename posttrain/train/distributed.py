@@ -1,5 +1,6 @@
-"""A rank's place in the process group: its device, the group's backend, and the guard
-around the one-time build of DeepSpeed's CPU comm op."""
+"""A rank's place in the process group: its device, what that device needs before the
+rendezvous, the group's backend, and the guard around the one-time build of DeepSpeed's
+CPU comm op. What differs by device type is looked up in the tables below."""
 
 from __future__ import annotations
 
@@ -43,7 +44,38 @@ def rank_device(num_gpus: float):
     return torch.device("cuda", 0) if num_gpus > 0 else torch.device("cpu")
 
 
+# The process group's backend per device type: NCCL (CUDA tensors only) on a GPU, gloo
+# (CPU tensors) elsewhere. So every collective's tensors belong on the rank's device.
+BACKENDS = {"cuda": "nccl"}
+DEFAULT_BACKEND = "gloo"
+
+
 def group_backend(device) -> str:
-    """The process group's backend for a rank on `device`: NCCL (CUDA tensors only) on a
-    GPU, gloo on the CPU. So every collective's tensors belong on the rank's device."""
-    return "nccl" if device.type == "cuda" else "gloo"
+    """The process group's backend for a rank on `device`."""
+    return BACKENDS.get(device.type, DEFAULT_BACKEND)
+
+
+def _select_cuda(device) -> None:
+    import torch
+
+    torch.cuda.set_device(device)
+
+
+def _build_cpu_comm(device) -> None:
+    """init_distributed builds DeepSpeed's CPU comm op (once per machine); the build alone
+    happens here, under the guard: the rendezvous after it needs every rank."""
+    from deepspeed.comm.torch import build_shm_op
+
+    with op_build_guard("deepspeed_shm_comm"):
+        build_shm_op()
+
+
+# What a rank does for its device before joining the process group, per device type.
+DEVICE_SETUP = {"cuda": _select_cuda, "cpu": _build_cpu_comm}
+
+
+def prepare_device(device) -> None:
+    """Make `device` ready for `deepspeed.init_distributed` (nothing for other types)."""
+    setup = DEVICE_SETUP.get(device.type)
+    if setup is not None:
+        setup(device)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -21,7 +22,7 @@ from posttrain.config.resources import weight_sync_mode
 from posttrain.errors import TrainingDiverged
 from posttrain.rollout.collective import TIMEOUT_S
 from posttrain.train.trainer import TrainerWorker
-from posttrain.types import LossSpec, TrainSequence
+from posttrain.types import LoadedModel, LossSpec, TrainSequence, TrainStepResult, TrainSums
 
 SYNC_TIMEOUT_S = 600
 PORT_TRIES = 3  # rank processes started again on a new rendezvous port when the picked one was taken
@@ -71,6 +72,22 @@ def split_minibatches(seqs: list[TrainSequence], count: int) -> list[list[int]]:
         runs.append(list(range(start, end)))
         start = end
     return runs
+
+
+def merge_results(results: list[TrainStepResult], order: list[list[int]], count: int) -> TrainStepResult:
+    """The ranks' results as one, for a batch of `count` sequences: per-sequence lists back
+    in batch order (`order[r]`: the batch index of each of rank r's sequences), sums added,
+    the slowest rank's time. Skipping, applied steps and the grad norm (all-reduced) are
+    every rank's alike: rank 0's."""
+    logp: list[list[float]] = [[] for _ in range(count)]
+    weights: list[list[float]] = [[] for _ in range(count)]
+    sums = TrainSums()
+    for idx, res in zip(order, results):
+        for i, values, w in zip(idx, res.logp, res.weights):
+            logp[i], weights[i] = values, w
+        sums = sums + res.sums
+    first = results[0]
+    return replace(first, logp=logp, weights=weights, sums=sums, seconds=max(r.seconds for r in results))
 
 
 RESTART_BYTES = 256 * 2**20
@@ -169,7 +186,7 @@ class TrainerGroup:
 
     def load(
         self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0, resume: bool = False
-    ) -> dict:
+    ) -> LoadedModel:
         """Build the model and optimizer on every rank. A load after the first starts fresh
         rank processes (`restart_on_load`; auto: for models over 256 MB): a DeepSpeed engine
         dropped in place does not give its memory back (measured: SmolLM2 ranks grew from
@@ -200,7 +217,7 @@ class TrainerGroup:
         self.workers = self._start()
         self.sync_members = None
 
-    def train_step(self, seqs: list[TrainSequence], spec: LossSpec) -> dict:
+    def train_step(self, seqs: list[TrainSequence], spec: LossSpec) -> TrainStepResult:
         """One RL step on all ranks: `spec.minibatches` optimizer steps per epoch (one by
         default), each minibatch sharded over the ranks. The policy version advances once
         (one weight sync follows), if any step was applied. Returns summed metrics and,
@@ -218,26 +235,11 @@ class TrainerGroup:
         results = get_all(
             [w.train_minibatches.remote(shards, spec, tokens) for w, shards in zip(self.workers, per_rank)]
         )
-        logp: list[list[float]] = [[] for _ in seqs]
-        weights: list[list[float]] = [[] for _ in seqs]
-        sums: dict[str, float] = {}
-        for idx, res in zip(order, results):
-            for i, values, w in zip(idx, res["logp"], res["weights"]):
-                logp[i], weights[i] = values, w
-            for key, value in res["sums"].items():
-                sums[key] = sums.get(key, 0.0) + value
-        skipped = results[0]["skipped"]
-        self._count_nonfinite(skipped)
-        if results[0]["applied"]:
+        merged = merge_results(results, order, len(seqs))
+        self._count_nonfinite(merged.skipped)
+        if merged.applied:
             self.version += 1
-        return {
-            "logp": logp,
-            "weights": weights,
-            "sums": sums,
-            "grad_norm": results[0]["grad_norm"],
-            "skipped": skipped,
-            "seconds": max(r["seconds"] for r in results),
-        }
+        return merged
 
     def _count_nonfinite(self, skipped: bool) -> None:
         """A step whose loss was NaN or inf on any rank was skipped by every rank (weights and

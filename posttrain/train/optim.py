@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 
-from posttrain.config import TrainerConfig
+from posttrain.config import AdamWOptimizer, MuonOptimizer, TrainerConfig
 
 HEAD_SPLIT_PROJECTIONS = ("q_proj", "k_proj", "v_proj")
+SPLIT_BY_HEAD = {"muon": False, "muon_per_head": True}  # Muon's kinds: orthogonalized per head?
 ADAMW_EPS = 1e-8  # torch's AdamW default, so the AdamW half matches `type: adamw`
 
 
@@ -70,10 +71,17 @@ def lr_scale(shape, heads: int | None, adjust_lr: str) -> float:
 
 def build_optimizer(model, config: TrainerConfig, lr: float):
     """The client optimizer for `deepspeed.initialize`; tags Muon's parameters for ZeRO."""
+    return OPTIMIZERS[type(config.optimizer)](model, config, lr)
+
+
+def _adamw(model, config: TrainerConfig, lr: float):
     import torch
 
-    if config.optimizer.type == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
+
+
+def _muon(model, config: TrainerConfig, lr: float):
+    import torch
     from deepspeed.runtime.zero.muon.muon_optimizer import MuonWithAuxAdam
 
     return MuonWithAuxAdam(
@@ -93,7 +101,7 @@ def muon_param_groups(model, config: TrainerConfig, lr: float) -> list[dict]:
     `muon_num_heads` from the parameters themselves, so they are set here too."""
     opt = config.optimizer
     muon, adamw = split_parameters(model)
-    heads = head_counts(model) if opt.type == "muon_per_head" else {}
+    heads = head_counts(model) if SPLIT_BY_HEAD[opt.type] else {}
     by_scale: dict[float, list] = {}
     for name, param in muon:
         param.use_muon, param.muon_num_heads = True, heads.get(name)
@@ -132,6 +140,10 @@ def muon_param_groups(model, config: TrainerConfig, lr: float) -> list[dict]:
 
 def zero_settings(config: TrainerConfig) -> dict:
     """Extra `zero_optimization` keys: DeepSpeed's ZeRO-3 refuses Muon with reduce-scatter."""
-    if config.optimizer.type != "adamw" and config.zero_stage == 3:
+    if isinstance(config.optimizer, MuonOptimizer) and config.zero_stage == 3:
         return {"reduce_scatter": False}
     return {}
+
+
+# The builder of each optimizer config class.
+OPTIMIZERS = {AdamWOptimizer: _adamw, MuonOptimizer: _muon}

@@ -18,84 +18,28 @@ from __future__ import annotations
 import copy
 import inspect
 import os
-import shutil
 import time
-from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 
 import ray
 
 from posttrain.config import TrainerConfig
-from posttrain.errors import CheckpointWriteError
 from posttrain.rollout.cores import pin_to_cores
-from posttrain.train.batching import PAD_SEQUENCE, collate, collate_shared, prompt_rows
-from posttrain.train.distributed import group_backend, op_build_guard, rank_device
+from posttrain.train import checkpoint, export
+from posttrain.train.batching import PAD_SEQUENCE, collate_micro_batch, micro_batches
+from posttrain.train.distributed import group_backend, prepare_device, rank_device
 from posttrain.train.optim import build_optimizer, zero_settings
 from posttrain.train.sync import WeightSender
-from posttrain.types import LossSpec, TrainSequence
+from posttrain.types import LoadedModel, LossSpec, TrainSequence, TrainStepResult, TrainSums
 
-# Sums over tokens that every train step returns (trained tokens, stale and fresh sampled
-# tokens with their weights, entropy; positions through the model, padding included, and
-# the sequences' own tokens) and over optimizer steps (loss, clip, kl).
-SUM_KEYS = (
-    "loss",
-    "clip_tokens",
-    "kl",
-    "tokens",
-    "stale_tokens",
-    "offpolicy_weight",
-    "fresh_tokens",
-    "fresh_weight",
-    "entropy",
-    "positions",
-    "sequence_tokens",
-)
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "generation_config.json",
-    "vocab.json",
-    "merges.txt",
-)
-
-
-@contextmanager
-def _writes_recorded(engine, failures: list):
-    """DeepSpeed's save_checkpoint holds barriers between its file writes: a rank that raised
-    out of it (a full disk) would leave the others waiting forever. Inside this, a failed
-    write is recorded and every later one skipped, so each rank reaches every barrier."""
-
-    def guarded(write):
-        def call(*args, **kwargs):
-            if failures:
-                return None
-            try:
-                return write(*args, **kwargs)
-            except Exception as exc:  # torch.save reports a full disk as RuntimeError
-                failures.append(exc)
-                return None
-
-        return call
-
-    writers = [
-        (engine.checkpoint_engine, "save"),
-        (engine.checkpoint_engine, "makedirs"),
-        (engine, "_copy_recovery_script"),
-    ]  # every file DeepSpeed writes goes through one of these
-    for owner, name in writers:
-        setattr(owner, name, guarded(getattr(owner, name)))
-    try:
-        yield
-    finally:
-        for owner, name in writers:
-            vars(owner).pop(name, None)
+SUM_KEYS = tuple(f.name for f in fields(TrainSums))  # what `sums` accumulates, in TrainSums' order
 
 
 class TrainerWorker(WeightSender):
     """Create with `TrainerWorker.remote_actor(...)`; all ranks must get the same calls."""
+
+    additive_mask = False  # the model's shared-prompt masks are additive (eager attention); set by `load`
 
     def __init__(self, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int):
         os.environ.update(
@@ -112,13 +56,7 @@ class TrainerWorker(WeightSender):
         torch.set_num_threads(config.threads)
         torch.manual_seed(seed + rank)
         self.device = rank_device(config.num_gpus)
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
-        if self.device.type == "cpu":  # init_distributed builds DeepSpeed's CPU comm op (once per machine)
-            from deepspeed.comm.torch import build_shm_op
-
-            with op_build_guard("deepspeed_shm_comm"):  # the build alone: the rendezvous below needs every rank
-                build_shm_op()
+        prepare_device(self.device)
         deepspeed.init_distributed(dist_backend=group_backend(self.device))
         self.rank, self.world_size, self.config, self.seed = rank, world_size, config, seed
         self.engine = None
@@ -140,7 +78,7 @@ class TrainerWorker(WeightSender):
 
     def load(
         self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0, resume: bool = False
-    ) -> dict:
+    ) -> LoadedModel:
         """(Re)build the DeepSpeed engine from a model folder; with `resume`, the folder is a
         checkpoint of ours and its optimizer and schedule state are restored too."""
         import deepspeed
@@ -176,7 +114,7 @@ class TrainerWorker(WeightSender):
             )
             if path is None:
                 raise FileNotFoundError(f"no DeepSpeed state in {model_dir}/deepspeed")
-        return {"parameters": sum(p.numel() for p in model.parameters()), "tied_embeddings": self.tied}
+        return LoadedModel(parameters=sum(p.numel() for p in model.parameters()), tied_embeddings=self.tied)
 
     def _check_shared_prompts(self, model) -> bool:
         """`share_prompts` gives the model a 4-D mask: boolean for SDPA, additive for eager
@@ -212,11 +150,13 @@ class TrainerWorker(WeightSender):
 
     # ------------------------------------------------------------ training
 
-    def train_step(self, shard: list[TrainSequence], spec: LossSpec, global_tokens: int) -> dict:
+    def train_step(self, shard: list[TrainSequence], spec: LossSpec, global_tokens: int) -> TrainStepResult:
         """One optimizer step over this rank's shard: `train_minibatches` with one minibatch."""
         return self.train_minibatches([shard], spec, [global_tokens])
 
-    def train_minibatches(self, shards: list[list[TrainSequence]], spec: LossSpec, global_tokens: list[int]) -> dict:
+    def train_minibatches(
+        self, shards: list[list[TrainSequence]], spec: LossSpec, global_tokens: list[int]
+    ) -> TrainStepResult:
         """PPO over this rank's part of each minibatch: `spec.epochs` passes, one optimizer
         step per minibatch, each an exact token mean over its minibatch on all ranks.
         logp_old is the policy before the first step: with one minibatch and one epoch, the
@@ -242,15 +182,15 @@ class TrainerWorker(WeightSender):
                 )
                 skipped, applied = skipped or step_skipped, applied + (not step_skipped)
                 norms += [norm] if not step_skipped else []
-        return {
-            "logp": [values for r in records for values in r["logp"]],
-            "weights": [values for r in records for values in r["weights"]],
-            "sums": sums,
-            "seconds": time.perf_counter() - started,
-            "skipped": skipped,
-            "applied": applied,
-            "grad_norm": sum(norms) / len(norms) if norms else float("nan"),
-        }
+        return TrainStepResult(
+            logp=[values for r in records for values in r["logp"]],
+            weights=[values for r in records for values in r["weights"]],
+            sums=TrainSums(**sums),
+            grad_norm=sum(norms) / len(norms) if norms else float("nan"),
+            skipped=skipped,
+            applied=applied,
+            seconds=time.perf_counter() - started,
+        )
 
     def _minibatch_step(
         self, shard, plan, spec: LossSpec, tokens: int, total: int, sums: dict, olds: list | None, record: dict
@@ -406,54 +346,13 @@ class TrainerWorker(WeightSender):
     def _aligned_micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
         """Micro-batches padded with empty ones to the largest count over ranks: ZeRO reduces
         gradients inside every backward, so all ranks must run the same number of them."""
-        batches = self._micro_batches(shard)
+        batches = micro_batches(shard, self.config.micro_batch_tokens, self.config.share_prompts)
         count = self._max_over_ranks(len(batches))
         return batches + [[] for _ in range(count - len(batches))]
 
-    def _micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
-        if self.config.share_prompts:
-            return self._shared_micro_batches(shard)
-        order = sorted(range(len(shard)), key=lambda i: len(shard[i].token_ids))
-        batches, current, longest = [], [], 0
-        for i in order:
-            longest_if = max(longest, len(shard[i].token_ids))
-            if current and longest_if * (len(current) + 1) > self.config.micro_batch_tokens:
-                batches.append(current)
-                current, longest_if = [], len(shard[i].token_ids)
-            current.append(i)
-            longest = longest_if
-        if current:
-            batches.append(current)
-        return batches
-
-    def _shared_micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
-        """Shared-prompt rows (a group's sequences together), sorted by length and padded
-        to the longest in micro-batches of at most `micro_batch_tokens` positions; each
-        micro-batch lists its rows' sequences in row order (`collate_shared` rebuilds them)."""
-        order = sorted(range(len(shard)), key=lambda i: shard[i].token_ids[: shard[i].prompt_len])
-        cap = self.config.micro_batch_tokens
-        rows = [[order[k] for k in row] for row in prompt_rows([shard[i] for i in order], cap)]
-        size = {id(row): len(shard[row[0]].token_ids) + sum(shard[i].response_len + 1 for i in row[1:]) for row in rows}
-        batches, current, longest = [], [], 0
-        for row in sorted(rows, key=lambda r: size[id(r)]):
-            longest_if = max(longest, size[id(row)])
-            if current and longest_if * (len(current) + 1) > cap:
-                batches.append([i for r in current for i in r])
-                current, longest_if = [], size[id(row)]
-            current.append(row)
-            longest = longest_if
-        if current:
-            batches.append([i for r in current for i in r])
-        return batches
-
     def _collate(self, seqs: list[TrainSequence]) -> dict:
-        """With `share_prompts`, the shared-prompt layout where a micro-batch has a prompt to
-        share; otherwise (SFT, and always without it) one padded row per sequence, whose
-        2-D mask lets attention skip masking when nothing is padded."""
-        cap = self.config.micro_batch_tokens
-        if self.config.share_prompts and any(len(row) > 1 for row in prompt_rows(seqs, cap)):
-            return collate_shared(seqs, self.device, cap, self.additive_mask)
-        return collate(seqs, self.device)
+        cap, share = self.config.micro_batch_tokens, self.config.share_prompts
+        return collate_micro_batch(seqs, self.device, cap, share, self.additive_mask)
 
     def _forward_logp(self, model, batch: dict, temperature: float):
         """Logprobs of the batch's target tokens (differentiable) and the policy's entropy
@@ -491,90 +390,25 @@ class TrainerWorker(WeightSender):
     # ------------------------------------------------------------ weights out
 
     def _full_state_dict(self) -> dict:
-        """The full (unpartitioned) state dict; every rank must call it under ZeRO-3."""
-        import deepspeed
-
-        module = self.engine.module
-        if self.config.zero_stage == 3:
-            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
-                return {k: v.detach().clone() for k, v in module.state_dict().items()} if self.rank == 0 else {}
-        return module.state_dict() if self.rank == 0 else {}
+        """The full (unpartitioned) state dict on rank 0; every rank must call it under ZeRO-3."""
+        return export.full_state_dict(self.engine, self.rank, self.config.zero_stage)
 
     def get_weights(self, version: int):
         """Rank 0 returns a WeightPacket of the full weights (in the engine dtype); others None."""
-        from posttrain.rollout.weights import pack_state_dict
-
         state = self._full_state_dict()
-        if self.rank != 0:
-            return None
-        return pack_state_dict(state, version=version, tied_embeddings=self.tied)
+        return export.weight_packet(state, version, self.tied) if self.rank == 0 else None
 
     def save(self, folder: str, extra: dict[str, str] | None = None) -> str | None:
-        """A checkpoint folder: Hugging Face safetensors weights (what transformers and vLLM
-        load), DeepSpeed's training state in `deepspeed/` (optimizer and schedule, every
-        rank's partition), and the driver's `extra` files. Written into a temp folder and
-        renamed into place: a crash or a full disk mid-write leaves the previous checkpoint
-        intact, and a failed write removes its partial files and raises on every rank."""
-        target = Path(folder)
-        tmp = target.with_name(f".{target.name}.tmp")
-        error = None
-        try:
-            if self.rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-                tmp.mkdir(parents=True)
-        except OSError as exc:
-            error = exc
-        if self._all_ok(error):  # ranks agree after every phase: one failing rank must not hang the others
-            failures: list[Exception] = []
-            with _writes_recorded(self.engine, failures):
-                self.engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
-            error = failures[0] if failures else None
-        state = self._full_state_dict() if self._all_ok(error) else None
-        if self.rank == 0 and state is not None:
-            try:
-                self._write_rank0(tmp, state, extra)
-            except Exception as exc:
-                error = exc
-        if not self._all_ok(error):
-            if self.rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)
-            raise self._write_error(target, error)
-        if self.rank != 0:
-            return None
-        old = target.with_name(f".{target.name}.old")
-        if target.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            target.rename(old)
-        tmp.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-        return str(target)
-
-    def _write_rank0(self, tmp: Path, state: dict, extra: dict[str, str] | None) -> None:
-        self.engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-        for name in TOKENIZER_FILES:
-            if (Path(self.model_dir) / name).is_file():
-                shutil.copy2(Path(self.model_dir) / name, tmp / name)
-        for name, text in (extra or {}).items():
-            (tmp / name).write_text(text)
+        """A checkpoint folder (train/checkpoint.py); every rank writes its part, rank 0
+        returns the folder, and a failed write raises on every rank."""
+        return checkpoint.write_checkpoint(
+            folder, self.engine, self.rank, self.model_dir, extra, self._full_state_dict, self._all_ok
+        )
 
     def _all_ok(self, error: Exception | None) -> bool:
         """True when no rank has failed so far (a collective, so every rank must call it)."""
         return not self._max_over_ranks(int(error is not None))
 
-    def _write_error(self, target: Path, error: Exception | None) -> CheckpointWriteError:
-        where = target.parent if target.parent.exists() else Path(".")
-        free = shutil.disk_usage(where).free
-        cause = (
-            f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-            if error
-            else "another trainer rank failed to write its part"
-        )
-        full = "the disk is full: " if free < 64 * 2**20 or "No space left" in str(error) else ""
-        return CheckpointWriteError(
-            f"checkpoint {target} not written: {full}{cause} ({free / 2**20:.1f} MiB free on {where}); "
-            "its partial files were removed and the previous checkpoint is intact"
-        )
-
     def parameter_checksum(self) -> float:
         state = self._full_state_dict()
-        return float(sum(v.double().sum() for v in state.values())) if self.rank == 0 else 0.0
+        return export.parameter_checksum(state) if self.rank == 0 else 0.0

@@ -3,7 +3,7 @@ store) and the final answer, as each task's check says."""
 
 from __future__ import annotations
 
-from posttrain.data.agent import EnvState, check_episode
+from posttrain.data.builtin_env import EnvState, check_episode
 from posttrain.types import RewardResult, Sample
 
 

@@ -154,7 +154,7 @@ class EnvEpisodes:
 
     def _calls(self, traj: Trajectory, task, episode: dict) -> list | None:
         """The turn's well-formed calls for the environment; None when the episode ends here."""
-        from posttrain.rollout.agent import last_turn
+        from posttrain.rollout.agent_loop import last_turn
 
         if traj.finish_reason != "stop":  # cut by max_tokens: no final answer
             episode["done"] = True

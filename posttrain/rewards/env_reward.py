@@ -1,5 +1,5 @@
 """Reward of your own environments' episodes: the environment's `reward(state, task, final)`
-run in its worker processes (`rollout/env.py`), or, with `verifier: math`, the final answer
+run in its worker processes (`rollout/env_workers.py`), or, with `verifier: math`, the final answer
 against the task's answer. An episode the environment failed, or a reward call that
 raises, hangs past the timeout or returns no number, is flagged (left out of training)."""
 
@@ -11,7 +11,7 @@ from dataclasses import replace
 from posttrain.data.env import episode_task
 from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.user import as_result
-from posttrain.rollout.env import _reward, close_all, workers_for
+from posttrain.rollout.env_workers import _reward, close_all, workers_for
 from posttrain.types import RewardResult, Sample
 
 

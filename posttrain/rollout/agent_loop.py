@@ -13,7 +13,7 @@ across partial-rollout iterations and checkpoints like single-turn responses do.
 
 from __future__ import annotations
 
-from posttrain.data import agent
+from posttrain.data import builtin_env
 from posttrain.data.chat import tool_turn_ids
 from posttrain.rollout.queue import PartialRolloutQueue, Trajectory
 
@@ -22,7 +22,7 @@ MIN_TURN_ROOM = 4  # fewer free tokens than this after a tool message ends the e
 
 class AgentLoop:
     def __init__(self, tokenizer, max_model_len: int):
-        from posttrain.rollout.env import EnvEpisodes
+        from posttrain.rollout.env_workers import EnvEpisodes
 
         self.tokenizer, self.max_model_len = tokenizer, max_model_len
         self.envs = EnvEpisodes(tokenizer, max_model_len, MIN_TURN_ROOM)  # your own environments (`env` tasks)
@@ -42,9 +42,9 @@ class AgentLoop:
         return continued + self.envs.advance(queue, trajs, version, tool_turn_ids)
 
     def turn_ended(self, traj: Trajectory, entry: dict, version: int) -> bool:
-        state = agent.EnvState.from_dict(traj.env) if traj.env else agent.initial_state(entry)
+        state = builtin_env.EnvState.from_dict(traj.env) if traj.env else builtin_env.initial_state(entry)
         text = self.tokenizer.decode(last_turn(traj), skip_special_tokens=True)
-        reply = agent.step(state, text, entry.get("corpus_seed", 0)) if traj.finish_reason == "stop" else None
+        reply = builtin_env.step(state, text, entry.get("corpus_seed", 0)) if traj.finish_reason == "stop" else None
         if traj.finish_reason != "stop":  # cut by max_tokens: no final answer
             state.turns += 1
         continues = False
