@@ -81,7 +81,7 @@ class ExpertsRunner:
             node=self.infra.node,
         )
         self.slots = [main]
-        wanted = min(self.stage.parallel or len(self.stage.domains), len(self.stage.domains))
+        wanted = self.stage.job_slots()
         for index in range(1, wanted):
             pg = reserve(self.infra.config, index)
             self.waiting[index] = (pg, pg.ready())
