@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.runtime.dryrun import dry_run
 
             preflight(config, args.pipeline)
-            plan, problems = dry_run(config)
+            plan, problems = dry_run(config, Path(args.run_dir or Path("runs") / config.name))
             print(plan)
             if problems:  # a placement that would wait forever: one line, exit 2
                 print(f"{args.pipeline}: {problems[0]}", file=sys.stderr)

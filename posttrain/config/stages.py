@@ -30,6 +30,13 @@ def stage_name(name: str) -> str:
     return name
 
 
+class KeepBest(Base):
+    """The step checkpoint to keep whatever `keep_last` says: the best by a logged metric."""
+
+    metric: str = Field(min_length=1, description="A metric of the stage's rows, e.g. `reward/mean`.")
+    mode: Literal["max", "min"] = Field("max", description="Whether higher or lower is better.")
+
+
 class StageBase(Base):
     name: str = Field(description="Stage name; checkpoints go to RUN_DIR/checkpoints/NAME.")
     init_from: str | None = Field(
@@ -43,6 +50,16 @@ class StageBase(Base):
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
     steps: int = Field(ge=1, le=10_000_000, description="Optimizer steps.")
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0: only at the end.")
+    keep_last: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Keep only the newest N step checkpoints (`final`, the newest and `keep_best`'s are never "
+        "deleted); none: keep every one.",
+    )
+    keep_best: KeepBest | None = Field(
+        None, description="Also keep the step checkpoint whose step logged the best value of a metric."
+    )
 
     @field_validator("name")
     @classmethod
