@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_MARKER = re.compile(r"^[\W_]*(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)\W*?\s*(\S.*)$", re.IGNORECASE)
+_MARKER = re.compile(r"^[\W_]*(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)[\s*_:]*(\S.*)$", re.IGNORECASE)
 _BOXES = ("\\boxed{", "\\fbox{")
 
 
