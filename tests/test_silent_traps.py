@@ -338,6 +338,54 @@ def test_dashboard_health_lists_the_new_checks(tmp_path):
     assert checks["zero_advantage"]["steps"] == [[1, 2]] and checks["unscored"]["count"] == 0
 
 
+def test_the_step_shares_of_unscored_and_dropped_samples():
+    from posttrain.rollout.queue import PartialRolloutQueue
+    from posttrain.stages.rl import sample_shares
+    from posttrain.types import RewardResult
+
+    queue = PartialRolloutQueue(2)
+    before = (sum(queue.dropped.values()), queue.trained)
+    queue.dropped["reward_flagged"] += 3
+    queue.dropped["stale"] += 1
+    queue.trained += 4
+    rewards = [RewardResult(0.0, "unscored", "user", ok=False)] * 3 + [RewardResult(1.0, "ok", "user")] * 5
+    assert sample_shares(rewards, queue, before) == {
+        "samples/scored": 5.0,
+        "samples/unscored_frac": 3 / 8,
+        "samples/dropped_frac": 0.5,
+    }
+    assert sample_shares([], queue, (4, 4))["samples/dropped_frac"] == 0.0
+
+
+def test_the_driver_stops_after_writing_a_checkpoint(tmp_path):
+    from types import SimpleNamespace
+
+    from posttrain.errors import RunStopped
+    from posttrain.stages.rl import STATE_FILE, RLRun
+
+    saved = []
+
+    class Stub(RLRun):
+        def __init__(self):  # the stop alone: no engines, no trainer
+            self.stage, self.step = SimpleNamespace(name="rl"), 4
+            self.infra = SimpleNamespace(run_dir=tmp_path)
+
+        def save(self, folder):
+            folder.mkdir(parents=True)
+            (folder / STATE_FILE).write_text("{}")
+            saved.append(folder.name)
+
+    monitor = HealthMonitor(HealthConfig(stop_after=2), "rl", 2, stream=io.StringIO())
+    run = Stub()
+    flat = step_row(**{"groups/zero_advantage_frac": 1.0, "reward/std": 0.0})
+    monitor.step(3, flat)
+    run.stop_if_no_signal(monitor)  # one step: goes on
+    monitor.step(4, flat)
+    with pytest.raises(RunStopped, match=r"^\[rl\] stopped at step 4: .* Checkpoint: .*step_000004$"):
+        run.stop_if_no_signal(monitor)
+    assert saved == ["step_000004"]
+
+
 # ---------------------------------------------------------------- checkpoint retention
 
 
