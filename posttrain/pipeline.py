@@ -126,7 +126,25 @@ def _preflight_own(stage, leaf, where: str) -> list:
     except EnvError as exc:
         raise ConfigError(f"{where}{'.' + exc.key if exc.key else ''}: {exc}") from None
     except (ValueError, ImportError, AttributeError, TypeError, NotImplementedError) as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}{_format_hint(leaf, exc)}") from None
+
+
+def _format_hint(leaf, exc: Exception) -> str:
+    """Where an `answer_format` read no row: the format the references are written in, if
+    one reads them all."""
+    spec = getattr(leaf, "answer_format", None)
+    if not spec or "answer_format" not in str(exc) or getattr(leaf, "streaming", False):
+        return ""
+    from posttrain.data.answers import guesses
+    from posttrain.data.tasks import load_tasks
+    from posttrain.rewards.gold import sampled
+
+    try:
+        tasks = load_tasks(leaf.model_copy(update={"answer_format": None}))
+    except (ValueError, ImportError, AttributeError, TypeError):
+        return ""
+    found = [g for g in guesses([t.answer for t in sampled(tasks) if t.answer is not None]) if g != spec]
+    return f"; the references read as `answer_format: {found[0]}`" if found else ""
 
 
 def _preflight_file(leaf, where: str) -> list:
@@ -136,7 +154,7 @@ def _preflight_file(leaf, where: str) -> list:
     try:
         return load_tasks(leaf)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}{_format_hint(leaf, exc)}") from None
 
 
 def _preflight_user(leaf: UserTasks, where: str) -> list:

@@ -228,6 +228,7 @@ def test_a_format_that_reads_no_row_and_a_function_that_cannot_load(tmp_path):
     tasks = {"type": "hf", "path": str(data), "prompt_key": "question", "answer_key": "answer"}
     line = refused(validate(tmp_path, pipeline({**tasks, "answer_format": "boxed"})))
     assert "no usable task" in line and "no \\boxed{...} answer" in line
+    assert line.endswith("; the references read as `answer_format: gsm8k`")
     line = refused(validate(tmp_path, pipeline({**tasks, "answer_format": "trap_rewards:absent"})))
     assert line.startswith(f"{tmp_path / 'p.yaml'}: stages[0].tasks.answer_format: cannot load trap_rewards:absent")
 
