@@ -278,6 +278,7 @@ class RLRun:
         folder = self.infra.run_dir / "checkpoints" / self.stage.name / f"step_{self.step:06d}"
         if not (folder / STATE_FILE).is_file():
             self.save(folder)
+            retain_checkpoints(self.stage, self.infra.run_dir, STATE_FILE)
         raise RunStopped(f"{reason}. Checkpoint: {folder}")
 
     def launch_ahead(self, version: int) -> Iteration | None:
