@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.stages.registry import dry_run_lines
 
             preflight(config, args.pipeline)
-            plan, problems = dry_run(config, dry_run_lines)
+            plan, problems = dry_run(config, dry_run_lines, Path(args.run_dir or Path("runs") / config.name))
             print(plan)
             if problems:  # a placement that would wait forever: one line, exit 2
                 print(f"{args.pipeline}: {problems[0]}", file=sys.stderr)

@@ -117,8 +117,12 @@ def resolve_hub(repo_id: str) -> Path:
     return folder
 
 
-def describe(folder: Path) -> str:
-    """`N parameters, DTYPE` of a model folder, read from its safetensors headers (no torch)."""
+def parameter_count(folder: Path) -> int:
+    """Parameters of a model folder, read from its safetensors headers (no torch)."""
+    return _header_counts(folder)[0]
+
+
+def _header_counts(folder: Path) -> tuple[int, set]:
     params, dtypes = 0, set()
     for path in sorted(folder.glob("*.safetensors")):
         with open(path, "rb") as f:
@@ -130,6 +134,12 @@ def describe(folder: Path) -> str:
                     count *= dim
                 params += count
                 dtypes.add(tensor["dtype"])
+    return params, dtypes
+
+
+def describe(folder: Path) -> str:
+    """`N parameters, DTYPE` of a model folder, read from its safetensors headers (no torch)."""
+    params, dtypes = _header_counts(folder)
     config = json.loads((folder / "config.json").read_text())
     dtype = config.get("dtype") or config.get("torch_dtype") or "/".join(sorted(dtypes)) or "unknown"
     count = f"{params / 1e6:.1f}M parameters" if params else "parameters unknown (no safetensors)"

@@ -40,12 +40,16 @@ def preflight(config: PipelineConfig, source: str) -> None:
 
     for i, stage in enumerate(config.stages):
         for where, leaf in stage.task_leaves():
+            tasks = None
+            _preflight_answer_format(leaf, f"{source}: stages[{i}].{where}")
             if isinstance(leaf, UserTasks):
-                _preflight_user(leaf, f"{source}: stages[{i}].{where}")
+                tasks = _preflight_user(leaf, f"{source}: stages[{i}].{where}")
             if isinstance(leaf, CodingTasks) and leaf.path is not None:
                 _preflight_file(leaf, f"{source}: stages[{i}].{where}")
             if isinstance(leaf, (HFTasks, EnvTasks, VerifiersTasks)):
-                _preflight_own(stage, leaf, f"{source}: stages[{i}].{where}")
+                tasks = _preflight_own(stage, leaf, f"{source}: stages[{i}].{where}")
+            if tasks is not None and stage.scores_tasks:
+                _preflight_gold(stage, leaf, tasks, f"{source}: stages[{i}].{where}")
             if not isinstance(leaf, ReasoningGymTasks):
                 continue
             for j, family in enumerate(leaf.families):
@@ -68,9 +72,36 @@ def _preflight_held_out(config: PipelineConfig, source: str) -> None:
                 raise ConfigError(f"{source}: stages[{i}]: {exc}") from None
 
 
-def _preflight_own(stage, leaf, where: str) -> None:
+def _preflight_answer_format(leaf, where: str) -> None:
+    """An `answer_format` function that cannot be loaded is an error at its own key."""
+    spec = getattr(leaf, "answer_format", None)
+    if not spec or spec in ("gsm8k", "boxed", "final_line") or spec.startswith("regex:"):
+        return
+    from posttrain.data.answers import load_function
+
+    try:
+        load_function(spec)
+    except Exception as exc:  # the user's module: whatever its import raises
+        raise ConfigError(f"{where}.answer_format: cannot load {spec}: {type(exc).__name__}: {exc}") from None
+
+
+def _preflight_gold(stage, leaf, tasks: list, where: str) -> None:
+    """The source's own reference answers must score full marks (rewards/gold.py)."""
+    from posttrain.data.env import EnvError
+    from posttrain.rewards.gold import GoldError, check_gold
+
+    try:
+        check_gold(stage, leaf, tasks)
+    except (GoldError, EnvError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _preflight_own(stage, leaf, where: str) -> list:
     """Your own data and environments, read once: a missing column, a bad file, an
-    environment that cannot be built or gives no tasks is a config error naming the key."""
+    environment that cannot be built or gives no tasks is a config error naming the key
+    (the key at fault where there is one: `env` for a class that cannot be loaded). Returns
+    the tasks (of a streamed source, its first window)."""
+    from posttrain.data.env import EnvError
     from posttrain.data.hf import StreamSampler
     from posttrain.data.tasks import load_tasks
 
@@ -79,23 +110,43 @@ def _preflight_own(stage, leaf, where: str) -> None:
     if getattr(leaf, "streaming", False) and ".sources[" in where:
         raise ConfigError(f"{where}.streaming: a streamed source cannot be mixed; give it as the stage's `tasks`")
     try:
-        StreamSampler(leaf, seed=0) if getattr(leaf, "streaming", False) else load_tasks(leaf)
+        return StreamSampler(leaf, seed=0).tasks if getattr(leaf, "streaming", False) else load_tasks(leaf)
+    except EnvError as exc:
+        raise ConfigError(f"{where}{'.' + exc.key if exc.key else ''}: {exc}") from None
     except (ValueError, ImportError, AttributeError, TypeError, NotImplementedError) as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}{_format_hint(leaf, exc)}") from None
 
 
-def _preflight_file(leaf, where: str) -> None:
+def _format_hint(leaf, exc: Exception) -> str:
+    """Where an `answer_format` read no row: the format the references are written in, if
+    one reads them all."""
+    spec = getattr(leaf, "answer_format", None)
+    if not spec or "answer_format" not in str(exc) or getattr(leaf, "streaming", False):
+        return ""
+    from posttrain.data.answers import guesses
+    from posttrain.data.tasks import load_tasks
+    from posttrain.rewards.gold import sampled
+
+    try:
+        tasks = load_tasks(leaf.model_copy(update={"answer_format": None}))
+    except (ValueError, ImportError, AttributeError, TypeError):
+        return ""
+    found = [g for g in guesses([t.answer for t in sampled(tasks) if t.answer is not None]) if g != spec]
+    return f"; the references read as `answer_format: {found[0]}`" if found else ""
+
+
+def _preflight_file(leaf, where: str) -> list:
     """A task file (user or coding) read whole: a broken file is a config error."""
     from posttrain.data.tasks import load_tasks
 
     try:
-        load_tasks(leaf)
+        return load_tasks(leaf)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}{_format_hint(leaf, exc)}") from None
 
 
-def _preflight_user(leaf: UserTasks, where: str) -> None:
-    _preflight_file(leaf, where)
+def _preflight_user(leaf: UserTasks, where: str) -> list:
+    tasks = _preflight_file(leaf, where)  # the file first, then the reward function
     if leaf.reward:
         from posttrain.rewards.user import load_reward_function
 
@@ -103,6 +154,7 @@ def _preflight_user(leaf: UserTasks, where: str) -> None:
             load_reward_function(leaf.reward)
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
+    return tasks
 
 
 def resolved_model(config: PipelineConfig, source: str) -> Path:

@@ -188,4 +188,7 @@ def test_an_environment_that_cannot_load_is_a_one_line_config_error(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"{tmp_path / 'p.yaml'}: stages[0].tasks: No module named 'no_such_mod'"
+    # reported at its own key (issue 27), not at the source's
+    assert proc.stderr.strip() == (
+        f"{tmp_path / 'p.yaml'}: stages[0].tasks.env: cannot load no_such_mod:Env: No module named 'no_such_mod'"
+    )

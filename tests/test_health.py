@@ -163,6 +163,10 @@ def test_every_check_is_described():
         "queue_growth",
         "staleness_cap",
         "grm_unscored",
+        "zero_advantage",
+        "constant_reward",
+        "unscored",
+        "dropped",
     }
 
 

@@ -54,6 +54,7 @@ from posttrain.config.stages import (  # noqa: F401
     EffortSpec,
     EvalStage,
     ExpertsStage,
+    KeepBest,
     MOPDStage,
     RLStage,
     RolloutStage,

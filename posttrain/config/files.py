@@ -7,13 +7,16 @@ is a literal `${`. The resolved config written into a run folder holds the value
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from posttrain.config.pipeline import PipelineConfig
 from posttrain.config.stages import STAGE_SCHEMAS
@@ -99,11 +102,101 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _members(annotation) -> list:
+    """The types a (possibly Annotated, Optional or union) annotation stands for."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    return [annotation]
+
+
+def _is_model(annotation) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _tag(model) -> str | None:
+    field = model.model_fields.get("type")
+    args = typing.get_args(field.annotation) if field is not None else ()
+    return args[0] if len(args) == 1 and isinstance(args[0], str) else None
+
+
+def _step(annotation, part):
+    """The annotation one step of an error location further down."""
+    members = _members(annotation)
+    if isinstance(part, int):
+        return next((typing.get_args(m)[0] for m in members if typing.get_origin(m) in (list, tuple)), None)
+    for m in members:
+        if _is_model(m) and _tag(m) == part:
+            return m
+    for m in members:
+        if _is_model(m):
+            for name, field in m.model_fields.items():
+                if part in (name, field.alias):
+                    return field.annotation
+        if typing.get_origin(m) is dict:
+            return typing.get_args(m)[1]
+    return None
+
+
+def model_at(loc: tuple):
+    """The schema (a pydantic model) at an error location, or None where it cannot be told."""
+    annotation = PipelineConfig
+    for part in loc:
+        if part == "[key]":
+            continue
+        annotation = _step(annotation, part)
+        if annotation is None:
+            return None
+    models = [m for m in _members(annotation) if _is_model(m)]
+    return models[0] if len(models) == 1 else None
+
+
+def _keys(model) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _did_you_mean(word, options) -> str:
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _hint(err: dict) -> str:
+    """`did you mean` for an unknown key, value or type (difflib against the schema)."""
+    kind, loc = err["type"], tuple(err["loc"])
+    if kind == "extra_forbidden":
+        model = model_at(loc[:-1])
+        return _did_you_mean(loc[-1], _keys(model)) if model else ""
+    if kind == "literal_error":
+        expected = re.findall(r"'([^']*)'|(\d+)", err["ctx"]["expected"])
+        return _did_you_mean(err.get("input"), [a or b for a, b in expected])
+    if kind == "union_tag_invalid":
+        expected = re.findall(r"'([^']*)'", err["ctx"]["expected_tags"])
+        return _did_you_mean(err["ctx"]["tag"], expected)
+    return ""
+
+
+def _at_key(err: dict, path: str, problem: str) -> tuple[str, str]:
+    """A model check whose message opens with one of the model's own keys (`answer_key:
+    ...`) is reported at that key: `stages[0].tasks.answer_key: ...`."""
+    if err["type"] != "value_error":
+        return path, problem
+    match = re.match(r"([A-Za-z_]\w*)((?:\.\w+|\[\d+\])*): (.+)$", problem, re.DOTALL)
+    model = model_at(tuple(err["loc"])) if match else None
+    if model is None or match.group(1) not in _keys(model):
+        return path, problem
+    key = match.group(1) + match.group(2)
+    return (f"{path}.{key}" if path else key), match.group(3)
+
+
 def format_validation_error(source: str, exc: ValidationError) -> str:
-    """The first error of a ValidationError as `source: key.path: problem`."""
+    """The first error of a ValidationError as `source: key.path: problem`, with a `did you
+    mean` for an unknown key, value or type."""
     err = exc.errors()[0]
     path = _loc_path(tuple(err["loc"]))
-    return f"{source}: {path}: {_describe(err)}" if path else f"{source}: {_describe(err)}"
+    path, problem = _at_key(err, path, _describe(err) + _hint(err))
+    return f"{source}: {path}: {problem}" if path else f"{source}: {problem}"
 
 
 def parse_override(text: str) -> tuple[list[str | int], Any]:

@@ -284,6 +284,25 @@ class WandbConfig(Base):
     )
 
 
+HealthCheckName = Literal[
+    "logp_mismatch",
+    "entropy_floor",
+    "entropy_fall",
+    "truncated",
+    "over_budget",
+    "reward_hacking",
+    "nonfinite",
+    "engine_death",
+    "queue_growth",
+    "staleness_cap",
+    "grm_unscored",
+    "zero_advantage",
+    "constant_reward",
+    "unscored",
+    "dropped",
+]
+
+
 class HealthConfig(Base):
     """Thresholds of the RL health checks (posttrain/records/health.py): each RL, expert and
     MOPD step is checked, a check that fires prints a one-line warning and logs
@@ -334,6 +353,30 @@ class HealthConfig(Base):
         True, description="Flag steps whose trajectories were requeued by an engine death (`engine/requeued_by_death`)."
     )
     window: int = Field(10, ge=2, le=10_000, description="Steps of history the entropy and reward-jump checks compare.")
+    zero_advantage: bool = Field(
+        True, description="Flag a step whose every group has zero advantage (`groups/zero_advantage_frac` 1)."
+    )
+    constant_reward: bool = Field(
+        True, description="Flag a step whose scored samples all got the same reward (`reward/std` 0)."
+    )
+    unscored_frac_max: float | None = Field(
+        0.25, ge=0, le=1, description="Flag `samples/unscored_frac` (samples no verifier could score) above this."
+    )
+    dropped_frac_max: float | None = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Flag `samples/dropped_frac` (samples of the step left out of training: unscored, empty, stale) "
+        "above this.",
+    )
+    stop_on: list[HealthCheckName] = Field(
+        default_factory=lambda: ["zero_advantage", "constant_reward"],
+        description="Checks that stop the run (one line, exit 1, checkpoint and records written) when one of them "
+        "fires at `stop_after` steps in a row: by default, a reward that carries no signal; []: never stop.",
+    )
+    stop_after: int = Field(
+        20, ge=1, le=10_000_000, description="Steps in a row with a `stop_on` check firing that stop the run."
+    )
 
 
 # ---------------------------------------------------------------- pipeline

@@ -46,6 +46,8 @@ class StageSchema(Base):
     """It samples from the policy on the slot's rollout engines (a slot then holds engines)."""
     streams_tasks: ClassVar[bool] = False
     """It may read a task source as a stream (RL draws); other stages read their tasks whole."""
+    scores_tasks: ClassVar[bool] = False
+    """Its verifiers score responses to its tasks, so its sources' gold answers must score full marks."""
 
     @classmethod
     def type_name(cls) -> str:
@@ -122,6 +124,13 @@ def check_checkpoint_ref(earlier: dict[str, StageSchema], ref: str, where: str, 
         raise ValueError(f"{where}: '{ref}': only an experts stage has jobs ('{name}' is {stage.type})")
 
 
+class KeepBest(Base):
+    """The step checkpoint to keep whatever `keep_last` says: the best by a logged metric."""
+
+    metric: str = Field(min_length=1, description="A metric of the stage's rows, e.g. `reward/mean`.")
+    mode: Literal["max", "min"] = Field("max", description="Whether higher or lower is better.")
+
+
 class StageBase(StageSchema):
     """A stage that trains from a checkpoint: the previous stage's, or its `init_from`."""
 
@@ -137,6 +146,16 @@ class StageBase(StageSchema):
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
     steps: int = Field(ge=1, le=10_000_000, description="Optimizer steps.")
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0: only at the end.")
+    keep_last: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Keep only the newest N step checkpoints (`final`, the newest and `keep_best`'s are never "
+        "deleted); none: keep every one.",
+    )
+    keep_best: KeepBest | None = Field(
+        None, description="Also keep the step checkpoint whose step logged the best value of a metric."
+    )
 
     @field_validator("name")
     @classmethod
@@ -146,6 +165,10 @@ class StageBase(StageSchema):
     def check_references(self, earlier: dict[str, StageSchema], where: str) -> None:
         if self.init_from not in (None, "model"):
             check_checkpoint_ref(earlier, self.init_from, f"{where}.init_from")
+
+    def longest_steps(self) -> int:
+        """Optimizer steps of its longest job (the stage's own steps where it has one job)."""
+        return self.steps
 
 
 class ThinkConfig(Base):
@@ -233,6 +256,7 @@ class RolloutStage(StageBase):
     """What every stage that samples from the policy shares (RL and MOPD)."""
 
     samples_policy: ClassVar[bool] = True
+    scores_tasks: ClassVar[bool] = True
 
     algo: GRPOConfig = Field(default_factory=GRPOConfig, description="Advantage and loss.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Answer extraction.")
@@ -530,6 +554,9 @@ class ExpertsStage(RolloutStage):
         """(domain, effort) of every job, in the order they can start."""
         return [(d, e) for e in EFFORT_ORDER if e in self.efforts for d in self.domains]
 
+    def longest_steps(self) -> int:
+        return max(spec.steps or self.steps for spec in self.efforts.values())
+
     def job_names(self) -> list[str]:
         return [f"{d}-{e}" for d, e in self.cells()]
 
@@ -589,6 +616,7 @@ class EvalStage(CheckpointlessStage):
     )
 
     samples_policy: ClassVar[bool] = True
+    scores_tasks: ClassVar[bool] = True
 
     def task_sources(self) -> dict[str, Any]:
         return {f"domains.{name}": source for name, source in (self.domains or {}).items()}
@@ -613,6 +641,8 @@ class SynthesisStage(CheckpointlessStage):
     """A teacher model writes K candidate trajectories per task (multi-turn with tools for
     agent tasks); each is verified (format, outcome, length, dedup) and some go to human
     review. The kept ones are the SFT set of a later `data: {type: synthesis}` stage."""
+
+    scores_tasks: ClassVar[bool] = True
 
     type: Literal["synthesis"]
     name: str = Field(description="Stage name; the set goes to RUN_DIR/synthesis/NAME/.")

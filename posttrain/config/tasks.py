@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from posttrain.config.answers import AnswerSource
 from posttrain.config.base import Base
 
 
@@ -96,7 +97,7 @@ def _task_file(path: str) -> str:
     return path
 
 
-class UserTasks(Base):
+class UserTasks(AnswerSource):
     """Your own tasks: a JSONL or Parquet file, one task per row (schema in the README):
     `prompt` (or `messages`), and optionally `id`, `answer`, `metadata`."""
 
@@ -237,7 +238,7 @@ def _local_or_hub(path: str) -> str:
     return path
 
 
-class HFTasks(Base):
+class HFTasks(AnswerSource):
     """A Hugging Face dataset as tasks: a hub id (read through the local HF cache; downloaded
     when the network allows), a folder written by `save_to_disk`, or data files (JSON/JSONL,
     Parquet, CSV; globs allowed), with a column mapping (README, Your data)."""
@@ -341,7 +342,7 @@ class HFTasks(Base):
         return self
 
 
-class EnvTasks(Base):
+class EnvTasks(AnswerSource):
     """Your own tool environment: a class `module:Class` whose tasks are drawn, whose tools
     the model calls (rendered with the model's chat template) and whose reward, or a named
     verifier, scores the episode (README, Your own tool environments)."""

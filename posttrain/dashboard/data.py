@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import orjson
@@ -15,6 +16,7 @@ import orjson
 from posttrain.dashboard import samples as sx
 from posttrain.dashboard.health import job_health, thresholds
 from posttrain.dashboard.series import MetricsStore, plot_groups
+from posttrain.records.checkpoints import checkpoint_disk, human_bytes
 
 DOMAINS = ("general", "coding", "agent")
 EFFORTS = ("max", "high", "low")
@@ -71,6 +73,7 @@ class Run:
         self.board = sx.ScoreboardIndex(self.path / "scoreboard.jsonl")
         self.health_cache: dict = {}
         self.series_cache: dict = {}
+        self._disk: tuple[float, dict] | None = None
 
     def metrics(self) -> MetricsStore:
         self.store.refresh()
@@ -126,7 +129,20 @@ class Run:
             "experts": experts,
             "missing": self.missing("config.resolved.yaml", "run_state.json", "metrics.jsonl"),
             "rows": store.rows,
+            "disk": self.disk(),
         }
+
+    def disk(self) -> dict:
+        """Disk the run's checkpoints take (in all and per stage), measured at most every 10 s."""
+        now = time.monotonic()
+        if self._disk is None or now - self._disk[0] > 10:
+            disk = checkpoint_disk(self.path)
+            stages = ", ".join(
+                f"{name} {human_bytes(s['bytes'])} ({s['checkpoints']})" for name, s in disk["stages"].items()
+            )
+            disk["text"] = human_bytes(disk["bytes"]) + (f" ({stages})" if stages else "")
+            self._disk = (now, disk)
+        return self._disk[1]
 
     def _latest(self, stage: str, job: str | None) -> dict:
         series = self.store.jobs.get((stage, job))

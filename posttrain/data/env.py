@@ -29,9 +29,11 @@ import json
 import os
 import random
 import sys
+import threading
 from typing import Any
 
 from posttrain.config import EnvTasks
+from posttrain.data.answers import read_answer
 from posttrain.data.chat import format_call
 from posttrain.data.tools import check_tools
 from posttrain.types import Message, Task
@@ -84,12 +86,56 @@ def _messages(row: dict, system_prompt: str | None) -> tuple[Message, ...]:
     raise ValueError("a task needs a non-empty `prompt` or a `messages` list")
 
 
+class EnvError(ValueError):
+    """Your environment failed in the driver (while its tasks or gold episodes were built):
+    one line naming the call and the error; `key` is the source's key at fault, if one is."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
+
+
+def guarded(what: str, timeout_s: float, function, *args, **kwargs):
+    """`function(*args)` in the driver, bounded: an exception or a call past `timeout_s` is an
+    EnvError naming `what`. A hung call is left behind in a daemon thread (the command
+    stops with the error, and a daemon thread does not hold the process)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = function(*args, **kwargs)
+        except BaseException as exc:  # the user's code: whatever it raises is reported
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"env {what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise EnvError(f"{what} did not return within timeout_s={timeout_s:g}s")
+    if "error" in box:
+        exc = box["error"]
+        text = str(exc).strip().splitlines()
+        raise EnvError(f"{what} raised {type(exc).__name__}" + (f": {text[0]}" if text else ""))
+    return box.get("value")
+
+
 def env_tasks(source: EnvTasks) -> list[Task]:
     """The environment's tasks (verifier `env`): each entry carries what a worker needs to
     run its episodes (the class, its args, the tools, limits) and the gold episode if any."""
-    env = load_env(source.env, source.args)
+    name = source.env.rpartition(":")[2]
+    try:
+        module, _, _ = source.env.partition(":")
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.append(os.getcwd())
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise EnvError(f"cannot load {source.env}: {exc}", key="env") from None
+    try:
+        env = guarded(f"{name}({_args(source.args)})", max(source.timeout_s, 60.0), cls, **source.args)
+    except EnvError as exc:
+        raise EnvError(str(exc), key="args" if "TypeError" in str(exc) else None) from None
     tools = check_tools(getattr(env, "tools", None))
-    rows = env.tasks(source.seed, source.size, source.part)
+    rows = guarded(f"{name}.tasks()", max(source.timeout_s, 60.0), env.tasks, source.seed, source.size, source.part)
     if not isinstance(rows, list) or not rows:
         raise ValueError(f"{source.env}.tasks() gave no tasks (a non-empty list of dicts is needed)")
     out = []
@@ -102,6 +148,12 @@ def env_tasks(source: EnvTasks) -> list[Task]:
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{source.env}.tasks()[{i}]: {exc}") from None
         answer = None if row.get("answer") is None else str(row["answer"])
+        reference = answer
+        if answer is not None and source.answer_format:
+            try:
+                answer = read_answer(answer, source.answer_format, row)
+            except ValueError as exc:
+                raise ValueError(f"{source.env}.tasks()[{i}]: answer: {exc}") from None
         entry = {
             "env": source.env,
             "args": source.args,
@@ -120,21 +172,58 @@ def env_tasks(source: EnvTasks) -> list[Task]:
             entry=entry,
             verifier="env",
         )
+        if reference != answer:
+            entry["reference"] = reference
         if row.get("gold"):
-            entry["gold"] = gold_turns(env, task, row["gold"], answer)
+            calls = _gold_calls(row["gold"], f"{source.env}.tasks()[{i}]")
+            entry["gold"] = gold_turns(env, task, calls, answer, source.timeout_s)
+            entry["gold_calls"] = calls  # the gold check replays them and scores the final state
         out.append(task)
     random.Random(source.seed).shuffle(out)
     return out
 
 
-def gold_turns(env, task: Task, calls: list[dict], answer: str | None) -> list[list[str]]:
+def _args(args: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in args.items())
+
+
+def _gold_calls(gold, where: str) -> list[dict]:
+    """A task's `gold`: a list of {name, arguments} calls."""
+    if not isinstance(gold, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("arguments", {}), dict)
+        for c in gold
+    ):
+        raise ValueError(f"{where}: gold must be a list of {{name, arguments}} tool calls")
+    try:
+        json.dumps(gold)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: gold is not JSON ({exc})") from None
+    return gold
+
+
+def gold_episode(env, task: Task, calls: list[dict], timeout_s: float = 10.0) -> tuple[dict, list[str]]:
+    """Run the gold calls in the driver: (the final state, the environment's replies). A
+    reset or tool that raises or runs past `timeout_s` is an EnvError naming it and the task."""
+    name = type(env).__name__
+    where = f"gold episode of task {task.task_id!r}"
+    state = guarded(f"{name}.reset ({where})", timeout_s, env.reset, episode_task(task))
+    if not isinstance(state, dict):
+        raise EnvError(f"{name}.reset ({where}) returned {type(state).__name__}, not a dict")
+    replies = []
+    for call in calls:
+        arguments = call.get("arguments", {})
+        reply = guarded(f"tool {call['name']} ({where})", timeout_s, env.step, state, call["name"], arguments)
+        replies.append(reply[0] if isinstance(reply, tuple) else str(reply))
+    return state, replies
+
+
+def gold_turns(env, task: Task, calls: list[dict], answer: str | None, timeout_s: float = 10.0) -> list[list[str]]:
     """The gold episode as [role, content] turns (for SFT): each call in the tools-v1 /
     Hermes syntax, the environment's real reply, then the final answer."""
-    state = env.reset(episode_task(task))
+    _, replies = gold_episode(env, task, calls, timeout_s)
     turns = []
-    for call in calls:
+    for call, reply in zip(calls, replies):
         turns.append(["assistant", format_call(call["name"], call.get("arguments", {}))])
-        reply = env.step(state, call["name"], call.get("arguments", {}))
-        turns.append(["tool", reply[0] if isinstance(reply, tuple) else str(reply)])
+        turns.append(["tool", reply])
     turns.append(["assistant", answer if answer is not None else "done"])
     return turns

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.config import HFTasks
+from posttrain.data.answers import read_answer
 from posttrain.data.rows import rows_to_tasks
 from posttrain.types import Message, Task
 
@@ -181,16 +182,15 @@ class RowMapper:
             answer = _text(row[s.answer_key], s.answer_key)
         if s.verifier in ("math", "reasoning_gym") and not (answer or "").strip():
             raise ValueError(f"{s.answer_key} is empty")
+        reference = answer
+        if answer is not None and s.answer_format:
+            answer = read_answer(answer, s.answer_format, row)
         family = s.family or (str(row[s.family_key]) if s.family_key else "hf")
         task_id = str(row[s.id_key]) if s.id_key else f"{self.tag}:{index}"
-        return Task(
-            task_id=task_id,
-            family=family,
-            messages=messages,
-            answer=answer,
-            entry=self._entry(row, index, messages, answer),
-            verifier=s.verifier,
-        )
+        entry = self._entry(row, index, messages, answer)
+        if reference != answer:
+            entry["reference"] = reference  # the reference as written (the gold check reads it)
+        return Task(task_id=task_id, family=family, messages=messages, answer=answer, entry=entry, verifier=s.verifier)
 
     def _messages(self, row: dict) -> tuple[tuple[Message, ...], str | None]:
         """The prompt messages, and the answer when a chat row ends with the assistant's turn."""

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from posttrain.config import UserTasks
+from posttrain.data.answers import read_answer
 from posttrain.data.rows import rows_to_tasks
 from posttrain.types import Message, Task
 
@@ -78,7 +79,11 @@ def _task(row, number: int, source: UserTasks) -> Task:
     if not isinstance(metadata, dict):
         raise ValueError("metadata must be an object")
     task_id = str(row.get("id", f"{Path(source.path).name}:{number}"))
-    entry = {"answer": None if answer is None else str(answer), "metadata": metadata, "row": number}
+    reference = None if answer is None else str(answer)
+    answer = reference if reference is None else read_answer(reference, source.answer_format, row)
+    entry = {"answer": answer, "metadata": metadata, "row": number}
+    if reference != answer:
+        entry["reference"] = reference  # the reference as written (the gold check reads it)
     return Task(task_id=task_id, family="user", messages=messages, answer=entry["answer"], entry=entry, verifier="user")
 
 

@@ -42,9 +42,29 @@ CHECKS = {
         Check("queue_growth", "queue/depth", "queue depth growing", "unfinished trajectories pile up"),
         Check("staleness_cap", "staleness/max", "staleness at its cap", "trajectories stay at max_staleness"),
         Check("grm_unscored", "grm/unscored", "unscored GRM samples", "GRM samples without a score"),
+        Check(
+            "zero_advantage",
+            "groups/zero_advantage_frac",
+            "every group has zero advantage",
+            "no sample is better than another: the step trains on nothing",
+        ),
+        Check(
+            "constant_reward",
+            "reward/std",
+            "reward constant",
+            "every scored sample got the same reward: it carries no signal (gold answers? answer_format?)",
+        ),
+        Check("unscored", "samples/unscored_frac", "unscored samples", "samples no verifier could score"),
+        Check("dropped", "samples/dropped_frac", "dropped samples", "samples of the step left out of training"),
     )
 }
-WATCHED = sorted({c.metric for c in CHECKS.values()} | {"response_tokens/mean", "budget/tokens", "code/tests_counted"})
+WATCHED = sorted(
+    {c.metric for c in CHECKS.values()}
+    | {"response_tokens/mean", "budget/tokens", "code/tests_counted", "reward/mean", "samples/scored"}
+)
+
+
+SIGNAL_CHECKS = ("zero_advantage", "constant_reward")  # read the outcome reward's signal
 
 
 @dataclass(frozen=True)
@@ -79,6 +99,10 @@ def threshold(name: str, config: HealthConfig, max_staleness: int | None = None)
             "in a row (health.staleness_cap_frac, staleness_cap_steps)"
         ),
         "grm_unscored": f"> {c.grm_unscored_max} per step (health.grm_unscored_max)",
+        "zero_advantage": "= 1: every group (health.zero_advantage)",
+        "constant_reward": "= 0 over the step's scored samples (health.constant_reward)",
+        "unscored": f"> {c.unscored_frac_max} (health.unscored_frac_max)",
+        "dropped": f"> {c.dropped_frac_max} (health.dropped_frac_max)",
     }[name]
 
 
@@ -98,6 +122,10 @@ def enabled(name: str, config: HealthConfig, max_staleness: int | None = None) -
             "queue_growth": c.queue_growth_steps is not None,
             "staleness_cap": c.staleness_cap_frac is not None and bool(max_staleness),
             "grm_unscored": c.grm_unscored_max is not None,
+            "zero_advantage": c.zero_advantage,
+            "constant_reward": c.constant_reward,
+            "unscored": c.unscored_frac_max is not None,
+            "dropped": c.dropped_frac_max is not None,
         }[name]
     )
 
@@ -142,9 +170,21 @@ def _fall(before: float | None, after: float | None) -> float:
 class HealthMonitor:
     """Checks one stage's (or expert job's) steps in order; keeps the history it needs."""
 
-    def __init__(self, config: HealthConfig, stage: str, max_staleness: int | None = None, stream=None):
+    def __init__(
+        self,
+        config: HealthConfig,
+        stage: str,
+        max_staleness: int | None = None,
+        stream=None,
+        outcome: bool = True,
+    ):
+        """`outcome`: the reward drives the advantage (false for MOPD with alpha 0, whose
+        signal is the teachers': the reward-signal checks and the stop are off)."""
         self.config, self.stage, self.max_staleness = config, stage, max_staleness
-        self.stream = stream
+        self.stream, self.outcome = stream, outcome
+        self.streak = 0  # steps in a row with a `stop_on` check firing
+        self.streak_flags: dict[str, HealthFlag] = {}
+        self.last_step = 0
         self.history: deque[dict] = deque(maxlen=2 * config.window)
         self.rises = 0
         self.last_depth: float | None = None
@@ -158,6 +198,8 @@ class HealthMonitor:
         v = {key: _value(row, key) for key in WATCHED}
         found = []
         for name, check in CHECKS.items():
+            if name in SIGNAL_CHECKS and not self.outcome:
+                continue
             if enabled(name, self.config, self.max_staleness):
                 fired = getattr(self, f"_{name}")(v)
                 if fired is not None:
@@ -238,6 +280,25 @@ class HealthMonitor:
     def _grm_unscored(self, v):
         return _above(v["grm/unscored"], self.config.grm_unscored_max)
 
+    def _zero_advantage(self, v):
+        value = v["groups/zero_advantage_frac"]
+        if value is None or value < 1.0:
+            return None
+        return value, 1.0, "no group had a sample better than another"
+
+    def _constant_reward(self, v):
+        std, scored = v["reward/std"], v["samples/scored"]
+        if std is None or std > 1e-9 or scored is not None and scored < 2:
+            return None
+        mean = v["reward/mean"]
+        return (std, 0.0, f"every scored sample got {mean:.4g}") if mean is not None else (std, 0.0)
+
+    def _unscored(self, v):
+        return _above(v["samples/unscored_frac"], self.config.unscored_frac_max)
+
+    def _dropped(self, v):
+        return _above(v["samples/dropped_frac"], self.config.dropped_frac_max)
+
     # ------------------------------------------------------------ the driver's hook
 
     def step(self, step: int, row: dict) -> dict[str, float]:
@@ -250,7 +311,27 @@ class HealthMonitor:
             if flag.name not in self.firing:
                 self.warn(flag)
         self.firing = {f.name for f in flags}
+        stopping = [f for f in flags if f.name in self.config.stop_on] if self.outcome else []
+        self.streak = self.streak + 1 if stopping else 0
+        self.streak_flags = {f.name: f for f in stopping} if stopping else {}
+        self.last_step = step
         return {"health/flags": float(len(flags)), **{f"health/{f.name}": f.value for f in flags}}
+
+    def stop_reason(self) -> str | None:
+        """Why the run must stop: a `stop_on` check fired at `stop_after` steps in a row."""
+        if not self.config.enabled or self.streak < self.config.stop_after:
+            return None
+        fired = "; ".join(f"health/{f.name}: {f.message}" for f in self.streak_flags.values())
+        if set(self.streak_flags) <= set(SIGNAL_CHECKS):
+            why = "its reward carried no signal, so nothing was learned"
+            advice = "check the reference answers (`posttrain validate` scores them), the verifier and the prompts"
+        else:
+            why = f"health.stop_on checks fired ({', '.join(self.streak_flags)})"
+            advice = "see the flags above"
+        return (
+            f"[{self.stage}] stopped at step {self.last_step}: for {self.streak} steps in a row {why} ({fired}); "
+            f"{advice}, or change health.stop_on / health.stop_after"
+        )
 
     def warn(self, flag: HealthFlag) -> None:
         stream = self.stream or sys.stderr

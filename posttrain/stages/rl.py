@@ -25,6 +25,8 @@ from posttrain.config import RLStage, RolloutStage
 from posttrain.data.chat import with_effort
 from posttrain.data.hf import task_sampler
 from posttrain.data.tools import render_task
+from posttrain.errors import RunStopped
+from posttrain.records.checkpoints import retain_checkpoints
 from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
 from posttrain.records.rollouts import RolloutLog
@@ -229,9 +231,10 @@ class RLRun:
         stage, infra = self.stage, self.infra
         spec = stage_loss_spec(stage)
         progress = Progress(stage.name, stage.steps, live=infra.live_progress)
-        health = HealthMonitor(infra.config.health, stage.name, stage.partial.max_staleness)
+        health = HealthMonitor(infra.config.health, stage.name, stage.partial.max_staleness, outcome=self.uses_outcome)
         while not self.done():
             started = time.perf_counter()
+            before = (sum(self.queue.dropped.values()), self.queue.trained)
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
             groups, timing = self.iterate(version, budget)
             ahead = self.launch_ahead(version)  # overlap: the next batch generates while this one trains
@@ -253,12 +256,26 @@ class RLRun:
             row = step_metrics(samples, rewards, seqs, trained, started, train_seconds)
             row.update(rollout, **timing.metrics(), **batch_stats, **accounting, **sync)
             row.update(self.step_facts(row, version, budget), **code_test_counts(rewards))
+            row.update(sample_shares(rewards, self.queue, before))
             row.update(health.step(self.step, row))  # warnings and health/ keys (records/health.py)
             self.record(row, samples, rewards, groups, progress)
             self.after_step()
+            self.stop_if_no_signal(health)
 
     def done(self) -> bool:
         return self.step >= self.stage.steps
+
+    def stop_if_no_signal(self, health: HealthMonitor) -> None:
+        """`health.stop_on`: a run that has learned nothing for `stop_after` steps stops,
+        its records and a checkpoint of this step written (so nothing is lost)."""
+        reason = health.stop_reason()
+        if reason is None:
+            return
+        folder = self.infra.run_dir / "checkpoints" / self.stage.name / f"step_{self.step:06d}"
+        if not (folder / STATE_FILE).is_file():
+            self.save(folder)
+            retain_checkpoints(self.stage, self.infra.run_dir, STATE_FILE)
+        raise RunStopped(f"{reason}. Checkpoint: {folder}")
 
     def launch_ahead(self, version: int) -> Iteration | None:
         """With `rollout.overlap`, start the next step's iteration on the current weights
@@ -287,6 +304,7 @@ class RLRun:
         progress.update(self.step, reward=row["reward/mean"], mismatch=row["logp/mismatch"])
         if stage.save_every and self.step % stage.save_every == 0 and self.step < stage.steps:
             self.save(self.infra.run_dir / "checkpoints" / stage.name / f"step_{self.step:06d}")
+            retain_checkpoints(stage, self.infra.run_dir, STATE_FILE)
 
     def after_step(self) -> None:
         """Called after each step is logged (a benchmark's held-out eval)."""
@@ -309,6 +327,19 @@ class RLRun:
         self.step = state["step"]
         self.sampler.position = state["sampler_position"]
         self.queue = PartialRolloutQueue.from_json(state["queue"])
+
+
+def sample_shares(rewards: list[RewardResult], queue: PartialRolloutQueue, before: tuple[int, int]) -> dict:
+    """This step's shares of samples: unscored (no verifier could score them) and dropped
+    (left out of training: unscored, empty, stale, prompt too long), of those the step
+    settled (trained or dropped)."""
+    dropped = sum(queue.dropped.values()) - before[0]
+    settled = dropped + queue.trained - before[1]
+    return {
+        "samples/scored": float(sum(r.ok for r in rewards)),
+        "samples/unscored_frac": float(np.mean([not r.ok for r in rewards])) if rewards else 0.0,
+        "samples/dropped_frac": dropped / settled if settled else 0.0,
+    }
 
 
 def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, train_seconds) -> dict:

@@ -11,6 +11,7 @@ from pathlib import Path
 from posttrain.config import ChatJsonl, SFTStage, SynthesisData
 from posttrain.data.chat import sft_example
 from posttrain.data.tasks import load_chat_jsonl, load_tasks
+from posttrain.records.checkpoints import retain_checkpoints
 from posttrain.records.metrics import Progress
 from posttrain.runtime.infra import Infra
 from posttrain.stages.registry import SFT_STATE as STATE_FILE
@@ -147,6 +148,7 @@ def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | No
         progress.update(step, loss=row["loss/nll"])
         if stage.save_every and step % stage.save_every == 0 and step < stage.steps:
             _save(infra, ckpt_root / f"step_{step:06d}", step, rng)
+            retain_checkpoints(stage, infra.run_dir, STATE_FILE)
     return Path(_save(infra, ckpt_root / "final", stage.steps, rng))
 
 

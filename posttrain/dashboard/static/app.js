@@ -57,7 +57,7 @@ async function pipelineView() {
   const data = await api("api/pipeline");
   view.innerHTML = `<div class="runs">${data.map((p) => `<section class="card run-column" data-run="${p.run}">
     <h3>${esc(p.name)} <span class="muted">${esc(p.path)}</span></h3>${missing(p.missing)}
-    <p class="muted">${p.rows} metrics rows${p.run_id ? " · run " + esc(p.run_id) : ""}</p>
+    <p class="muted">${p.rows} metrics rows${p.run_id ? " · run " + esc(p.run_id) : ""}${p.disk ? " · checkpoints on disk: " + esc(p.disk.text) : ""}</p>
     ${stageTable(p)}${expertGrid(p)}</section>`).join("")}</div>`;
 }
 
