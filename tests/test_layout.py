@@ -55,3 +55,21 @@ def test_ruff_lint_is_clean():
 def test_ruff_format_is_clean():
     proc = _run(str(BIN / "ruff"), "format", "--check", "--no-cache", ".")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+
+
+def test_every_import_is_declared_and_every_dependency_used():
+    """deptry over the package, the benchmarks and the tests, configured in pyproject.toml
+    (gguf and accelerate are used by transformers, not imported: it says why)."""
+    proc = _run(str(BIN / "deptry"), ".")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_an_undeclared_import_fails_the_dependency_check(tmp_path):
+    shutil.copytree(ROOT / "posttrain", tmp_path / "posttrain", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    base = tmp_path / "posttrain" / "config" / "base.py"
+    base.write_text(base.read_text() + "\nimport filelock  # noqa\n")  # installed (torch needs it), not declared
+    proc = _run(str(BIN / "deptry"), ".", cwd=tmp_path)
+    assert (
+        proc.returncode != 0 and "'filelock' imported but it is a transitive dependency" in proc.stdout + proc.stderr
+    ), proc.stdout + proc.stderr
