@@ -45,6 +45,7 @@ def rollouts(run: Path, stage: str) -> list[dict]:
     return [json.loads(line) for line in (run / "rollouts" / f"{stage}.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.timeout(1900)  # waits up to 900 s for the checkpoint and 900 s for the resumed run
 def test_hub_model_and_datasets_trained_streamed_killed_and_resumed(tmp_path, tiny_dir):
     import datasets
 
@@ -163,6 +164,7 @@ def queued_episodes(run: Path, task_id: str):
                         yield int(folder.name.split("_")[1]), traj
 
 
+@pytest.mark.timeout(3100)  # waits up to 1500 s for a queued episode and 1500 s for the resumed run
 def test_example_environment_killed_with_an_episode_in_the_queue_and_resumed(tmp_path):
     from transformers import AutoTokenizer
 

@@ -202,6 +202,9 @@ def jobs(run):
     return state(run)["stages"].get("experts", {}).get("jobs", {})
 
 
+FAULTED_RUN_WAITS = 2000  # the first test to ask for faulted_run pays its waits: 400 + 600 + 900 s
+
+
 @pytest.fixture(scope="module")
 def faulted_run(tmp_path_factory):
     """The pipeline with two faults; returns (run folder, facts seen before the resume)."""
@@ -247,6 +250,7 @@ def rows_of(run, stage):
     return [r for r in rows if r["stage"] == stage]
 
 
+@pytest.mark.timeout(FAULTED_RUN_WAITS)
 def test_trainer_death_restarts_the_job_from_its_checkpoint(faulted_run):
     run, facts = faulted_run
     job = facts["before"]["general-max"]
@@ -259,6 +263,7 @@ def test_trainer_death_restarts_the_job_from_its_checkpoint(faulted_run):
     assert rows[1]["samples/drawn"] > rows[0]["samples/drawn"]  # counters continued from the checkpoint
 
 
+@pytest.mark.timeout(FAULTED_RUN_WAITS)
 def test_resume_reruns_no_finished_job_and_continues_the_interrupted_one(faulted_run):
     run, facts = faulted_run
     final = jobs(run)
@@ -275,6 +280,7 @@ def test_resume_reruns_no_finished_job_and_continues_the_interrupted_one(faulted
     assert all(j["status"] == "done" for j in final.values()) and len(final) == 9
 
 
+@pytest.mark.timeout(FAULTED_RUN_WAITS)
 def test_eval_json_has_every_cell_for_sft_experts_and_student(faulted_run):
     run, _ = faulted_run
     rows = json.loads((run / "eval.json").read_text())["rows"]

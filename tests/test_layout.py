@@ -73,3 +73,24 @@ def test_an_undeclared_import_fails_the_dependency_check(tmp_path):
     assert (
         proc.returncode != 0 and "'filelock' imported but it is a transitive dependency" in proc.stdout + proc.stderr
     ), proc.stdout + proc.stderr
+
+
+BROWSER_TEST = """
+import pytest
+
+@pytest.mark.browser
+def test_drives_a_browser():
+    pass
+"""
+
+
+def test_a_browser_test_without_chromium_skips_but_fails_in_ci(tmp_path):
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_b.py").write_text(BROWSER_TEST)
+    base = {k: v for k, v in os.environ.items() if k != "CI"} | {"POSTTRAIN_TEST_CHROMIUM": str(tmp_path / "none")}
+    cmd = (sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist", "test_b.py")
+    local = _run(*cmd, cwd=tmp_path, env=base)
+    assert local.returncode == 0 and "1 skipped" in local.stdout, local.stdout[-2000:]
+    ci = _run(*cmd, cwd=tmp_path, env=base | {"CI": "true"})
+    assert ci.returncode == 1 and "1 error" in ci.stdout, ci.stdout[-2000:]  # failed in setup
+    assert "in CI the browser tests must run, not skip" in ci.stdout

@@ -68,6 +68,7 @@ def check_rows(grpo: list[dict]) -> None:
         assert (r["time/overlap_hidden_s"] > 0) == (r["step"] < STEPS), r
 
 
+@pytest.mark.timeout(1600)  # waits up to 600 s for the checkpoint and 900 s for the resumed run
 def test_overlap_bounds_staleness_and_resume_keeps_the_generated_batch(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run = tmp_path / "run"

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+import pytest
 import yaml
 from cli_process import start_cli
 
@@ -48,6 +49,7 @@ def cli(*args, **kw):
     return start_cli(*args, **kw)
 
 
+@pytest.mark.timeout(1100)  # waits up to 400 s for the checkpoint and 600 s for the resumed run
 def test_sigkill_then_resume_carries_the_queue(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run = tmp_path / "run"
