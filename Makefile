@@ -29,7 +29,7 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; \
-	  else echo "chromium is not installed and apt needs root: the dashboard browser tests will be skipped"; fi; }
+	  else echo "chromium is not installed and apt needs root: the dashboard browser tests will be skipped (with CI=true they fail)"; fi; }
 
 quickstart: setup
 	$(VENV)/bin/posttrain run pipelines/quickstart.yaml --run-dir runs/quickstart

@@ -1,8 +1,28 @@
 import os
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Debian's chromium, which the browser-marked tests drive (POSTTRAIN_TEST_CHROMIUM: another path,
+# for the test of the rule below).
+CHROMIUM = Path(os.environ.get("POSTTRAIN_TEST_CHROMIUM", "/usr/bin/chromium"))
+
+
+def in_ci() -> bool:
+    """CI=true (or 1, yes): what GitHub Actions, GitLab CI and most other services set."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def pytest_runtest_setup(item):
+    """A browser test without chromium skips on a developer's machine (installing it needs
+    root), but fails in CI: a green CI run means the dashboard ran in a browser."""
+    if "browser" in item.keywords and not CHROMIUM.exists():
+        message = f"Debian's chromium is not installed at {CHROMIUM} (`make setup` as root installs it)"
+        if in_ci():
+            pytest.fail(f"{message}; in CI the browser tests must run, not skip", pytrace=False)
+        pytest.skip(message)
 
 
 def _has_cuda() -> bool:

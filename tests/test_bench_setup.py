@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.setup]  # minutes: CI runs it after the suite (.ci/run)
+# minutes: CI runs it after the suite (.ci/run); up to 2400 s for make bench-setup and 600 s to load
+pytestmark = [pytest.mark.slow, pytest.mark.setup, pytest.mark.timeout(3100)]
 
 CHECK = """
 import importlib.util, sys

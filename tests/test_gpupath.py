@@ -60,7 +60,10 @@ def test_judge_on_a_gpu_config_takes_gpu_memory_utilization_and_enforce_eager(mo
     assert args["enforce_eager"] is True
 
 
-def test_tensor_parallel_engine_runs_its_workers_inside_its_own_actor(monkeypatch):
+def test_tensor_parallel_engine_asks_vllm_for_mp_workers_and_its_gpu_share(monkeypatch):
+    """What the engine passes to `vllm.LLM` (replaced here: no GPU), not what vLLM then does
+    with it: tensor_parallel_size and the "mp" executor, so vLLM starts the TP workers as
+    subprocesses of the engine's own actor. That they start is not checked here: they need GPUs."""
     from posttrain.rollout.engine import RolloutEngine
 
     config = RolloutConfig(num_gpus=2, tensor_parallel=2, gpu_memory_utilization=0.8, enforce_eager=False)

@@ -5,6 +5,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -137,6 +138,53 @@ def test_checkpoints_load_in_transformers(run_dir):
         tok = AutoTokenizer.from_pretrained(folder)
         ids = tok("Calculate 1 + 2.", return_tensors="pt")["input_ids"]
         assert torch.isfinite(model(ids).logits).all()
+
+
+def test_checkpoints_hold_what_their_stage_trained(run_dir):
+    """A checkpoint is not its starting weights: SFT's moved from the initial model towards its
+    data (a lower loss on the stage's own conversations), GRPO's from SFT's wherever a step had
+    a group with an advantage (a batch of equal rewards has no gradient)."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    state = json.loads((run_dir / "run_state.json").read_text())
+    initial = Path(state["model"])
+
+    def moved(a: Path, b: Path) -> float:
+        wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+        assert wa.keys() == wb.keys()
+        return max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
+
+    sft = run_dir / "checkpoints/sft/final"
+    assert moved(initial, sft) > 0
+    assert sft_loss(sft) < sft_loss(initial) - 0.1, (sft_loss(sft), sft_loss(initial))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for folder, last in ((run_dir / "checkpoints/grpo/step_000002", 2), (run_dir / "checkpoints/grpo/final", 3)):
+        learned = any(r["groups/zero_advantage_frac"] < 1 for r in rows if r["stage"] == "grpo" and r["step"] <= last)
+        assert (moved(sft, folder) > 0) == learned, folder.name
+
+
+def sft_loss(folder) -> float:
+    """Token-mean NLL of the SFT stage's conversations (its assistant tokens) under a model."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from posttrain.algo.losses import token_logprobs
+    from posttrain.config.files import validate_pipeline
+    from posttrain.stages.sft import sft_conversations, sft_sequences
+
+    stage = validate_pipeline(PIPELINE).stages[0]
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    seqs = sft_sequences(AutoTokenizer.from_pretrained(folder), sft_conversations(stage)[:16], stage.max_len)
+    total, tokens = 0.0, 0.0
+    with torch.no_grad():
+        for s in seqs:
+            ids = torch.tensor([s.token_ids])
+            logp = token_logprobs(model(input_ids=ids).logits[:, :-1], ids[:, 1:])[0, s.prompt_len - 1 :]
+            mask = torch.tensor(s.loss_mask)
+            total -= float((logp * mask).sum())
+            tokens += float(mask.sum())
+    return total / tokens
 
 
 def test_mopd_stage_distils_the_earlier_stages(run_dir):

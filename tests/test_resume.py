@@ -1,14 +1,17 @@
 """A run killed with SIGKILL mid-RL resumes from its newest checkpoint with its
 partial-rollout queue, its data position and its optimizer state; finished stages are
-not rerun, and the sample accounting stays whole across the restart."""
+not rerun, and the sample accounting stays whole across the restart (checked against the
+saved rollouts, tests/sample_accounting.py)."""
 
 import json
 import os
 import signal
 import time
 
+import pytest
 import yaml
 from cli_process import start_cli
+from sample_accounting import assert_accounting_matches_rollouts
 
 PIPELINE = {
     "name": "resume",
@@ -48,6 +51,7 @@ def cli(*args, **kw):
     return start_cli(*args, **kw)
 
 
+@pytest.mark.timeout(1100)  # waits up to 400 s for the checkpoint and 600 s for the resumed run
 def test_sigkill_then_resume_carries_the_queue(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run = tmp_path / "run"
@@ -82,8 +86,7 @@ def test_sigkill_then_resume_carries_the_queue(tmp_path):
     assert [r["step"] for r in grpo] == list(range(1, 41))
     first_after = grpo[newest]  # step newest + 1
     assert first_after["samples/drawn"] > queue["drawn"]  # counters continue from the saved queue
-    for r in grpo:
-        assert r["samples/drawn"] == r["samples/trained"] + r["samples/queued"] + r["samples/dropped"]
+    assert_accounting_matches_rollouts(run, "grpo", group_size=2)
     saved = [json.loads(line) for line in (run / "rollouts" / "grpo.jsonl").read_text().splitlines()]
     ids = [r["sample"] for r in saved]
     assert sorted({r["step"] for r in saved}) == list(range(1, 41)) and len(ids) == len(set(ids))  # redone, not doubled
@@ -91,3 +94,45 @@ def test_sigkill_then_resume_carries_the_queue(tmp_path):
     assert not replaced.exists() or all(json.loads(line)["step"] > newest for line in replaced.read_text().splitlines())
     state = json.loads((run / "run_state.json").read_text())
     assert state["stages"]["grpo"]["status"] == "done" and state["stages"]["grpo"]["resumed_from"]
+
+    # The data position came back: every checkpoint, before the kill and after the resume, has
+    # drawn one task per group the queue counts (a sampler restarted at 0 would be behind).
+    checkpoints = sorted((run / "checkpoints" / "grpo").glob("step_*"))
+    after = [c for c in checkpoints if int(c.name.split("_")[1]) > newest]
+    assert after, "no checkpoint written after the resume"
+    for folder in checkpoints:
+        saved_state = json.loads((folder / "rollout_state.json").read_text())
+        drawn = json.loads(saved_state["queue"])["drawn"]
+        assert saved_state["sampler_position"] * PIPELINE["stages"][1]["group_size"] == drawn, (folder.name, drawn)
+    # The optimizer state came back: at a checkpoint after the resume, the engine's step count
+    # and AdamW's own (its bias correction) count every optimizer step of the stage, those
+    # before the kill included (one per step that trained: minibatches and epochs are 1).
+    stepped = [r["step"] for r in grpo if not (r["train/skipped_empty"] or r["train/skipped_nonfinite"])]
+    for folder in (run / "checkpoints" / "grpo" / f"step_{newest:06d}", after[0]):
+        expected = sum(s <= int(folder.name.split("_")[1]) for s in stepped)
+        assert optimizer_steps(folder) == {"engine": expected, "adamw": expected}, folder.name
+
+
+def optimizer_steps(checkpoint) -> dict[str, int]:
+    """DeepSpeed's global step count and AdamW's per-parameter `step`, from a checkpoint."""
+    import torch
+
+    state_dir = checkpoint / "deepspeed" / "state"
+    engine = torch.load(state_dir / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
+    [optim_file] = sorted(state_dir.glob("*zero_pp_rank_0_*optim_states.pt"))
+    optim = torch.load(optim_file, map_location="cpu", weights_only=False)
+    steps = {int(s) for s in _values_named("step", optim["optimizer_state_dict"]["base_optimizer_state"])}
+    assert len(steps) == 1, steps  # every parameter group stepped together
+    return {"engine": int(engine["global_steps"]), "adamw": steps.pop()}
+
+
+def _values_named(key: str, tree):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            if k == key and not isinstance(v, (dict, list, tuple)):
+                yield v
+            else:
+                yield from _values_named(key, v)
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            yield from _values_named(key, v)

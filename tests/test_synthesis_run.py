@@ -11,6 +11,7 @@ import sys
 import time
 from collections import Counter
 
+import pytest
 import yaml
 from cli_process import start_cli
 
@@ -76,6 +77,7 @@ def done_tasks(path):
     return {t: lines for t, lines in by_task.items() if len(lines) == K}
 
 
+@pytest.mark.timeout(1200)  # waits up to 500 s for three tasks and 600 s for the resumed run
 def test_killed_synthesis_resumes_without_duplicates_then_sft_and_review(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run = tmp_path / "run"

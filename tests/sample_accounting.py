@@ -1,0 +1,42 @@
+"""The queue's sample accounting of an RL stage, checked against what the run saved.
+
+Every metrics row carries drawn = trained + queued + dropped, but the queue logs that row
+only after its own check of the same equation passed, so asserting it again proves nothing.
+The rollouts file is a second, independent record: one row per sample of every group that
+finished, written as the step is logged. Each finished sample was either trained or dropped
+after scoring (its reward flagged, or its response empty), so through every step
+
+    trained + dropped/reward_flagged + dropped/empty_response == rollouts rows so far,
+
+and each group there has exactly group_size rows. A sample trained twice, trained but not
+counted, counted but never scored, or a group split, breaks it."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+AFTER_SCORING = ("samples/dropped/reward_flagged", "samples/dropped/empty_response")
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def assert_accounting_matches_rollouts(run: Path, stage: str, group_size: int) -> list[dict]:
+    """The stage's metrics rows, in step order, after checking them against its rollouts."""
+    metrics = sorted((r for r in jsonl(Path(run) / "metrics.jsonl") if r["stage"] == stage), key=lambda r: r["step"])
+    samples = jsonl(Path(run) / "rollouts" / f"{stage}.jsonl")
+    assert metrics and samples, f"{stage}: no metrics rows or no rollouts"
+    groups = Counter((r["step"], r["group"]) for r in samples)
+    assert set(groups.values()) == {group_size}, f"{stage}: groups of other sizes than {group_size}: {groups}"
+    per_step = Counter(r["step"] for r in samples)
+    assert set(per_step) <= {r["step"] for r in metrics}, f"{stage}: rollouts of steps never logged"
+    saved = 0
+    for row in metrics:
+        saved += per_step[row["step"]]
+        scored = row["samples/trained"] + sum(row.get(key, 0.0) for key in AFTER_SCORING)
+        assert scored == saved, f"{stage} step {row['step']}: trained + dropped after scoring {scored} != {saved} saved"
+        assert row["samples/drawn"] >= saved + row["samples/queued"], row
+    return metrics
