@@ -391,9 +391,7 @@ def _judge(run: _Launched, limits: Limits, limit: float, function: bool) -> Verd
         return verdict("killed", f"output over {limits.output_bytes} bytes: killed")
     if run.launcher is None or (not function and "candidate" not in run.launcher):
         how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
-        return verdict(
-            "sandbox_error", f"sandbox failed: the launcher ended ({how}) without saying how the program did"
-        )
+        return verdict("sandbox_error", f"sandbox failed: the launcher ended ({how}) without its report")
     if function:
         return verdict("passed" if code == 0 else "sandbox_error", f"launcher exit code {code}")
     status = run.launcher["candidate"]

@@ -32,6 +32,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 
 SIGKILL = 9
 SETUP_EXIT = 97
 CONTROL_FD = 9  # where a side keeps the report pipe (close-on-exec) while it sets up
+READY_FD = 8  # function mode: the harness closes its end once set up; the candidate starts then
 
 
 # libc through _ctypes itself: `import ctypes` would cost a few ms of every check
@@ -151,11 +152,19 @@ def _program(spec: dict, side: dict, fds: dict, control: int, run) -> None:
         _place_fds({**placed, CONTROL_FD: control})
         report_on = CONTROL_FD
         os.set_inheritable(CONTROL_FD, False)  # the report pipe closes as the program starts
+        if run is None:  # under memory pressure the kernel kills the candidate first, not the sandbox
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
         _isolate(spec, side)
         if run is None:
+            if READY_FD in fds:  # nothing the candidate does can starve the harness's set-up
+                os.read(READY_FD, 1)
+                os.close(READY_FD)
             env = {"PATH": "/usr/bin:/bin", "HOME": "/sandbox", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
             os.execve(spec["python"], [spec["python"], "-I", "-S", "-B", *side["argv"]], env)
-        os.close(CONTROL_FD)  # set-up is over: the harness reports on its own descriptor
+        if READY_FD in fds:
+            os.close(READY_FD)  # set up: the candidate may start
+        os.close(CONTROL_FD)  # the harness reports on its own descriptor
     except BaseException as exc:
         sandbox_error(report_on, f"{side['name']} set-up", exc)
         os._exit(SETUP_EXIT)
@@ -250,12 +259,13 @@ def run_function(spec: dict, control: int) -> dict:
 
     requests_r, requests_w = os.pipe()
     replies_r, replies_w = os.pipe()
-    candidate_fds = {0: "null", 1: 1, 2: 2, 3: requests_r, 4: replies_w}
+    ready_r, ready_w = os.pipe()
+    candidate_fds = {0: "null", 1: 1, 2: 2, 3: requests_r, 4: replies_w, READY_FD: ready_r}
     candidate = start_side(spec, spec["candidate"], candidate_fds, control)
     harness_run = lambda: _harness(sandbox_harness, spec["harness"]["spec"])  # noqa: E731
-    harness_fds = {0: "null", 1: "null", 2: 2, 3: requests_w, 4: replies_r, 5: control}
+    harness_fds = {0: "null", 1: "null", 2: 2, 3: requests_w, 4: replies_r, 5: control, READY_FD: ready_w}
     harness = start_side(spec, spec["harness"], harness_fds, control, harness_run)
-    for fd in (requests_r, requests_w, replies_r, replies_w):
+    for fd in (requests_r, requests_w, replies_r, replies_w, ready_r, ready_w):
         os.close(fd)
     _, harness_status = side_status(harness)
     ended, candidate_status = side_status(candidate, block=False)
