@@ -44,7 +44,10 @@ def test_budget_reward():
     wrong = apply_budget(RewardResult(0.0, "wrong", "v"), 50, 10)
     assert wrong.score == -1.0
     flagged = RewardResult(0.0, "raised", "v", ok=False)
-    assert apply_budget(flagged, 50, 10) is flagged
+    assert apply_budget(flagged, 10, 10) is flagged  # within budget: unscored stays unscored
+    penalised = apply_budget(flagged, 50, 10)  # an unscored verdict never escapes the penalty
+    assert penalised.ok and penalised.over_budget and penalised.score == -1.0
+    assert penalised.details["score_before_budget"] is None and "was: unscored: raised" in penalised.reason
     assert apply_budget(right, 10**6, None) is right
 
 
@@ -81,3 +84,25 @@ def test_annealing_schedule_values():
     assert budget_at(1, 500, 500, 10) == 500
     assert budget_at(3, 500, 100, 0) == 100
     assert math.isclose(budget_at(2, 300, 100, 3), 300 - 200 / 3, abs_tol=0.5)
+
+
+def test_an_unscored_sample_over_budget_is_penalised_by_the_rl_stage():
+    """The RL stage drops unscored samples; one over its budget is -1 and trained on instead,
+    so voiding a verdict is never a way around the length penalty."""
+    from types import SimpleNamespace
+
+    from posttrain.stages.rl import RLRun
+    from posttrain.types import Completion, Message, Sample, Task
+
+    class Voided:
+        name = "voided"
+
+        async def score(self, samples):
+            return [RewardResult(0.0, "the check could not run", self.name, ok=False) for _ in samples]
+
+    task = Task("t", "f", (Message("user", "q"),))
+    long, short = ((Sample(task, 0, (1,), Completion((7,) * n, (0.0,) * n, "x", "stop"))) for n in (50, 5))
+    groups = [SimpleNamespace(budget=10, trajectories=[None, None])]
+    over, within = RLRun.score(SimpleNamespace(verifier=Voided()), groups, [long, short])
+    assert over.ok and over.over_budget and over.score == -1.0 and "unscored" in over.reason
+    assert not within.ok and not within.over_budget

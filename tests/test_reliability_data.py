@@ -94,7 +94,7 @@ def test_broken_parquet_files(tmp_path):
         user_tasks(UserTasks(type="user", path=str(wrong), on_bad_row="fail"))
 
 
-def test_mixed_batch_of_hostile_rewards_flags_only_the_bad_samples(tmp_path):
+def test_mixed_batch_of_hostile_rewards_scores_the_bad_samples_zero(tmp_path):
     (task,) = user_tasks(UserTasks(type="user", path=str(write(tmp_path, [json.dumps(GOOD)]))))
     texts = ["4", "raise", "nan", "inf", "none", "hang", "4", "exit", "5", "4"]
     samples = [Sample(task, 0, (1,), Completion((1,), (0.0,), text, "stop")) for text in texts]
@@ -106,10 +106,11 @@ def test_mixed_batch_of_hostile_rewards_flags_only_the_bad_samples(tmp_path):
     finally:
         reward.close()
     by_text = dict(zip(texts, results))
-    assert [r.ok for r in results] == [True, False, False, False, False, False, True, False, True, True]
-    assert [r.score for r in results if r.ok] == [1.0, 1.0, 0.0, 1.0]
+    # what a response makes of its reward call scores 0 with the reason: never a void
+    assert all(r.ok for r in results)
+    assert [r.score for r in results] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
     assert "raised ValueError: bad input" in by_text["raise"].reason
     assert "returned nan" in by_text["nan"].reason and "returned inf" in by_text["inf"].reason
     assert "returned NoneType" in by_text["none"].reason
-    assert "timed out after 2.0s" in by_text["hang"].reason and "timed out" in by_text["exit"].reason
-    assert seconds < 60  # two timeouts and two pool restarts, not a hang
+    assert "timed out after 2.0s" in by_text["hang"].reason and "crashed" in by_text["exit"].reason
+    assert seconds < 60  # a timeout and a crash, each worker replaced, not a hang

@@ -88,7 +88,7 @@ def test_user_function_and_answer_matching(tmp_path):
     assert scored(tmp_path, row, "42", env=env)["score"] == 1.0
     assert scored(tmp_path, row, "41", env=env)["score"] == 0.0
     broken = scored(tmp_path, dict(row, reward="user_rewards:raises"), "42", env=env)
-    assert not broken["ok"] and "user bug" in broken["reason"]
+    assert broken["ok"] and broken["score"] == 0.0 and "user bug" in broken["reason"]
     matched = {"verifier": "user", "prompt": "Say 42.", "answer": "42"}
     assert scored(tmp_path, matched, "The answer is 42")["score"] == 1.0
 

@@ -84,9 +84,9 @@ def test_answer_matching_without_a_function(tmp_path):
     [
         ("user_rewards:length_penalty", True, "shorter is better"),
         ("user_rewards:exact", True, "exact match"),
-        ("user_rewards:raises", False, "raised RuntimeError: user bug"),
-        ("user_rewards:nan", False, "returned nan"),
-        ("user_rewards:not_a_number", False, "returned str, not a number"),
+        ("user_rewards:raises", True, "scored 0: user reward raised RuntimeError: user bug"),
+        ("user_rewards:nan", True, "scored 0: user reward returned nan"),
+        ("user_rewards:not_a_number", True, "scored 0: user reward returned str, not a number"),
     ],
 )
 def test_user_function_results_and_failures(tmp_path, function, ok, words):
@@ -96,6 +96,7 @@ def test_user_function_results_and_failures(tmp_path, function, ok, words):
     finally:
         reward.close()
     assert result.ok is ok and words in result.reason
+    assert result.score == 0.0 or "scored 0" not in words  # what a response makes of its call is a 0, never a void
 
 
 def test_hanging_user_function_is_stopped_and_the_next_sample_scored(tmp_path):
@@ -106,7 +107,7 @@ def test_hanging_user_function_is_stopped_and_the_next_sample_scored(tmp_path):
         assert time.perf_counter() - started < 15
     finally:
         reward.close()
-    assert all(not r.ok and "timed out after 1.0s" in r.reason for r in results)
+    assert all(r.ok and r.score == 0.0 and "timed out after 1.0s" in r.reason for r in results)
 
 
 def test_unknown_function_fails_at_start():

@@ -120,6 +120,13 @@ class RewardConfig(Base):
     answer_format: Literal["auto", "answer_tag", "boxed", "last_line", "whole"] = Field(
         "auto", description="auto: <answer> tag, else \\boxed{}, else the last line."
     )
+    answer_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Time limit of one answer check (math, reasoning_gym, user answers), in a worker process: "
+        "past it the sample scores 0.",
+    )
     grm: GRMConfig | None = Field(
         None, description="Generative reward model for tasks without a verifier (writing); none: they are unscored."
     )

@@ -111,7 +111,7 @@ class UserTasks(AnswerSource):
         ),
     )
     reward_timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="A reward call that takes longer is stopped and its sample flagged."
+        10.0, gt=0, le=3600, description="A reward call that takes longer is stopped and its sample scores 0."
     )
     on_bad_row: Literal["skip", "fail"] = Field(
         "skip", description="Skip and report bad rows, or reject the whole file."
@@ -283,7 +283,7 @@ class HFTasks(AnswerSource):
         None, description="user: `module:function` scoring (response, task); none: the answer is matched."
     )
     reward_timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="user: a reward call that takes longer is stopped and its sample flagged."
+        10.0, gt=0, le=3600, description="user: a reward call that takes longer is stopped and its sample scores 0."
     )
     filter: dict[str, Any] | None = Field(
         None, description="Keep rows whose column equals the value (or is one of a list of values): {column: value}."

@@ -105,21 +105,24 @@ def _function_check(program: str, entry: dict, slot: Slot) -> CheckResult:
         harness["asserts"] = list(asserts)
     run = run_function(program, harness, limits_for(entry), slot)
     process = _process(run.process) | {"candidate": (run.launcher or {}).get("candidate")}
-    if run.process.status == "passed":  # the launcher exited 0: no limit was hit
-        process.update(status="finished", reason="both sides ran to their end")
-    if run.process.reason.startswith("sandbox setup failed"):
+    if run.process.status == "sandbox_error":
         return CheckResult(0.0, "error", run.process.reason, process=process)
+    if run.process.status == "passed":  # the launcher finished: no limit was hit
+        process.update(status="finished", reason="both sides ran to their end")
     report = run.report
-    if report is None:
-        why = run.process.reason if run.process.status != "passed" else "no report from the test harness"
-        return CheckResult(0.0, "failed", f"{run.process.status}: {why}", process=process)
+    if report is None:  # the harness died or was stopped: what the candidate made of its check
+        harness = (run.launcher or {}).get("harness") or "killed with the launcher"
+        why = run.process.reason if run.process.status != "passed" else f"the test harness {harness}"
+        return CheckResult(
+            0.0, "failed", f"no report from the test harness: {run.process.status}: {why}", process=process
+        )
     if report.get("task_error"):
         return CheckResult(0.0, "error", f"task error: {report['task_error']}", process=process)
     tests = report["tests"]
     process["candidate_fate"] = report.get("candidate")
     if kind == "tests":
         passed = sum(t["passed"] for t in tests)
-        all_passed = passed == len(tests)
+        all_passed = bool(tests) and passed == len(tests)
     else:
         passed = sum(t["passed"] and t["reached"] for t in tests)
         all_passed = report["check_passed"]
@@ -167,7 +170,7 @@ def _io_check(program: str, entry: dict, slot: Slot) -> CheckResult:
         limits = limits_for(entry, max(Limits().output_bytes, 2 * len(case["output"].encode()) + 4096))
         verdict = run_program(program, limits, slot.candidate, stdin=case["input"])
         process = _process(verdict)
-        if verdict.reason.startswith("sandbox setup failed"):
+        if verdict.status == "sandbox_error":
             return CheckResult(0.0, "error", verdict.reason, process=process)
         if verdict.status != "passed":
             error = f"{verdict.status}: {verdict.reason}"
@@ -240,6 +243,15 @@ class _Job:
     entry: str  # the entry as canonical JSON, so that identical jobs are found
 
 
+def _check_alone(job: _Job, slot: Slot) -> CheckResult:
+    """One job's verdict, whatever happens to another's: a failure of the verifier itself
+    leaves this sample unscored, with the error as its reason, and the batch goes on."""
+    try:
+        return check_program(job.program, json.loads(job.entry), slot)
+    except Exception as exc:
+        return CheckResult(0.0, "error", f"verifier error: {type(exc).__name__}: {str(exc)[:300]}")
+
+
 class CodeVerifier:
     """Scores `code` tasks; each task's own `timeout_s` and `reward` apply."""
 
@@ -259,9 +271,7 @@ class CodeVerifier:
         once per call and share the verdict."""
         jobs = [self._job(s) for s in samples]
         unique = list(dict.fromkeys(jobs))
-        checked = await asyncio.to_thread(
-            self.pool.run, lambda job, slot: check_program(job.program, json.loads(job.entry), slot), unique
-        )
+        checked = await asyncio.to_thread(self.pool.run, _check_alone, unique)
         verdicts = dict(zip(unique, checked))
         return [as_reward(verdicts[job], self.name) for job in jobs]
 

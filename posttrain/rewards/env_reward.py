@@ -9,6 +9,7 @@ import asyncio
 from dataclasses import replace
 
 from posttrain.data.env import episode_task
+from posttrain.rewards.deadline import check_in_workers, slim
 from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.user import as_result
 from posttrain.rollout.env_workers import _reward, close_all, workers_for
@@ -51,7 +52,8 @@ class EnvReward:
         if final is None:
             return self._noted(RewardResult(0.0, "no final answer", self.name), sample)
         answered = replace(sample, completion=replace(sample.completion, text=final))
-        result = MathVerifier().score_one(answered)
+        verifier = MathVerifier()  # in a worker, within its time limit (`rewards/deadline.py`)
+        (result,) = check_in_workers(verifier, "score_one", [(slim(answered),)], verifier.timeout_s)
         return self._noted(replace(result, source=self.name), sample)
 
     def _noted(self, result: RewardResult, sample: Sample) -> RewardResult:

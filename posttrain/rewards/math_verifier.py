@@ -15,10 +15,12 @@ The `math` verifier extracts the final answer and compares it with the task's `a
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import threading
 
+from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
 from posttrain.rewards.extract import extract_answer, final_answers
 from posttrain.types import RewardResult, Sample
 
@@ -182,8 +184,9 @@ class MathVerifier:
 
     name = "math"
 
-    def __init__(self, answer_format: str = "auto"):
+    def __init__(self, answer_format: str = "auto", timeout_s: float = ANSWER_TIMEOUT_S):
         self.answer_format = answer_format
+        self.timeout_s = timeout_s  # per sample, in a worker process (`rewards/deadline.py`)
 
     def score_one(self, sample: Sample) -> RewardResult:
         gold = sample.task.answer if sample.task.answer is not None else sample.task.entry.get("answer")
@@ -211,10 +214,7 @@ class MathVerifier:
         return RewardResult(0.0, f"wrong: {answer!r} vs expected {gold!r} ({how})", self.name, details)
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
-        out = []
-        for s in samples:
-            try:
-                out.append(self.score_one(s))
-            except Exception as exc:  # math-verify on odd input: one sample flagged, the batch goes on
-                out.append(RewardResult(0.0, f"scoring raised {type(exc).__name__}: {exc}", self.name, ok=False))
-        return out
+        """Each sample's `score_one` in a worker process, within `timeout_s`: past it, or if
+        the check crashes or raises, the sample scores 0 with the reason."""
+        calls = [(slim(s),) for s in samples]
+        return await asyncio.to_thread(check_in_workers, self, "score_one", calls, self.timeout_s)

@@ -8,11 +8,15 @@ an answer that contains the expected one (`2140` for 214) is not given (`padding
 
 from __future__ import annotations
 
+import asyncio
+
+from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, entry_reference
 from posttrain.rewards.extract import extract_answer
 from posttrain.rewards.math_verifier import hedge, math_equivalent, normalize, unevaluated
 from posttrain.types import RewardResult, Sample
 
 __all__ = ["ReasoningGymVerifier", "math_equivalent"]
+PRELOAD = ("math_verify", "reasoning_gym")  # what the answer-check workers of this verifier import first
 
 
 def padding(gold: str, answer: str) -> str | None:
@@ -29,9 +33,13 @@ def padding(gold: str, answer: str) -> str | None:
 class ReasoningGymVerifier:
     name = "reasoning_gym"
 
-    def __init__(self, answer_format: str = "auto"):
+    def __init__(self, answer_format: str = "auto", timeout_s: float = ANSWER_TIMEOUT_S):
         self.answer_format = answer_format
+        self.timeout_s = timeout_s  # per sample, in a worker process (`rewards/deadline.py`)
         self._scorers: dict[str, object] = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_scorers": {}}  # the family scorers load again where unpickled
 
     def _scorer(self, family: str):
         if family not in self._scorers:
@@ -68,10 +76,9 @@ class ReasoningGymVerifier:
         return RewardResult(score, reason, self.name, details)
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
-        out = []
-        for s in samples:
-            try:
-                out.append(self.score_one(s.task.family, s.task.entry, s.completion.text, s.completion.finish_reason))
-            except Exception as exc:  # one bad row is flagged, the batch goes on
-                out.append(RewardResult(0.0, f"scoring raised {type(exc).__name__}: {exc}", self.name, ok=False))
-        return out
+        """Each sample's `score_one` in a worker process, within `timeout_s`: past it, or if
+        the check crashes or raises, the sample scores 0 with the reason."""
+        calls = [(s.task.family, s.task.entry, s.completion.text, s.completion.finish_reason) for s in samples]
+        return await asyncio.to_thread(
+            check_in_workers, self, "score_one", calls, self.timeout_s, PRELOAD, entry_reference
+        )

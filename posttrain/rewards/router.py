@@ -57,9 +57,10 @@ class RewardRouter:
 
 def reward_router(stage, judge=None) -> RewardRouter:
     """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
+    limit = stage.reward.answer_timeout_s
     sources = {
-        "reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format),
-        "math": MathVerifier(stage.reward.answer_format),
+        "reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format, limit),
+        "math": MathVerifier(stage.reward.answer_format, limit),
         "agent": AgentVerifier(),
     }
     leaves = [leaf for _, leaf in stage.task_leaves()]
@@ -74,7 +75,7 @@ def reward_router(stage, judge=None) -> RewardRouter:
     if user:
         from posttrain.rewards.user import UserReward
 
-        sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s)
+        sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s, answer_timeout_s=limit)
     sources.update(own_sources(leaves))
     if stage.reward.grm is not None:
         from posttrain.rewards.grm import GRM

@@ -9,8 +9,14 @@ and on the way out kills every process of the uids (a fork bomb that called sets
 
 `run_program` runs a program alone (stdin given, stdout returned). `run_function` runs a
 candidate program and, on another uid in other namespaces, the trusted test harness that
-calls the candidate's function through pipes (`sandbox_harness.py`); the harness's report
-comes back over a pipe of this process that the candidate never holds.
+calls the candidate's function through pipes (`sandbox_harness.py`).
+
+Whatever is trusted reports on a pipe of this process that the candidate never holds: the
+launcher's set-up failures, the harness's report, and the launcher's last line with how
+each side ended. Stdout and stderr, which the candidate shares, are never read for a
+verdict. So whatever the candidate does (any exit code or signal, output, a forged report)
+makes a verdict of its run; only a failure of the sandbox itself (status `sandbox_error`)
+leaves a check unscored.
 What it guarantees and what it does not is in the README (What a reward guarantees).
 """
 
@@ -35,7 +41,6 @@ from pathlib import Path
 UID_BASE = 61100  # 61000..61099 were slot uids before leases: a run of an older version may still use them
 UID_COUNT = 900  # sandbox uids are 61100..61999, each leased to one worker slot at a time
 LEASE_DIR = Path(tempfile.gettempdir()) / "posttrain-sandbox-uids"
-SETUP_ERROR = "POSTTRAIN_SANDBOX_SETUP_ERROR"
 HERE = Path(__file__).parent
 LAUNCHER = str(HERE / "sandbox_exec.py")
 RUNNER = (HERE / "sandbox_runner.py").read_text()
@@ -57,7 +62,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # passed, failed, timeout, memory, killed, error
+    status: str  # passed, timeout, memory, killed, error (the program's); sandbox_error (the sandbox's own)
     reason: str
     stdout_tail: str
     stderr_tail: str
@@ -181,36 +186,61 @@ def _spec(limits: Limits, mode: str, root: str, **sides) -> dict:
         "python": os.path.realpath(sys._base_executable),
         "python_prefix": sys.base_prefix,
         **{k: int(v) for k, v in asdict(limits).items() if k not in ("wall_seconds", "output_bytes")},
-        **{name: dict(side, root=os.path.join(root, name)) for name, side in sides.items()},
+        **{name: dict(side, name=name, root=os.path.join(root, name)) for name, side in sides.items()},
     }
 
 
-def _launch(spec: dict, limits: Limits, uids: set[int], wall: float, pass_fds=()) -> tuple:
+@dataclass(frozen=True)
+class _Launched:
+    """How one launcher run went: what the trusted pipe carried, and what the parent saw."""
+
+    returncode: int
+    cause: str | None  # timeout, output (the parent killed it) or None
+    out: bytes
+    err: bytes
+    wall: float
+    peak: int
+    report: dict | None  # the harness's report
+    launcher: dict | None  # the launcher's last line: each side's wait status
+    sandbox_errors: list[str]
+
+
+def _launch(spec: dict, limits: Limits, uids: set[int], wall: float) -> _Launched:
     """Start the launcher on `spec`, wait for it (killing it and all of `uids` past `wall`
-    seconds or the output cap). Returns (returncode, cause, stdout, stderr, wall, peak)."""
+    seconds or the output cap), and read what it reported on its own pipe."""
     started, cause = time.perf_counter(), None
-    proc = subprocess.Popen(
-        # -S: the launcher is stdlib-only, and Python starts 4x faster without site
-        [sys.executable, "-I", "-S", "-B", LAUNCHER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-        pass_fds=pass_fds,
-    )
+    report_r, report_w = os.pipe()
+    report, report_over, report_stream = bytearray(), threading.Event(), os.fdopen(report_r, "rb")
+    try:
+        proc = subprocess.Popen(
+            # -S: the launcher is stdlib-only, and Python starts 4x faster without site
+            [sys.executable, "-I", "-S", "-B", LAUNCHER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=(report_w,),
+        )
+    finally:
+        os.close(report_w)  # the launcher and the sides it starts hold it; the reader sees the end when all exit
     out, err, over = bytearray(), bytearray(), threading.Event()
     stop = lambda: _kill(proc.pid, uids)  # noqa: E731  past the output cap, from the reader thread
     readers = [
         threading.Thread(target=_read_capped, args=(s, b, limits.output_bytes, over, stop), daemon=True)
         for s, b in ((proc.stdout, out), (proc.stderr, err))
     ]
+    readers.append(
+        threading.Thread(
+            target=_read_capped, args=(report_stream, report, limits.report_bytes, report_over), daemon=True
+        )
+    )
     for r in readers:
         r.start()
     try:
-        proc.stdin.write(marshal.dumps(spec))
+        proc.stdin.write(marshal.dumps(dict(spec, report_fd=report_w)))
         proc.stdin.close()
-    except BrokenPipeError:  # the launcher died at start: its stderr says why
+    except BrokenPipeError:  # the launcher died at start: no launcher line says so
         pass
     exited = os.pidfd_open(proc.pid)  # readable once the launcher exits: no polling
     try:
@@ -229,8 +259,15 @@ def _launch(spec: dict, limits: Limits, uids: set[int], wall: float, pass_fds=()
         kill_uids(uids)
     for r in readers:
         r.join(timeout=2)
+    if not readers[-1].is_alive():
+        report_stream.close()
     seconds = time.perf_counter() - started
-    return proc.returncode, cause, bytes(out), bytes(err), seconds, rusage.ru_maxrss * 1024
+    harness, launcher, errors = _parse_report(b"" if report_over.is_set() else bytes(report))
+    if report_over.is_set():
+        harness = None  # over the cap: the harness's report is cut, so it counts as none
+    return _Launched(
+        proc.returncode, cause, bytes(out), bytes(err), seconds, rusage.ru_maxrss * 1024, harness, launcher, errors
+    )
 
 
 def run_program(program: str, limits: Limits = Limits(), uid: int | None = None, stdin: str = "") -> Verdict:
@@ -243,10 +280,10 @@ def run_program(program: str, limits: Limits = Limits(), uid: int | None = None,
     try:
         side = {"uid": uid, "files": {"main.py": program}, "argv": ["main.py"], "stdin": stdin}
         spec = _spec(limits, "program", root, candidate=side)
-        code, cause, out, err, wall, peak = _launch(spec, limits, {uid}, limits.wall_seconds)
+        launched = _launch(spec, limits, {uid}, limits.wall_seconds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return _judge(code, cause, out, err, wall, peak, limits)
+    return _judge(launched, limits, limits.wall_seconds, function=False)
 
 
 def run_function(program: str, harness: dict, limits: Limits, slot: Slot) -> FunctionRun:
@@ -255,46 +292,78 @@ def run_function(program: str, harness: dict, limits: Limits, slot: Slot) -> Fun
     candidate = {"uid": slot.candidate, "files": {"runner.py": RUNNER, "solution.py": program}, "argv": ["runner.py"]}
     tester = {"uid": slot.harness, "spec": dict(harness, reply_bytes=limits.reply_bytes)}
     root = tempfile.mkdtemp(prefix="posttrain-sandbox-")
-    report_r, report_w = os.pipe()
-    report, over, stream = bytearray(), threading.Event(), os.fdopen(report_r, "rb")
-    reader = threading.Thread(target=_read_capped, args=(stream, report, limits.report_bytes, over), daemon=True)
-    reader.start()
     wall = limits.wall_seconds + REPORT_GRACE_S
     try:
-        spec = dict(_spec(limits, "function", root, candidate=candidate, harness=tester), report_fd=report_w)
-        launched = _launch(spec, limits, {slot.candidate, slot.harness}, wall, pass_fds=(report_w,))
+        spec = _spec(limits, "function", root, candidate=candidate, harness=tester)
+        launched = _launch(spec, limits, {slot.candidate, slot.harness}, wall)
     finally:
-        os.close(report_w)  # with every sandboxed holder gone too, the reader sees the end
-        reader.join(timeout=5)
-        if not reader.is_alive():
-            stream.close()
         shutil.rmtree(root, ignore_errors=True)
-    code, cause, out, err, seconds, peak = launched
-    harness_report, launcher = _parse_report(b"" if over.is_set() else bytes(report))
-    return FunctionRun(harness_report, launcher, _judge(code, cause, out, err, seconds, peak, limits, wall))
+    launcher = None
+    if launched.launcher is not None:
+        launcher = {side: ended(status) for side, status in launched.launcher.items()}
+    return FunctionRun(launched.report, launcher, _judge(launched, limits, wall, function=True))
 
 
-def _parse_report(data: bytes) -> tuple[dict | None, dict | None]:
-    """The harness's report line and the launcher's line; anything unreadable counts as none."""
+def _parse_report(data: bytes) -> tuple[dict | None, dict | None, list[str]]:
+    """The harness's report, the launcher's line (each side's wait status) and the sandbox's
+    own errors, from the trusted pipe; a line that does not parse counts as none."""
     report = launcher = None
+    errors = []
     for line in data.splitlines():
         try:
             item = json.loads(line)
         except ValueError:
             continue
-        if isinstance(item, dict) and "launcher" in item:
-            launcher = {side: ended(status) for side, status in item["launcher"].items()}
-        elif isinstance(item, dict):
+        if not isinstance(item, dict):
+            continue
+        if "\\ud" in line.decode("ascii", "replace").lower():
+            item = clean_text(item)
+        if set(item) == {"sandbox_error"}:
+            errors.append(str(item["sandbox_error"]))
+        elif set(item) == {"launcher"} and isinstance(item["launcher"], dict):
+            launcher = item["launcher"]
+        else:
             report = item
-    return report, launcher
+    return report, launcher, errors
+
+
+def clean_text(value):
+    """`value` with every string made valid Unicode (a lone surrogate the candidate put in a
+    message becomes U+FFFD), so that the verdict can be printed and written anywhere."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if isinstance(value, list):
+        return [clean_text(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): clean_text(v) for k, v in value.items()}
+    return value
+
+
+def signal_name(number: int) -> str:
+    """A signal's name, for any number a process can die of (real-time ones included)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        pass
+    if signal.SIGRTMIN < number < signal.SIGRTMAX:
+        return f"SIGRTMIN+{number - signal.SIGRTMIN}"
+    return f"signal {number}"
+
+
+def exit_code(status: int) -> int:
+    """A wait status as an exit code (negative: the signal that ended the process)."""
+    try:
+        return os.waitstatus_to_exitcode(status)
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(f"the launcher sent a wait status that is not one: {status!r}") from None
 
 
 def ended(status: int | None) -> str:
     """How a process with this wait status ended (None: killed after the tests)."""
     if status is None:
         return "still running after the tests: killed"
-    code = os.waitstatus_to_exitcode(status)
-    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    code = exit_code(status)
+    return f"killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
 
 
 def _kill(pid: int, uids: set[int]) -> None:
@@ -305,29 +374,41 @@ def _kill(pid: int, uids: set[int]) -> None:
     kill_uids(uids)
 
 
-def _judge(
-    code: int, cause: str | None, out: bytes, err: bytes, wall: float, peak: int, limits: Limits, limit=None
-) -> Verdict:
-    def verdict(status: str, reason: str) -> Verdict:
-        return Verdict(status, reason, _tail(out), _tail(err), round(wall, 4), peak, code, out)
+def _judge(run: _Launched, limits: Limits, limit: float, function: bool) -> Verdict:
+    """The verdict on a launcher run. Only the trusted pipe and how the launcher ended can
+    make it a `sandbox_error`; the program's exit status (or, for a function check, the
+    launcher's finishing) makes the rest; stderr only words the reason of a failure."""
+    code = run.returncode
 
-    text = err.decode("utf-8", "replace")
-    if SETUP_ERROR in text:
-        return verdict("error", "sandbox setup failed" + text.split(SETUP_ERROR, 1)[1].splitlines()[0][:300])
-    if cause == "timeout":
-        return verdict("timeout", f"wall clock over {limit or limits.wall_seconds}s: killed with all its processes")
-    if cause == "output":
+    def verdict(status: str, reason: str) -> Verdict:
+        return Verdict(status, reason, _tail(run.out), _tail(run.err), round(run.wall, 4), run.peak, code, run.out)
+
+    if run.sandbox_errors:
+        return verdict("sandbox_error", "sandbox setup failed: " + run.sandbox_errors[0][:300])
+    if run.cause == "timeout":
+        return verdict("timeout", f"wall clock over {limit}s: killed with all its processes")
+    if run.cause == "output":
         return verdict("killed", f"output over {limits.output_bytes} bytes: killed")
-    if code == -signal.SIGXCPU:
-        return verdict("timeout", f"CPU time over {limits.cpu_seconds}s")
-    if "MemoryError" in text:
-        return verdict("memory", f"memory limit of {limits.memory_bytes // 2**20} MiB reached")
-    if code == -signal.SIGXFSZ or "File too large" in text:
-        return verdict("killed", f"file size over {limits.file_bytes} bytes")
-    if code is not None and code < 0:
-        return verdict("killed", f"killed by signal {signal.Signals(-code).name}")
+    if run.launcher is None or (not function and "candidate" not in run.launcher):
+        how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+        return verdict("sandbox_error", f"sandbox failed: the launcher ended ({how}) without its report")
+    if function:
+        return verdict("passed" if code == 0 else "sandbox_error", f"launcher exit code {code}")
+    status = run.launcher["candidate"]
+    if status is None:
+        return verdict("killed", "the program ended without an exit status: killed")
+    code = exit_code(status)
+    text = run.err.decode("utf-8", "replace")
     if code == 0:
         return verdict("passed", "exited 0")
+    if code == -signal.SIGXCPU:
+        return verdict("timeout", f"CPU time over {limits.cpu_seconds}s")
+    if code == -signal.SIGXFSZ or "File too large" in text:
+        return verdict("killed", f"file size over {limits.file_bytes} bytes")
+    if "MemoryError" in text:
+        return verdict("memory", f"memory limit of {limits.memory_bytes // 2**20} MiB reached")
+    if code < 0:
+        return verdict("killed", f"killed by signal {signal_name(-code)}")
     last = text.strip().splitlines()[-1] if text.strip() else f"exit code {code}"
     return verdict("error", last[:300])
 

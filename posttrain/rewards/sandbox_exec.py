@@ -9,10 +9,17 @@ size-limited tmpfs work folder; with resource limits; as an unprivileged uid of 
 Mode `program`: one side, its stdin the spec's input. Mode `function`: the candidate's
 side (its runner and program, no tests) and the harness's side (forked from here with
 the tests, another uid), joined by two pipes.
+
+Everything trusted reports on one pipe of the verifier's (`report_fd`), never on stdout or
+stderr, which the candidate shares: a failure of the sandbox (`{"sandbox_error": ...}`),
+the harness's report, and last this launcher's own line with each side's wait status
+(`{"launcher": {...}}`). The candidate never holds that pipe: its side keeps it
+close-on-exec until the program starts, so nothing it prints, however truncated, can pass
+for one of these lines. Each side's PID 1 sends its program's wait status to this
+launcher over a pipe of its own, whatever signal ended the program.
 """
 
 import _ctypes
-import _signal
 import marshal
 import os
 import resource
@@ -22,9 +29,10 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-SIGKILL, SIGSTOP = 9, 19
-SETUP_ERROR = "POSTTRAIN_SANDBOX_SETUP_ERROR"
+SIGKILL = 9
 SETUP_EXIT = 97
+CONTROL_FD = 9  # where a side keeps the report pipe (close-on-exec) while it sets up
+READY_FD = 8  # function mode: the harness closes its end once set up; the candidate starts then
 
 
 # libc through _ctypes itself: `import ctypes` would cost a few ms of every check
@@ -39,6 +47,17 @@ class _Function(_ctypes.CFuncPtr):
 
 class _Libc:
     _handle = _ctypes.dlopen(None, os.RTLD_NOW)
+
+
+def sandbox_error(control: int, where: str, exc: BaseException) -> None:
+    """Report a failure of the sandbox itself on the trusted pipe (one short, atomic line)."""
+    try:
+        from _json import encode_basestring_ascii
+
+        text = f"{where}: {type(exc).__name__}: {exc}"[:1000]
+        os.write(control, ('{"sandbox_error": ' + encode_basestring_ascii(text) + "}\n").encode("ascii"))
+    except BaseException:  # nothing left to report on
+        pass
 
 
 def _libc(name: str, *args) -> None:
@@ -103,7 +122,7 @@ def _place_fds(fds: dict[int, int]) -> None:
     high = {target: os.dup2(source, 200 + target) for target, source in fds.items()}  # clobbers no source
     for target, copy in high.items():
         os.dup2(copy, target)
-    os.closerange(max(fds) + 1, 1 << 16)
+    _close_all_but(list(fds))
 
 
 def _isolate(spec: dict, side: dict) -> None:
@@ -118,32 +137,49 @@ def _isolate(spec: dict, side: dict) -> None:
     os.setuid(side["uid"])
 
 
-def _program(spec: dict, side: dict, fds: dict, run) -> None:
-    """The side's program: exec Python on its files, or (the harness) call `run`."""
-    stdin = None
-    if "stdin" in side:  # the input lives in memory, not in the side's files
-        stdin = os.memfd_create("stdin")
-        os.write(stdin, side["stdin"].encode())
-        os.lseek(stdin, 0, os.SEEK_SET)
-    null = os.open("/dev/null", os.O_RDWR)
-    _place_fds({k: (null if v == "null" else stdin if v == "stdin" else v) for k, v in fds.items()})
-    _isolate(spec, side)
-    if run is not None:
+def _program(spec: dict, side: dict, fds: dict, control: int, run) -> None:
+    """The side's program: exec Python on its files, or (the harness) call `run`. A failure
+    before the program starts is reported on `control` as the sandbox's own."""
+    report_on = control
+    try:
+        stdin = None
+        if "stdin" in side:  # the input lives in memory, not in the side's files
+            stdin = os.memfd_create("stdin")
+            os.write(stdin, side["stdin"].encode())
+            os.lseek(stdin, 0, os.SEEK_SET)
+        null = os.open("/dev/null", os.O_RDWR)
+        placed = {k: (null if v == "null" else stdin if v == "stdin" else v) for k, v in fds.items()}
+        _place_fds({**placed, CONTROL_FD: control})
+        report_on = CONTROL_FD
+        os.set_inheritable(CONTROL_FD, False)  # the report pipe closes as the program starts
+        if run is None:  # under memory pressure the kernel kills the candidate first, not the sandbox
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        _isolate(spec, side)
+        if run is None:
+            if READY_FD in fds:  # nothing the candidate does can starve the harness's set-up
+                os.read(READY_FD, 1)
+                os.close(READY_FD)
+            env = {"PATH": "/usr/bin:/bin", "HOME": "/sandbox", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+            os.execve(spec["python"], [spec["python"], "-I", "-S", "-B", *side["argv"]], env)
+        if READY_FD in fds:
+            os.close(READY_FD)  # set up: the candidate may start
+        os.close(CONTROL_FD)  # the harness reports on its own descriptor
+    except BaseException as exc:
+        sandbox_error(report_on, f"{side['name']} set-up", exc)
+        os._exit(SETUP_EXIT)
+    try:
         run()
-        os._exit(0)
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/sandbox", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
-    os.execve(spec["python"], [spec["python"], "-I", "-S", "-B", *side["argv"]], env)
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
 
 
-def _namespace_init(spec: dict, side: dict, fds: dict, run, status_fd: int) -> int:
+def _namespace_init(spec: dict, side: dict, fds: dict, control: int, run, status_fd: int) -> int:
     """PID 1 of the side's namespace: start the program, reap orphans, return its status."""
     program = os.fork()
     if program == 0:
-        try:
-            _program(spec, side, fds, run)
-        except BaseException as exc:
-            os.write(2, f"{SETUP_ERROR}: {type(exc).__name__}: {exc}\n".encode())
-        os._exit(SETUP_EXIT)
+        _program(spec, side, fds, control, run)  # never returns
     _close_all_but([status_fd])
     while True:
         pid, status = os.wait()
@@ -160,40 +196,30 @@ def _close_all_but(keep: list[int]) -> None:
     os.closerange(start, 1 << 16)
 
 
-def start_side(spec: dict, side: dict, fds: dict, run=None) -> int:
+def start_side(spec: dict, side: dict, fds: dict, control: int, run=None) -> tuple[int, int]:
     """Fork the side: a process (host PID namespace) that unshares the namespaces, forks
-    their PID 1, and exits the way the side's program did. Returns its pid."""
+    their PID 1 and waits for it; killing it kills the namespace. Returns its pid and the
+    read end of a pipe on which PID 1 writes the program's wait status (nothing: killed)."""
+    status_r, status_w = os.pipe()
     pid = os.fork()
     if pid:
-        return pid
+        os.close(status_w)
+        return pid, status_r
     try:
-        _close_all_but([v for v in fds.values() if isinstance(v, int)])
+        _close_all_but([v for v in fds.values() if isinstance(v, int)] + [control, status_w])
         _libc("unshare", CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID)
-        read_end, write_end = os.pipe()
         if os.fork() == 0:
-            os.close(read_end)
             # killing the side kills its PID 1, and so everything in the namespace
             _libc("prctl", PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
-            os.write(write_end, str(_namespace_init(spec, side, fds, run, write_end)).encode())
+            status = _namespace_init(spec, side, fds, control, run, status_w)
+            os.write(status_w, str(status).encode())
             os._exit(0)
-        os.close(write_end)
-        _close_all_but([read_end])
+        _close_all_but([])
         os.wait()
-        report = os.read(read_end, 64).decode()
-        _exit_like(int(report) if report else None)
+        os._exit(0)
     except BaseException as exc:
-        os.write(2, f"{SETUP_ERROR}: {type(exc).__name__}: {exc}\n".encode())
+        sandbox_error(control, f"{side['name']} side", exc)
     os._exit(SETUP_EXIT)
-
-
-def _exit_like(status: int | None) -> None:
-    """Exit the way a process with wait status `status` did, so that its parent sees the same."""
-    code = os.waitstatus_to_exitcode(status) if status is not None else SETUP_EXIT
-    if code < 0:
-        if -code not in (SIGKILL, SIGSTOP):
-            _signal.signal(-code, _signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-    os._exit(code)
 
 
 _reaped: dict[int, int] = {}
@@ -213,29 +239,40 @@ def _wait(pid: int, block: bool = True) -> int | None:
     return _reaped[pid]
 
 
-def run_function(spec: dict) -> None:
+def side_status(side: tuple[int, int], block: bool = True) -> tuple[bool, int | None]:
+    """(ended, its program's wait status): not ended if it runs and not `block`; a status
+    of None if the side ended without one (killed before its program ended)."""
+    pid, status_r = side
+    if _wait(pid, block) is None:
+        return False, None
+    data = os.read(status_r, 64)
+    os.close(status_r)
+    return True, int(data) if data else None
+
+
+def run_function(spec: dict, control: int) -> dict:
     """The candidate and the harness, two sides joined by two pipes; the harness reports
-    on `report_fd` (from the verifier), then this launcher adds how the candidate ended."""
+    on `control`. Returns how each side ended."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.path.insert(0, root)
     from posttrain.rewards import sandbox_harness  # stdlib only; loaded before any chroot
 
-    report_fd = spec["report_fd"]
     requests_r, requests_w = os.pipe()
     replies_r, replies_w = os.pipe()
-    candidate = start_side(spec, spec["candidate"], {0: "null", 1: 1, 2: 2, 3: requests_r, 4: replies_w})
+    ready_r, ready_w = os.pipe()
+    candidate_fds = {0: "null", 1: 1, 2: 2, 3: requests_r, 4: replies_w, READY_FD: ready_r}
+    candidate = start_side(spec, spec["candidate"], candidate_fds, control)
     harness_run = lambda: _harness(sandbox_harness, spec["harness"]["spec"])  # noqa: E731
-    harness_fds = {0: "null", 1: "null", 2: 2, 3: requests_w, 4: replies_r, 5: report_fd}
-    harness = start_side(spec, spec["harness"], harness_fds, harness_run)
-    for fd in (requests_r, requests_w, replies_r, replies_w):
+    harness_fds = {0: "null", 1: "null", 2: 2, 3: requests_w, 4: replies_r, 5: control, READY_FD: ready_w}
+    harness = start_side(spec, spec["harness"], harness_fds, control, harness_run)
+    for fd in (requests_r, requests_w, replies_r, replies_w, ready_r, ready_w):
         os.close(fd)
-    harness_status = _wait(harness)
-    candidate_status = _wait(candidate, block=False)
-    if candidate_status is None:
-        os.kill(candidate, SIGKILL)  # its namespace's PID 1 dies with it (PDEATHSIG), and all inside
-        _wait(candidate)
-    line = {"launcher": {"candidate": candidate_status, "harness": harness_status}}  # wait statuses; None: killed
-    os.write(report_fd, sandbox_harness.dumps(line))
+    _, harness_status = side_status(harness)
+    ended, candidate_status = side_status(candidate, block=False)
+    if not ended:
+        os.kill(candidate[0], SIGKILL)  # its namespace's PID 1 dies with it (PDEATHSIG), and all inside
+        side_status(candidate)
+    return {"candidate": candidate_status, "harness": harness_status}  # wait statuses; None: killed
 
 
 def _harness(module, spec: dict) -> None:
@@ -245,17 +282,20 @@ def _harness(module, spec: dict) -> None:
 
 def main() -> None:
     spec = marshal.loads(sys.stdin.buffer.read())  # from the verifier, trusted
-    _libc("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    if spec["mode"] == "function":
-        run_function(spec)
-        sys.exit(0)
-    side = start_side(spec, spec["candidate"], {0: "stdin", 1: 1, 2: 2})
-    _exit_like(_wait(side))
+    control = spec["report_fd"]
+    try:
+        _libc("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        if spec["mode"] == "function":
+            statuses = run_function(spec, control)
+        else:
+            _, status = side_status(start_side(spec, spec["candidate"], {0: "stdin", 1: 1, 2: 2}, control))
+            statuses = {"candidate": status}
+    except BaseException as exc:  # the verifier reports this as a sandbox error, not a program failure
+        sandbox_error(control, "launcher", exc)
+        sys.exit(SETUP_EXIT)
+    fields = ",".join(f'"{side}":{"null" if status is None else int(status)}' for side, status in statuses.items())
+    os.write(control, ('{"launcher":{' + fields + "}}\n").encode("ascii"))
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except OSError as exc:  # the parent reports this as a sandbox error, not a program failure
-        sys.stderr.write(f"{SETUP_ERROR}: {type(exc).__name__}: {exc}\n")
-        sys.exit(SETUP_EXIT)
+    main()

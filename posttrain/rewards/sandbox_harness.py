@@ -16,7 +16,7 @@ import sys
 import time
 from _json import make_scanner
 
-from posttrain.rewards.sandbox_runner import INT_DIGITS, WireError, decode, encode, frame, to_json
+from posttrain.rewards.sandbox_runner import ARG_DEPTH, INT_DIGITS, WireError, decode, encode, frame, to_json
 
 NOT_MAPPED = ("StopIteration", "StopAsyncIteration")  # would end a test's loop or map() silently
 TEXT = 300
@@ -96,7 +96,11 @@ def dumps(message) -> bytes:
 
 
 def describe(exc: BaseException) -> str:
-    text = str(exc)
+    """`Type: message`, whatever the message (its str may fail on values the candidate made)."""
+    try:
+        text = str(exc)
+    except BaseException:
+        text = "(its message cannot be shown)"
     return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:TEXT]
 
 
@@ -116,14 +120,19 @@ class Channel:
     def call(self, name: str, args: tuple, kwargs: dict):
         if self.gone:
             self._fail(CandidateGone(self.gone))
-        try:
-            payload = {"args": encode(list(args)), "kwargs": [[k, encode(v)] for k, v in kwargs.items()]}
-        except WireError as exc:  # the test's own argument: a task error, not the candidate's
-            self.task_errors.append(f"a test passed an argument that is not plain data: {exc}")
-            raise TypeError(f"argument cannot cross the sandbox boundary: {exc}") from None
-        self.calls += 1
         nonce = os.urandom(16).hex()
-        self._send(frame({"id": nonce, "fn": name, **payload}))
+        try:  # values the candidate returned, nested a further ARG_DEPTH - MAX_DEPTH levels, still go
+            payload = {
+                "args": [encode(v, 0, ARG_DEPTH) for v in args],
+                "kwargs": [[k, encode(v, 0, ARG_DEPTH)] for k, v in kwargs.items()],
+            }
+            request = frame({"id": nonce, "fn": name, **payload})
+        except (WireError, RecursionError, ValueError) as exc:
+            # the argument may hold what the candidate returned (deeper than the wire carries,
+            # a view of it): the candidate's failure, never the task's, so it cannot void a check
+            self._fail(CandidateFailed(f"an argument cannot cross the sandbox boundary: {describe(exc)}"))
+        self.calls += 1
+        self._send(request)
         reply = self._receive()
         if type(reply) is not dict or reply.get("id") != nonce:
             self._lose(f"call {self.calls}: a reply that does not answer this call (forged or written ahead)")
@@ -345,6 +354,15 @@ class Timer:
         self.active = False
 
 
+def stopped_report(spec: dict, why: str) -> dict:
+    """Every test failed: the tests stopped after the candidate was called."""
+    if spec["kind"] == "check":
+        tests = [{"test": a, "passed": False, "reached": False, "error": why[:TEXT]} for a in spec["asserts"]]
+        return {"kind": "check", "tests": tests, "completed": False, "stopped": why[:TEXT], "check_passed": False}
+    tests = [{"test": t[:TEXT], "passed": False, "error": why[:TEXT]} for t in spec["tests"]]
+    return {"kind": "tests", "tests": tests, "stopped": why[:TEXT]}
+
+
 def main(spec: dict, requests_fd: int, replies_fd: int, report_fd: int) -> None:
     """Run the tests, then write one report line to `report_fd`."""
     sys.set_int_max_str_digits(INT_DIGITS)
@@ -353,8 +371,11 @@ def main(spec: dict, requests_fd: int, replies_fd: int, report_fd: int) -> None:
     timer = Timer(channel, deadline)
     try:
         report = (run_check if spec["kind"] == "check" else run_tests)(spec, channel, timer)
-    except BaseException as exc:  # the task's own code (context, check source) is broken
-        report = {"kind": spec["kind"], "task_error": describe(exc)}
+    except BaseException as exc:
+        if channel.calls or channel.failures or channel.gone:  # the candidate had its part in it
+            report = stopped_report(spec, f"the tests stopped: {describe(exc)}")
+        else:  # before any call: the task's own code (context, check source) is broken
+            report = {"kind": spec["kind"], "task_error": describe(exc)}
     timer.stop()
     report.update(calls=channel.calls, candidate=channel.gone)
     if channel.task_errors:

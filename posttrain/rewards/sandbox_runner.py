@@ -15,7 +15,8 @@ import os
 import sys
 from _json import encode_basestring_ascii as _quote
 
-MAX_DEPTH = 100
+MAX_DEPTH = 100  # of a reply
+ARG_DEPTH = 2 * MAX_DEPTH  # of an argument, which may hold a reply the harness passes back
 INT_DIGITS = 20_000  # a 20k-digit int decodes in a few ms; the default limit (4300) would fail honest bignums
 TAGS = ("$float", "$tuple", "$dict", "$set", "$frozenset")
 
@@ -24,10 +25,10 @@ class WireError(ValueError):
     """A value that cannot cross the boundary, or data that is not the wire's grammar."""
 
 
-def encode(value, depth: int = 0):
-    """A plain value -> its tagged form (JSON types only)."""
-    if depth > MAX_DEPTH:
-        raise WireError(f"nested deeper than {MAX_DEPTH}")
+def encode(value, depth: int = 0, limit: int = MAX_DEPTH):
+    """A plain value -> its tagged form (JSON types only), nested at most `limit` deep."""
+    if depth > limit:
+        raise WireError(f"nested deeper than {limit}")
     kind = type(value)
     if value is None or kind is bool or kind is str or kind is int:
         return value
@@ -36,25 +37,25 @@ def encode(value, depth: int = 0):
             return value
         return {"$float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
     if kind is list:
-        return [encode(v, depth + 1) for v in value]
+        return [encode(v, depth + 1, limit) for v in value]
     if kind is tuple:
-        return {"$tuple": [encode(v, depth + 1) for v in value]}
+        return {"$tuple": [encode(v, depth + 1, limit) for v in value]}
     if kind is dict:
-        return {"$dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+        return {"$dict": [[encode(k, depth + 1, limit), encode(v, depth + 1, limit)] for k, v in value.items()]}
     if kind is set or kind is frozenset:
-        return {"$" + kind.__name__: [encode(v, depth + 1) for v in value]}
+        return {"$" + kind.__name__: [encode(v, depth + 1, limit) for v in value]}
     raise WireError(f"a {kind.__name__} cannot cross the sandbox boundary (plain data only)")
 
 
-def decode(data, depth: int = 0):
-    """A tagged form (as parsed from JSON) -> the plain value, strictly."""
-    if depth > MAX_DEPTH:
-        raise WireError(f"nested deeper than {MAX_DEPTH}")
+def decode(data, depth: int = 0, limit: int = MAX_DEPTH):
+    """A tagged form (as parsed from JSON) -> the plain value, strictly, nested at most `limit` deep."""
+    if depth > limit:
+        raise WireError(f"nested deeper than {limit}")
     kind = type(data)
     if data is None or kind is bool or kind is int or kind is str or kind is float:
         return data
     if kind is list:
-        return [decode(v, depth + 1) for v in data]
+        return [decode(v, depth + 1, limit) for v in data]
     if kind is not dict or len(data) != 1:
         raise WireError("an object must be exactly one tag")
     ((tag, body),) = data.items()
@@ -68,8 +69,8 @@ def decode(data, depth: int = 0):
         if tag == "$dict":
             if not all(type(p) is list and len(p) == 2 for p in body):
                 raise WireError("$dict holds [key, value] pairs")
-            return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
-        items = [decode(v, depth + 1) for v in body]
+            return {decode(k, depth + 1, limit): decode(v, depth + 1, limit) for k, v in body}
+        items = [decode(v, depth + 1, limit) for v in body]
         return tuple(items) if tag == "$tuple" else (set if tag == "$set" else frozenset)(items)
     except TypeError as exc:  # an unhashable key or member
         raise WireError(str(exc)) from None
@@ -120,8 +121,8 @@ def _answer(module, request: dict, failed: str | None) -> dict:
     function = module.__dict__.get(request["fn"])
     if not callable(function):
         return {"error": f"the program defines no function {request['fn']!r}"}
-    args = decode(request["args"])
-    kwargs = {k: decode(v) for k, v in request["kwargs"]}
+    args = [decode(v, 0, ARG_DEPTH) for v in request["args"]]
+    kwargs = {k: decode(v, 0, ARG_DEPTH) for k, v in request["kwargs"]}
     try:
         value = function(*args, **kwargs)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt... fail this call, not the runner
@@ -130,6 +131,15 @@ def _answer(module, request: dict, failed: str | None) -> dict:
         return {"return": encode(value)}
     except (WireError, RecursionError) as exc:
         return {"error": f"returned a value that is not plain data: {exc}"}
+
+
+def _reply(request: dict, answer: dict) -> bytes:
+    try:
+        return (to_json({"id": request["id"], **answer}) + "\n").encode("ascii")
+    except (WireError, ValueError, RecursionError) as exc:  # an int too long to write out
+        return (
+            to_json({"id": request["id"], "error": f"returned a value that cannot be written: {exc}"}) + "\n"
+        ).encode()
 
 
 def _read_exactly(fd: int, n: int) -> bytes:
@@ -163,8 +173,7 @@ def serve(program: str = "solution.py", requests_fd: int = 3, replies_fd: int = 
         failed = "the program failed at import: {raised}: {message}".format(**_describe(exc))
     while size := _read_exactly(requests_fd, 4):
         request = marshal.loads(_read_exactly(requests_fd, int.from_bytes(size, "big")))
-        reply = {"id": request["id"], **_answer(module, request, failed)}
-        _write_all(replies_fd, (to_json(reply) + "\n").encode("ascii"))
+        _write_all(replies_fd, _reply(request, _answer(module, request, failed)))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """Rewards for user tasks: a user function `module:function`, or matching the row's answer.
 
-The user function runs in worker processes, never in the driver: one that raises,
-returns NaN or something that is not a score, or hangs past its timeout flags its sample
-(ok=False, with the reason) and the run goes on; a hung worker is killed and replaced.
+The user function runs in worker processes (`rollout.workers`), never in the driver, and
+so does answer matching (`rewards/deadline.py`). What a response makes of its reward call
+scores 0 with the reason, never a void: a call that hangs past its timeout (its worker is
+killed and replaced), crashes its worker, raises, or returns NaN or something that is not
+a score. Only a function that cannot be loaded, or a worker that cannot start, leaves its
+samples unscored (ok=False).
 
 A user function takes (response: str, task: dict with id, messages, answer, metadata)
 and returns a float, a (float, reason) pair, or {"score": float, "reason": str}.
@@ -13,14 +16,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import math
-import multiprocessing
 
+from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
 from posttrain.rewards.extract import extract_answer
 from posttrain.rewards.math_verifier import hedge, math_equivalent, unevaluated
+from posttrain.rollout.workers import CallRaised, CallTimeout, WorkerCrashed, WorkerPool, WorkerUnavailable
 from posttrain.types import RewardResult, Sample
 
 _FN = None
-STARTUP_TIMEOUT_S = 300
 
 
 def load_reward_function(spec: str):
@@ -33,10 +36,6 @@ def load_reward_function(spec: str):
 def _init(spec: str) -> None:
     global _FN
     _FN = load_reward_function(spec)
-
-
-def _ready() -> bool:
-    return True
 
 
 def _call(response: str, task: dict):
@@ -61,43 +60,49 @@ def as_result(value, source: str) -> RewardResult:
     elif isinstance(value, tuple) and len(value) == 2:
         value, reason = value[0], str(value[1])
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return RewardResult(0.0, f"user reward returned {type(value).__name__}, not a number", source, ok=False)
+        return RewardResult(0.0, f"scored 0: user reward returned {type(value).__name__}, not a number", source)
     if not math.isfinite(value):
-        return RewardResult(0.0, f"user reward returned {value}", source, ok=False)
+        return RewardResult(0.0, f"scored 0: user reward returned {value}", source)
     return RewardResult(float(value), reason, source)
+
+
+def call_verdict(value, error: BaseException | None, source: str, timeout_s: float) -> RewardResult:
+    """A user reward call's outcome: its score, else 0 with what went wrong on this response;
+    unscored only when no worker could run it."""
+    if error is None:
+        return as_result(value, source)
+    if isinstance(error, CallTimeout):
+        return RewardResult(0.0, f"scored 0: user reward timed out after {timeout_s}s (worker replaced)", source)
+    if isinstance(error, CallRaised):
+        return RewardResult(0.0, f"scored 0: user reward raised {error}"[:500], source)
+    if isinstance(error, WorkerCrashed):
+        return RewardResult(0.0, f"scored 0: user reward crashed: {error}", source)
+    if isinstance(error, WorkerUnavailable):
+        return RewardResult(0.0, f"unscored: user reward workers: {error}", source, ok=False)
+    return RewardResult(0.0, f"unscored: user reward call failed: {type(error).__name__}: {error}", source, ok=False)
 
 
 class UserReward:
     name = "user"
 
-    def __init__(self, function: str | None, timeout_s: float = 10.0, workers: int = 1):
+    def __init__(
+        self, function: str | None, timeout_s: float = 10.0, workers: int = 1, answer_timeout_s=ANSWER_TIMEOUT_S
+    ):
         self.function, self.timeout_s, self.workers = function, timeout_s, workers
-        self._pool = None
+        self.answer_timeout_s = answer_timeout_s  # matching the answer, per sample
+        self._pool: WorkerPool | None = None
         if function is not None:
             load_reward_function(function)  # fail at start-up, not at the first sample
 
-    def _ensure_pool(self):
-        if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            self._pool = ctx.Pool(self.workers, initializer=_init, initargs=(self.function,))
-            # a fresh worker imports the user's module first: on a busy machine that alone can
-            # outlast `timeout_s`, which is meant for the function's own call
-            self._pool.apply_async(_ready).get(timeout=STARTUP_TIMEOUT_S)
-        return self._pool
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_pool": None}  # a worker matching answers needs no pool of its own
 
     def _score_with_function(self, samples: list[Sample]) -> list[RewardResult]:
-        out = []
-        for s in samples:
-            pending = self._ensure_pool().apply_async(_call, (s.completion.text, _task_dict(s)))
-            try:
-                out.append(as_result(pending.get(timeout=self.timeout_s), self.name))
-            except multiprocessing.TimeoutError:
-                self._pool.terminate()  # the hung call dies with its worker
-                self._pool = None
-                out.append(RewardResult(0.0, f"user reward timed out after {self.timeout_s}s", self.name, ok=False))
-            except Exception as exc:
-                out.append(RewardResult(0.0, f"user reward raised {type(exc).__name__}: {exc}", self.name, ok=False))
-        return out
+        if self._pool is None:
+            self._pool = WorkerPool(self.workers, _init, (self.function,))
+        calls = [(s.completion.text, _task_dict(s)) for s in samples]
+        outcomes = self._pool.map(_call, calls, self.timeout_s)
+        return [call_verdict(value, error, self.name, self.timeout_s) for value, error in outcomes]
 
     def _match(self, sample: Sample) -> RewardResult:
         gold = sample.task.answer
@@ -120,10 +125,11 @@ class UserReward:
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
         if self.function is None:
-            return [self._match(s) for s in samples]
+            calls = [(slim(s),) for s in samples]
+            return await asyncio.to_thread(check_in_workers, self, "_match", calls, self.answer_timeout_s)
         return await asyncio.to_thread(self._score_with_function, samples)
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.terminate()
+            self._pool.close()
             self._pool = None

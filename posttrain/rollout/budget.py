@@ -34,13 +34,16 @@ def task_budget(budget: int | None, multiple: float | None, reference_tokens: in
 
 def apply_budget(result: RewardResult, response_tokens: int, budget: int | None) -> RewardResult:
     """Over budget -> -1 with `over_budget` set and the reason; within budget -> unchanged.
-    Flagged results stay flagged."""
-    if budget is None or response_tokens <= budget or not result.ok:
+    The penalty needs no verdict: an unscored result (ok=False) over budget is -1 and
+    scored too, so that voiding its verdict never lets a response escape the penalty."""
+    if budget is None or response_tokens <= budget:
         return result
-    details = dict(result.details, budget=budget, response_tokens=response_tokens, score_before_budget=result.score)
+    details = dict(result.details, budget=budget, response_tokens=response_tokens)
+    details["score_before_budget"] = result.score if result.ok else None
+    was = result.reason if result.ok else f"unscored: {result.reason}"
     return RewardResult(
         -1.0,
-        f"over budget: {response_tokens} > {budget} tokens (was: {result.reason})",
+        f"over budget: {response_tokens} > {budget} tokens (was: {was})",
         result.source,
         details,
         ok=True,
