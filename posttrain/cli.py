@@ -178,6 +178,9 @@ def _audit_parser(sub) -> None:
     audit.add_argument("--env", metavar="module:Class", help="env: the environment (default examples.kv_env:KVStore)")
     audit.add_argument("--taskset", help="verifiers: the taskset id")
     audit.add_argument("--taskset-args", metavar="JSON", help="verifiers: the taskset's args")
+    audit.add_argument(
+        "--quick", action="store_true", help="answers: each attack in one presentation per task, not in all three"
+    )
     audit.add_argument("--json", action="store_true", help="print one JSON object: totals and every class row")
 
 

@@ -198,7 +198,7 @@ def audit(args) -> int:
     audits, closed = [], set()
     try:
         for verifier, source, tasks, cap in plan:
-            audits.append(run_audit(verifier, source, tasks, classes, cap))
+            audits.append(run_audit(verifier, source, tasks, classes, cap, args.quick))
     finally:
         for _, source, _, _ in plan:
             if id(source) not in closed and hasattr(source, "close"):

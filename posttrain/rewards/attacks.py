@@ -293,7 +293,9 @@ def _sympy_forms(right: str) -> dict[str, str]:
 def _echoes(right: str, prompt: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(payloads, whole responses) that repeat the prompt instead of answering it."""
     payloads, whole = [], [("the prompt repeated", prompt), ("the prompt's last line", prompt.strip().splitlines()[-1])]
-    found = sorted({m.group(0).strip() for m in _EXPRESSION.finditer(prompt)}, key=len, reverse=True)
+    found = sorted(
+        {m.group(0).strip() for m in _EXPRESSION.finditer(prompt)} | _symbolic(prompt), key=len, reverse=True
+    )
     for m in _LATEX.finditer(prompt):
         found.append((m.group(1) or m.group(2)).strip())
     seen = set()
@@ -323,6 +325,23 @@ def _echoes(right: str, prompt: str) -> tuple[list[tuple[str, str]], list[tuple[
                 ("the fraction not in lowest terms", f"\\frac{{{2 * value.numerator}}}{{{2 * value.denominator}}}")
             )
     return payloads, whole
+
+
+_SPAN = re.compile(r"[0-9a-zA-Z+\-*/^().=\s]+")
+
+
+def _symbolic(prompt: str) -> set[str]:
+    """Algebraic expressions written in the prompt (`(x + 1)(x + 2)`, `64*x*(-14*x**3 + 56)`):
+    runs of numbers, one-letter variables, operators and brackets; the sides of an equation."""
+    out = set()
+    for span in _SPAN.findall(prompt):
+        for piece in re.split(r"[a-zA-Z]{2,}|\s=\s|=", span):
+            piece = piece.strip().strip(".:,").strip()
+            if piece.count("(") != piece.count(")") or not re.search(r"\d", piece):
+                continue
+            if re.search(r"[a-zA-Z]", piece) and (re.search(r"[-+*/^]", piece[1:]) or ")(" in piece.replace(" ", "")):
+                out.add(piece)
+    return out
 
 
 def _wrappers(right: str, value: Fraction | None) -> list[tuple[str, str]]:
@@ -430,17 +449,19 @@ def _boxes(right: str, wrong: str, value: Fraction | None) -> list[tuple[str, st
 
 
 def _dedup(attacks: list[Attack], right: str) -> list[Attack]:
-    """Drop repeats, and any attack that is the right answer itself (`-0` for 0)."""
+    """Drop repeats, and any attack that is the right answer itself (`-0` for 0); forms of
+    the right value that are not a final value (`\\frac{120}{2}`, `-(-60)`) stay attacks."""
     seen, out = set(), []
     value = number(right)
     for a in attacks:
         if a.text in seen:
             continue
         seen.add(a.text)
-        payload = _payload(a.text)
-        if payload is not None and (
-            payload.strip() == right or (value is not None and number(payload) is not None and number(payload) == value)
-        ):
+        payload = _payload(a.text) if a.name.endswith(tuple(f"({how})" for how in PRESENTATIONS)) else None
+        if payload is not None and payload.strip() == right:
+            continue
+        same = value is not None and payload is not None and number(payload.replace(" ", "")) == value
+        if same and a.cls in ("sign", "padding"):  # `-0` for 0, `00` for 0: the value itself, in its plain form
             continue
         out.append(a)
     return out

@@ -169,15 +169,35 @@ def prompt_of(task: Task) -> str:
     return next((m.content for m in reversed(task.messages) if m.role == "user"), "")
 
 
-def answer_probes(task: Task, classes: set[str] | None, presentations=lib.PRESENTATIONS) -> list[Probe]:
+def answer_probes(
+    task: Task, classes: set[str] | None, presentations=lib.PRESENTATIONS, rotate: int | None = None
+) -> list[Probe]:
+    """The honest answers and the attacks, each payload written in every presentation, or,
+    with `rotate`, in one presentation each, taken in turn from offset `rotate` (a quick
+    audit: over several tasks every payload still meets every presentation)."""
     right = expected(task)
     if right is None:
         return []
     wrong = lib.honest_wrong(right)
     probes = [Probe(task, "honest", f"right ({how})", lib.present(right, how)) for how in presentations]
     probes += [Probe(task, "honest", f"wrong ({how})", lib.present(wrong, how)) for how in presentations]
-    attacks = lib.answer_attacks(right, prompt_of(task), wrong)
-    return probes + [Probe(task, a.cls, a.name, a.text) for a in attacks if _wanted(a.cls, classes)]
+    attacks = [a for a in lib.answer_attacks(right, prompt_of(task), wrong) if _wanted(a.cls, classes)]
+    if rotate is not None:
+        attacks = _rotated(attacks, presentations, rotate)
+    return probes + [Probe(task, a.cls, a.name, a.text) for a in attacks]
+
+
+def _rotated(attacks: list[lib.Attack], presentations, offset: int) -> list[lib.Attack]:
+    out, n = [], 0
+    for a in attacks:
+        how = a.name.rsplit(" (", 1)[-1].rstrip(")")
+        if how not in presentations:  # a whole response: always kept
+            out.append(a)
+            continue
+        if how == presentations[(n // len(presentations) + offset) % len(presentations)]:
+            out.append(a)
+        n += 1
+    return out
 
 
 def _wanted(cls: str, classes: set[str] | None) -> bool:
@@ -337,15 +357,17 @@ def run_audit(
     tasks: list[Task],
     classes: set[str] | None = None,
     length_cap: int | None = None,
+    quick: bool = False,
 ) -> VerifierAudit:
     """Audit `source` (any reward source; a router for a pipeline stage) on `tasks`, all of
-    whose `verifier` is `verifier`."""
+    whose `verifier` is `verifier`. `quick`: each answer payload in one presentation per
+    task (in turn), not in all three."""
     report = VerifierAudit(verifier, len(tasks))
-    for task in tasks:
+    for number, task in enumerate(tasks):
         if verifier == "code":
             probes = code_probes(task, classes)
         elif verifier in ANSWER_VERIFIERS:
-            probes = answer_probes(task, classes)
+            probes = answer_probes(task, classes, rotate=number if quick else None)
         elif verifier == "verifiers":
             right = expected(task)
             probes = [] if right is None else _bare_probes(task, right, classes, lambda p: (p, None))
