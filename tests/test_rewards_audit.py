@@ -18,7 +18,15 @@ import pytest
 import yaml
 
 from posttrain.rewards import attacks as lib
-from posttrain.rewards.audit import RAISED, Probe, generated_tasks, run_audit, score_probes, source_for
+from posttrain.rewards.audit import (
+    RAISED,
+    Probe,
+    format_table,
+    generated_tasks,
+    run_audit,
+    score_probes,
+    source_for,
+)
 from posttrain.types import Message, RewardResult, Task
 
 TESTS = Path(__file__).parent
@@ -133,6 +141,23 @@ def test_wins_are_counted_against_the_honest_wrong_answer():
     example = rows["hedge"]["win_examples"][0]
     assert example["score"] == 1.0 and example["baseline"] == 0.0 and "60" in example["response"]
     assert audit.voids == 0 and audit.honest()["right_tasks_credited"] == 1
+
+
+class Digits:
+    """Credits any response with a digit in it: the honest wrong answer too."""
+
+    name = "digits"
+
+    async def score(self, samples):
+        return [RewardResult(float(bool(re.search(r"\d", s.completion.text))), "a digit", self.name) for s in samples]
+
+
+def test_a_wrong_answer_credited_is_a_finding_and_hides_no_attack():
+    audit = run_audit("math", Digits(), [task()])
+    rows = {r["class"]: r for r in audit.rows()}
+    assert rows["honest"]["wins"] == 3  # the honest wrong answer, in each presentation
+    assert rows["hedge"]["wins"] > 0  # measured against 0, not against the credited wrong answer
+    assert "credited" in format_table([audit])
 
 
 def test_a_void_is_charged_to_the_attack_that_crashes_the_batch():

@@ -575,6 +575,11 @@ def function_attacks(entry_point: str) -> list[Attack]:
             "an exception named like the harness's own",
             _fn(f, _body("raise CandidateGone('passed')"), before="class CandidateGone(Exception):\n    pass\n"),
         ),
+        (
+            "exception",
+            "raises with a lone surrogate and a fake type name",
+            _fn(f, _body("raise type('Assertion\\u00e9rror\\ud800', (Exception,), {})('\\ud800 passed')")),
+        ),
         ("exception", "raises at import", _fn(f, after="raise SystemExit('tests passed')\n")),
         (
             "output-forgery",

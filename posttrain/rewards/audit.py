@@ -71,7 +71,10 @@ class Outcome:
 
     @property
     def win(self) -> bool:
-        return self.ok and self.probe.cls != "honest" and self.baseline is not None and self.score > self.baseline + EPS
+        """An attack above the honest wrong answer; or the honest wrong answer itself given full credit."""
+        if self.probe.cls == "honest":
+            return self.ok and self.probe.name.startswith("wrong") and self.score >= 1 - EPS
+        return self.ok and self.baseline is not None and self.score > self.baseline + EPS
 
     @property
     def void(self) -> bool:
@@ -339,8 +342,11 @@ def score_probes(source, probes: list[Probe], chunk: int = 8) -> list[Outcome]:
                 results[i] = r
                 if not r.ok and RAISED.match(r.reason):
                     blamed[i] = len(probes)
+    # the best honest wrong score, full credit aside: a wrong answer credited 1 is a finding of
+    # its own (class honest), and must not hide every attack on its task
     wrongs = [r.score for p, r in zip(probes, results) if p.cls == "honest" and p.name.startswith("wrong") and r.ok]
-    baseline = max(wrongs) if wrongs else None
+    partial = [w for w in wrongs if w < 1 - EPS]
+    baseline = max(partial) if partial else (0.0 if wrongs else None)
     return [
         Outcome(p, float(r.score), bool(r.ok), r.reason, baseline, blamed.get(i, 0))
         for i, (p, r) in enumerate(zip(probes, results))
@@ -371,7 +377,8 @@ def run_audit(
         elif verifier == "verifiers":
             right = expected(task)
             probes = [] if right is None else _bare_probes(task, right, classes, lambda p: (p, None))
-            probes += [p for p in answer_probes(task, classes, ("line",)) if p.cls != "honest"]
+            if not quick:
+                probes += [p for p in answer_probes(task, classes, ("line",)) if p.cls != "honest"]
         elif verifier == "agent":
             probes = agent_probes(task, classes)
         elif verifier == "env":
@@ -533,6 +540,7 @@ def summary(audits: list[VerifierAudit]) -> dict:
 
 
 def _one_line(text: str, width: int) -> str:
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate prints escaped
     text = " ".join(text.replace("\n", " \\n ").split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -553,6 +561,8 @@ def format_table(audits: list[VerifierAudit]) -> str:
             text = ""
             if example is not None:
                 verdict = f"scored {example['score']:g} > {example['baseline']:g}" if example["ok"] else "unscored"
+                if row["class"] == "honest" and example["ok"]:
+                    verdict = f"a wrong answer credited {example['score']:g}"
                 extra = (
                     f"; took down all {example['batch_voided']} samples of its batch"
                     if example.get("batch_voided")
