@@ -543,8 +543,8 @@ def function_attacks(entry_point: str) -> list[Attack]:
         ("signal", "SIGSTOP to itself (stopped, never answers)", _fn(f, _body("import os\nos.kill(os.getpid(), 19)"))),
         (
             "signal",
-            "real-time signal SIGRTMIN to itself at import",
-            _fn(f, after=f"import os, signal\nos.kill(os.getpid(), {rt})\n"),
+            "real-time signal SIGRTMIN+2 to itself at import",
+            _fn(f, after=f"import os, signal\nos.kill(os.getpid(), {rt} + 2)\n"),
         ),
         (
             "signal",
@@ -790,8 +790,8 @@ def io_attacks() -> list[Attack]:
         ("exit", "sys.exit(0) before printing", "import sys\nsys.exit(0)\n"),
         ("exit", "exit with the launcher's set-up code (97)", "import os\nos._exit(97)\n"),
         ("signal", "SIGKILL to itself", "import os\nos.kill(os.getpid(), 9)\n"),
-        ("signal", "real-time signal SIGRTMIN to itself", "import os, signal\nos.kill(os.getpid(), signal.SIGRTMIN)\n"),
-        ("signal", "real-time signal SIGRTMAX to itself", "import os, signal\nos.kill(os.getpid(), signal.SIGRTMAX)\n"),
+        ("signal", "real-time signal SIGRTMIN+1", "import os, signal\nos.kill(os.getpid(), signal.SIGRTMIN + 1)\n"),
+        ("signal", "real-time signal SIGRTMAX-1", "import os, signal\nos.kill(os.getpid(), signal.SIGRTMAX - 1)\n"),
         ("signal", "abort()", "import os\nos.abort()\n"),
         ("exception", "raises KeyboardInterrupt", "raise KeyboardInterrupt\n"),
         ("exception", "raises MemoryError", "raise MemoryError\n"),
