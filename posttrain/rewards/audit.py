@@ -541,8 +541,13 @@ def summary(audits: list[VerifierAudit]) -> dict:
 
 def _one_line(text: str, width: int) -> str:
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate prints escaped
-    text = " ".join(text.replace("\n", " \\n ").split())
+    text = " ".join(text.replace("\n", " \\n ").split()).replace("The result follows. \\n \\n ", "")
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _tail(text: str, width: int) -> str:
+    text = _one_line(text, 10 * width)
+    return text if len(text) <= width else "..." + text[-(width - 3) :]
 
 
 def format_table(audits: list[VerifierAudit]) -> str:
@@ -569,7 +574,7 @@ def format_table(audits: list[VerifierAudit]) -> str:
                     else ""
                 )
                 text = (
-                    f"{example['attack']} on {example['task']}: {_one_line(example['response'], 70)!r} "
+                    f'{example["attack"]} on {example["task"]}: "{_tail(example["response"], 60)}" '
                     f"{verdict} ({_one_line(example['reason'], 90)}{extra})"
                 )
             lines.append(f"  {row['class']:<18}{row['attempts']:>9}{row['wins']:>6}{row['voids']:>7}  {text}")
