@@ -290,7 +290,7 @@ SHIPPED = {
     "agent": (6, {}),
     "env": (4, {}),
     "verifiers": (1, {"taskset": "vf_fixtures"}),
-    "code": (1, {"timeout_s": 3.0}),
+    "code": (1, {"timeout_s": 4.0}),  # as the hack battery: honest programs pass on a loaded machine
 }
 
 
