@@ -415,8 +415,10 @@ def generated_tasks(verifier: str, n: int, seed: int = 0, **options) -> list[Tas
         timeout = options.get("timeout_s") or 3.0
         tasks = generate_tasks(c.CodingTasks(type="coding", size=max(n - n // 3, 1), seed=seed, timeout_s=timeout))
         if n >= 2:
-            tasks += generate_tasks(c.CodingTasks(type="coding", split="offset", size=1, seed=seed, timeout_s=timeout))
+            tasks.append(feedback_task(timeout))
         if n >= 3:
+            tasks += generate_tasks(c.CodingTasks(type="coding", split="offset", size=1, seed=seed, timeout_s=timeout))
+        if n >= 4:
             try:
                 tasks += generate_tasks(c.CodingTasks(type="coding", split="humaneval", size=1, timeout_s=timeout))
             except ImportError:
@@ -447,6 +449,22 @@ def generated_tasks(verifier: str, n: int, seed: int = 0, **options) -> list[Tas
     if verifier == "grm":
         return generate_tasks(c.WritingTasks(type="writing", size=n, seed=seed))
     raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(VERIFIERS)})")
+
+
+def feedback_task(timeout_s: float) -> Task:
+    """A probe of the code verifier's machinery: a task whose tests pass what the program
+    returned back into the next call (as users' tests may; no shipped generator's do)."""
+    from posttrain.types import Message
+
+    entry = {
+        "entry_point": "solve",
+        "tests": ["assert solve(1) == 2", "assert solve(solve(1)) == 3", "assert solve(solve([1])[0]) == 3"],
+        "reward": "all_pass",
+        "timeout_s": timeout_s,
+    }
+    prompt = "Write solve(x): return x + 1 for a number x, and [x[0] + 1] for a list x."
+    answer = "```python\ndef solve(x):\n    return [x[0] + 1] if isinstance(x, list) else x + 1\n```"
+    return Task("audit/feedback/0", "audit_feedback", (Message("user", prompt),), answer, entry, "code")
 
 
 _AGENT = ("calculator", "arithmetic", "kv_store", "kv_recall", "lookup", "lookup_store")
