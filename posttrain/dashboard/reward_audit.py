@@ -112,7 +112,7 @@ def _plan(args) -> list[tuple[str, object, list, int | None]]:
     options = {"timeout_s": args.timeout, "env": args.env, "taskset": args.taskset, "taskset_args": _json(args)}
     try:
         tasks = generated_tasks(args.verifier, args.tasks or 4, args.seed, **options)
-    except (ImportError, ModuleNotFoundError) as exc:
+    except (ImportError, AttributeError) as exc:
         raise AuditError(f"verifier {args.verifier}: cannot generate tasks: {exc}") from None
     source, cap = _source(args.verifier, args, {args.reward} if args.verifier == "user" else set())
     return [(args.verifier, source, tasks, cap)]
@@ -190,10 +190,13 @@ def audit(args) -> int:
                 file=sys.stderr,
             )
             return 2
+    if args.tasks is not None and args.tasks < 1:
+        print("posttrain rewards audit: --tasks must be at least 1", file=sys.stderr)
+        return 2
     try:
         plan = _plan(args)
     except (AuditError, ConfigError, ValueError) as exc:
-        print(f"posttrain rewards audit: {exc}", file=sys.stderr)
+        print(f"posttrain rewards audit: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     audits, closed = [], set()
     try:
