@@ -8,6 +8,7 @@
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task-file TASK.json --response-file RESPONSE.txt [--reward CONFIG] [--json]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
+  posttrain rewards audit (--verifier V | --task-file TASK.json | --pipeline P.yaml --stage S) [--json]
   posttrain review RUN_DIR [--stage S] [--list | --show ID | --accept ID | --reject ID | --edit ID --file F]
   posttrain submit PIPELINE.yaml --address http://HEAD:8265 [--run-dir DIR] [-o ...] [--env K=V ...]
   posttrain status [SUBMISSION_ID] --address http://HEAD:8265 [--json]
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("validate", help="check a pipeline YAML and print the resolved config")
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
-    _rewards_parser(sub.add_parser("rewards", help="reward debugging: show, replay, try"))
+    _rewards_parser(sub.add_parser("rewards", help="reward debugging: show, replay, try, audit"))
     rev = sub.add_parser("review", help="the review queue of synthesized trajectories: accept, reject or edit")
     rev.add_argument("run_dir")
     rev.add_argument("--stage", help="synthesis stage (default: the only one)")
@@ -148,6 +149,39 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
     trial.add_argument(
         "--json", action="store_true", help="print one JSON object (the last line): score, ok, reason, details"
     )
+    _audit_parser(sub)
+
+
+def _audit_parser(sub) -> None:
+    audit = sub.add_parser(
+        "audit",
+        help="reward-hack fuzzer: score attacks by class with a verifier; exit 1 if any won or was left unscored",
+    )
+    audit.add_argument(
+        "--verifier",
+        choices=("code", "math", "reasoning_gym", "user", "agent", "env", "verifiers", "grm"),
+        help="the verifier to audit (alone: on tasks of the shipped generators; else only its tasks)",
+    )
+    audit.add_argument(
+        "--task-file", action="append", default=[], metavar="TASK.json", help="task rows as `rewards try` reads them"
+    )
+    audit.add_argument("--pipeline", metavar="P.yaml", help="a pipeline: audit a stage's task sources and reward")
+    audit.add_argument("--stage", help="the stage of --pipeline")
+    audit.add_argument("--tasks", type=int, metavar="N", help="tasks per verifier (default 4; task files: all)")
+    audit.add_argument("--seed", type=int, default=0, help="generator seed")
+    audit.add_argument(
+        "--reward", help="user: module:function or FILE.py:function; grm: YAML with a grm mapping (as `try`)"
+    )
+    audit.add_argument("--classes", help="only these attack classes, comma-separated")
+    audit.add_argument("--timeout", type=float, help="generated code tasks: time limit of a check (default 3 s)")
+    audit.add_argument("--workers", type=int, default=2, help="code: sandbox checks in parallel")
+    audit.add_argument("--env", metavar="module:Class", help="env: the environment (default examples.kv_env:KVStore)")
+    audit.add_argument("--taskset", help="verifiers: the taskset id")
+    audit.add_argument("--taskset-args", metavar="JSON", help="verifiers: the taskset's args")
+    audit.add_argument(
+        "--quick", action="store_true", help="answers: each attack in one presentation per task, not in all three"
+    )
+    audit.add_argument("--json", action="store_true", help="print one JSON object: totals and every class row")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,6 +334,10 @@ def _rewards(args) -> int:
     try:
         if args.action == "try":
             return _try(args)
+        if args.action == "audit":
+            from posttrain.dashboard.reward_audit import audit
+
+            return audit(args)
         run_dir = Path(args.run_dir)
         if not (run_dir / "config.resolved.yaml").is_file():
             print(f"{run_dir}: not a run folder (no config.resolved.yaml)", file=sys.stderr)

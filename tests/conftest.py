@@ -53,6 +53,7 @@ LONG_FILES = (
     "test_pipelines_shipped.py",
     "test_pipeline.py",
     "test_reward_hacks.py",
+    "test_rewards_audit.py",
     "test_mopd.py",
     "test_stack.py",
     "test_partial.py",
