@@ -292,7 +292,7 @@ def _rewards(args) -> int:
     import signal
 
     from posttrain.config.files import ConfigError
-    from posttrain.dashboard.rewards import DebugError
+    from posttrain.rewards.debug import DebugError
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `rewards show ... | head` ends quietly
     try:
@@ -302,7 +302,7 @@ def _rewards(args) -> int:
         if not (run_dir / "config.resolved.yaml").is_file():
             print(f"{run_dir}: not a run folder (no config.resolved.yaml)", file=sys.stderr)
             return 2
-        from posttrain.dashboard import rewards
+        from posttrain.rewards import debug as rewards
 
         if args.action == "show":
             rewards.show(run_dir, args.stage, args.step, args.sample, args.worst)
@@ -317,12 +317,12 @@ def _rewards(args) -> int:
 def _try(args) -> int:
     texts, files = (args.task, args.response), (args.task_file, args.response_file)
     if all(v is not None for v in files) and not any(v is not None for v in texts):
-        from posttrain.dashboard.reward_try import try_task_file
+        from posttrain.rewards.try_task import try_task_file
 
         try_task_file(args.task_file, args.response_file, args.reward, args.json, args.tokens)
         return 0
     if all(v is not None for v in texts) and not any(v is not None for v in files):
-        from posttrain.dashboard.grm_try import try_pair
+        from posttrain.rewards.try_grm import try_pair
 
         try_pair(args.task, args.response, args.reward, args.json, args.tokens)
         return 0

@@ -4,7 +4,8 @@
           for a GRM sample the rubric with each criterion's verdict and reason
   replay  rescore saved rollouts with the run's reward config, or a changed one, and show
           the distribution shift and the samples whose reward moved most
-  try     score one (task, response) pair with the GRM and show the whole procedure
+  try     score one (task, response) pair and show the whole procedure (try_task.py,
+          try_grm.py)
 
 Reads the run folder only (rollouts/STAGE.jsonl, scoreboard.jsonl, config.resolved.yaml).
 """
