@@ -4,7 +4,7 @@
   posttrain run --resume RUN_DIR
   posttrain validate PIPELINE.yaml [-o ...]
   posttrain sandbox PROGRAM.py [--tests TESTS.py [--entry-point NAME]] [--timeout S]
-  posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K]
+  posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K] [--source X] [--verifier V]
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task-file TASK.json --response-file RESPONSE.txt [--reward CONFIG] [--json]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
@@ -115,6 +115,12 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
     show.add_argument(
         "--worst", type=int, metavar="K", help="the K lowest-reward samples (of --step, else of the stage)"
     )
+    show.add_argument(
+        "--source",
+        help="only samples scored by this reward source (grm, code, reasoning_gym, ...); without --stage, the "
+        "newest stage that has some, and without --step its last step that has some",
+    )
+    show.add_argument("--verifier", help="only samples whose task names this verifier (as --source)")
     replay = sub.add_parser("replay", help="rescore saved rollouts with the run's (or a changed) reward config")
     replay.add_argument("run_dir")
     replay.add_argument("--stage", help="RL stage (default: the last one with saved rollouts)")
@@ -305,7 +311,7 @@ def _rewards(args) -> int:
         from posttrain.rewards import debug as rewards
 
         if args.action == "show":
-            rewards.show(run_dir, args.stage, args.step, args.sample, args.worst)
+            rewards.show(run_dir, args.stage, args.step, args.sample, args.worst, args.source, args.verifier)
         else:
             rewards.replay(run_dir, args.stage, args.override, args.step, args.last, args.top, not args.no_cache)
     except (ConfigError, DebugError, ValueError) as exc:
