@@ -15,6 +15,7 @@ import orjson
 
 CHUNK = 8 << 20  # bytes read at a time: memory stays bounded however large the file
 CHECK = 64  # bytes before the offset compared at each poll to notice a rewrite in place
+TORN_TRIES = 256  # places a whole row may start in a bad line, tried in order (bounds the work on garbage)
 
 
 class JsonlTail:
@@ -122,12 +123,12 @@ def decode(offset: int, line: bytes) -> list[tuple[int, dict | None, str | None]
     row, why = _object(line)
     if row is not None:
         return [(offset, row, None)]
-    at = line.find(b'{"', 1)
-    while at > 0:
+    at, tries = line.find(b'{"', 1), 0
+    while at > 0 and tries < TORN_TRIES:
         found, _ = _object(line[at:])
         if found is not None:
             return [(offset, None, f"torn line ({at} bytes) before a whole row"), (offset + at, found, None)]
-        at = line.find(b'{"', at + 1)
+        at, tries = line.find(b'{"', at + 1), tries + 1
     return [(offset, None, why)]
 
 
