@@ -82,7 +82,38 @@ def metrics_row(row: dict) -> tuple[str, str | None, float]:
 
 
 def rollout_row(row: dict) -> tuple[int, int, float, str, str]:
-    """(key, step, reward or NaN when unscored, source, verifier) of a rollouts/STAGE.jsonl row."""
+    """(key, step, reward or NaN when unscored, source, verifier) of a rollouts/STAGE.jsonl row.
+    A row as the writer writes it passes on plain type tests (a million rows are indexed at
+    a first load); any other goes through the checks that say what is wrong."""
+    sample, step, reward, ok = row.get("sample"), row.get("step"), row.get("reward"), row.get("ok", True)
+    source, verifier, messages = row.get("source"), row.get("verifier"), row.get("messages")
+    if (
+        type(sample) is str
+        and type(step) is int
+        and -BIG < step < BIG
+        and type(ok) is bool
+        and (type(reward) is float or type(reward) is int or reward is None)
+        and (type(source) is str or source is None)
+        and (type(verifier) is str or verifier is None)
+        and (messages is None or type(messages) is list)
+        and type(row.get("response", "")) is str
+        and type(row.get("reason", "")) is str
+        and type(row.get("family", "")) is str
+    ):
+        head, dash, tail = sample.partition("-")
+        if dash and head.isdigit() and tail.isdigit() and len(head) < 9 and len(tail) < 7:
+            scored = ok and reward is not None
+            return (
+                (int(head) << 24) + int(tail),
+                step,
+                float(reward) if scored else math.nan,
+                source or "?",
+                verifier or "?",
+            )
+    return _rollout_row_checked(row)
+
+
+def _rollout_row_checked(row: dict) -> tuple[int, int, float, str, str]:
     step, index = sample_id(row)
     logged = integer(row, "step")
     reward = number(row, "reward")

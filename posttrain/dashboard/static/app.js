@@ -319,7 +319,7 @@ async function openSample(run, stage, id) {
   const cut = s.cut ? `<p class="missing cut">this sample is ${size(s.cut.bytes)}: shown cut (each text to its first ${s.cut.chars.toLocaleString()} characters);
     <a href="api/sample_raw?${q}" target="_blank">the whole sample (JSON)</a></p>` : "";
   document.getElementById("sample-detail").innerHTML = `<h3>sample ${esc(r.sample)} · step ${fmt(r.step)} · ${esc(r.family)}</h3>${cut}
-    ${(Array.isArray(r.messages) ? r.messages : []).map((m) => `<b>${esc(m.role)}</b><pre>${esc(m.content)}</pre>`).join("")}
+    ${(Array.isArray(r.messages) ? r.messages : []).map((m) => (m && typeof m === "object") ? `<b>${esc(m.role)}</b><pre>${esc(m.content)}</pre>` : `<pre>${esc(m)}</pre>`).join("")}
     <b>response</b> <span class="muted">${fmt(r.response_tokens)} tokens, ${esc(r.finish_reason)}${r.budget ? ", budget " + fmt(r.budget) : ""}</span>
     <pre class="response">${esc(r.response)}</pre>
     <p>reward <b>${r.ok === false ? "unscored" : fmt(r.reward)}</b> · source ${esc(r.source)} · verifier ${esc(r.verifier)}<br>${esc(r.reason)}</p>${rubricHtml(s.scoreboard)}`;
