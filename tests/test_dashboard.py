@@ -692,10 +692,10 @@ def test_plots_of_mixed_units_have_their_own_axes_and_every_label(narrow, synthe
     narrow.wait_for_function("document.querySelectorAll('.plot-card').length >= 6")
     plots = {p["title"]: p for p in layout_of(narrow)}
     assert (plots["loss"]["y"], plots["loss"]["y2"]) == ("nats", "loss")  # two units: two axes
-    assert [t for t in plots if t.startswith("queue depth, staleness, off-policy")] == [
-        "queue depth, staleness, off-policy (trajectories)",
-        "queue depth, staleness, off-policy (policy versions)",
+    assert sorted(t for t in plots if t.startswith("queue depth, staleness, off-policy")) == [
         "queue depth, staleness, off-policy (fraction)",
+        "queue depth, staleness, off-policy (policy versions)",
+        "queue depth, staleness, off-policy (trajectories)",
     ]  # three units: a plot each
     assert plots["time split (s)"]["y"] == "seconds" and plots["reward"]["y"] == "reward"
     for p in plots.values():

@@ -193,6 +193,7 @@ class Run:
         entries = state.get("stages") or {}
         names = [s["name"] for s in stages_cfg]
         names += [name for name in entries if name not in names]
+        names += list(dict.fromkeys(s for s, _ in store.jobs if s not in names))  # config and state unreadable
         types = {s["name"]: s.get("type") for s in stages_cfg}
         flagged = self.flagged_steps()
         stages, experts = [], None

@@ -115,7 +115,8 @@ async function jobView(params) {
   if (drawnAs === lastDrawn) return;  // no new rows since the last poll: leave the plots as they are
   lastDrawn = drawnAs;
   drawPlots(document.getElementById("plots"), series);
-  const zero = [...new Set(series.flatMap((s) => s.zero || []))];
+  const drawnKeys = new Set(series.flatMap((s) => Object.values(s.plots).flatMap((p) => Object.keys(p.series))));
+  const zero = [...new Set(series.flatMap((s) => s.zero || []))].filter((k) => !drawnKeys.has(k)).sort();
   document.getElementById("zero-series").innerHTML = zero.length
     ? `<p class="zero-series" data-keys="${esc(zero.join(" "))}"><b>${plural(zero.length, "series stays", "series stay")} at 0</b> (not drawn): ${zero.map((k) => `<code>${esc(k)}</code>`).join(", ")}</p>` : "";
   if (!Object.keys(series[0]?.plots || {}).length && !zero.length) {
