@@ -4,7 +4,7 @@
   posttrain run --resume RUN_DIR
   posttrain validate PIPELINE.yaml [-o ...]
   posttrain sandbox PROGRAM.py [--tests TESTS.py [--entry-point NAME]] [--timeout S]
-  posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K]
+  posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K] [--source X] [--verifier V]
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task-file TASK.json --response-file RESPONSE.txt [--reward CONFIG] [--json]
   posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
@@ -116,6 +116,12 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
     show.add_argument(
         "--worst", type=int, metavar="K", help="the K lowest-reward samples (of --step, else of the stage)"
     )
+    show.add_argument(
+        "--source",
+        help="only samples scored by this reward source (grm, code, reasoning_gym, ...); without --stage, the "
+        "newest stage that has some, and without --step its last step that has some",
+    )
+    show.add_argument("--verifier", help="only samples whose task names this verifier (as --source)")
     replay = sub.add_parser("replay", help="rescore saved rollouts with the run's (or a changed) reward config")
     replay.add_argument("run_dir")
     replay.add_argument("--stage", help="RL stage (default: the last one with saved rollouts)")
@@ -328,7 +334,7 @@ def _rewards(args) -> int:
     import signal
 
     from posttrain.config.files import ConfigError
-    from posttrain.dashboard.rewards import DebugError
+    from posttrain.rewards.debug import DebugError
 
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `rewards show ... | head` ends quietly
     try:
@@ -342,10 +348,10 @@ def _rewards(args) -> int:
         if not (run_dir / "config.resolved.yaml").is_file():
             print(f"{run_dir}: not a run folder (no config.resolved.yaml)", file=sys.stderr)
             return 2
-        from posttrain.dashboard import rewards
+        from posttrain.rewards import debug as rewards
 
         if args.action == "show":
-            rewards.show(run_dir, args.stage, args.step, args.sample, args.worst)
+            rewards.show(run_dir, args.stage, args.step, args.sample, args.worst, args.source, args.verifier)
         else:
             rewards.replay(run_dir, args.stage, args.override, args.step, args.last, args.top, not args.no_cache)
     except (ConfigError, DebugError, ValueError) as exc:
@@ -357,12 +363,12 @@ def _rewards(args) -> int:
 def _try(args) -> int:
     texts, files = (args.task, args.response), (args.task_file, args.response_file)
     if all(v is not None for v in files) and not any(v is not None for v in texts):
-        from posttrain.dashboard.reward_try import try_task_file
+        from posttrain.rewards.try_task import try_task_file
 
         try_task_file(args.task_file, args.response_file, args.reward, args.json, args.tokens)
         return 0
     if all(v is not None for v in texts) and not any(v is not None for v in files):
-        from posttrain.dashboard.grm_try import try_pair
+        from posttrain.rewards.try_grm import try_pair
 
         try_pair(args.task, args.response, args.reward, args.json, args.tokens)
         return 0

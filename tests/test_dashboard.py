@@ -36,10 +36,8 @@ def needs_browser(test):
     return pytest.mark.browser(test)
 
 
-JOB_PLOTS = {
-    "reward",
+JOB_PLOTS = {  # plots of series that never stay at 0 in a real job (a reward or a queue may: folded then)
     "response tokens vs budget",
-    "queue depth, staleness, off-policy",
     "logp mismatch",
     "throughput (tokens/s)",
     "sync seconds",
@@ -312,7 +310,7 @@ def test_a_new_metrics_line_appears_live(page, server, live_dir):
     open_view(page, server, f"{JOB}&runs=1")
     page.wait_for_function("document.querySelectorAll('.plot').length >= 6")
     last = metrics(live_dir, "experts/general-max")[-1]
-    before = points(page)["reward"]
+    before = points(page).get("reward", 0)  # a reward that stayed at 0 has no plot yet
     assert page.locator("#last-step").inner_text() == str(last["step"])
     row = dict(last, step=last["step"] + 1, time=time.time(), **{"reward/mean": 0.625})
     with (live_dir / "metrics.jsonl").open("a") as f:
@@ -472,7 +470,8 @@ def job_view(stage: str) -> str:
     return f"job?stage={quote(name)}&job={quote(job)}&runs=0"
 
 
-TRACE_NAMES = """() => [...document.querySelectorAll('.plot')].flatMap((d) => (d.data || []).map((t) => t.name))"""
+TRACE_NAMES = """() => [...document.querySelectorAll('.plot')].flatMap((d) => (d.data || []).map((t) => t.name)).concat(
+    (document.querySelector('.zero-series')?.dataset.keys || '').split(' ').filter((k) => k))"""  # drawn, or at 0
 
 
 @needs_browser
@@ -531,3 +530,226 @@ def test_the_health_panel_flags_the_mismatch_and_links_to_its_samples(page, serv
     assert page.locator("#f-stage").input_value() == job
     open_view(page, server, "pipeline")
     assert page.locator(".run-column").first.locator("tr[data-stage=experts] a.flagged").count() == 1
+
+
+# ------------------------------------------------------------ hostile files, units, comparisons (issue 33)
+# Two folders written by the project's own writers, no pipeline run: `good` logs series of
+# mixed units (one plot of two units, one of three, series that stay at 0) and has an
+# eval.json with paired comparisons; `hostile` has rows of the wrong type in every JSON-lines
+# file, a torn line followed by a whole row, a config.resolved.yaml that is not YAML, a torn
+# eval.json, and a sample of a few MiB.
+
+
+def _write_rollouts(folder: Path, stage: str, steps: int, per_step: int, big: int | None = None) -> None:
+    from posttrain.records.rollouts import RolloutLog
+    from posttrain.types import Completion, Message, RewardResult, Sample, Task
+
+    log = RolloutLog(folder, stage)
+    for step in range(1, steps + 1):
+        samples, results = [], []
+        for i in range(per_step):
+            grm = i % 2 == 0
+            task = Task(f"t/{i}", "writing" if grm else "arith", (Message("user", f"task {i}"),), None, {},
+                        "grm" if grm else "reasoning_gym")  # fmt: skip
+            text = "x" * big if big and (step, i) == (steps, 0) else f"answer {step}-{i}"
+            samples.append(Sample(task, 0, (1, 2), Completion((4, 5), (0.0, 0.0), text, "stop"), 0))
+            results.append(RewardResult(i / per_step, f"reason {step}-{i}", "grm" if grm else "reasoning_gym", {}))
+        log.write(step, samples, results, [None] * per_step)
+
+
+@pytest.fixture(scope="module")
+def synthetic_dirs(tmp_path_factory):
+    from posttrain.records.metrics import MetricsLog
+
+    root = tmp_path_factory.mktemp("dashboard-synthetic")
+    good, hostile = root / "good", root / "hostile"
+    for folder in (good, hostile):
+        log = MetricsLog(folder)
+        for step in range(1, 9):
+            log.log("grpo", step, {
+                "reward/mean": step / 10, "reward/over_budget_frac": 0.5 - step / 20,  # two units: two axes
+                "queue/depth": float(step % 5), "staleness/mean": 1.0, "offpolicy/token_frac": 0.1,  # three
+                "time/generate_s": 20.0 + step, "loss/nll": 2.0 - step / 10, "loss/policy": 0.01 * step,
+                **{f"samples/dropped/{k}": 0.0 for k in ("a", "b", "c")}, "health/flags": 0.0,
+            })  # fmt: skip
+    (good / "config.resolved.yaml").write_text(
+        "name: good\nstages: [{name: sft, type: sft}, {name: grpo, type: rl}, {name: eval, type: eval}]\n"
+    )
+    (good / "run_state.json").write_text(json.dumps({"run_id": "g", "stages": {
+        "sft": {"status": "done", "seconds": 3 * 3600 + 62}, "grpo": {"status": "done", "seconds": 75},
+        "eval": {"status": "done", "seconds": 5}}}))  # fmt: skip
+    _write_rollouts(good, "grpo", 3, 4)
+    _write_rollouts(good, "eval/sft/general-max", 1, 4)
+    comparisons = [
+        {"kind": "max_minus_low", "a": "experts/general-max@general-max", "b": "experts/general-low@general-low",
+         "domain": "general", "effort": "max", "diff": 0.25, "se": 0.05, "n": 40},
+        {"kind": "expert_minus_sft", "a": "experts/coding-max@coding-max", "b": "sft@coding-max",
+         "domain": "coding", "effort": "max", "diff": 0.02, "se": 0.04, "n": 40},
+        {"kind": "student_minus_teacher", "a": "mopd@agent-low", "b": "experts/agent-low@agent-low",
+         "domain": "agent", "effort": "low", "diff": -0.2, "se": 0.06, "n": 40},
+    ]  # fmt: skip
+    rows = [{"checkpoint": "sft", "role": "sft", "domain": d, "effort": e, "score": 0.9, "score_se": 0.02,
+             "mean_tokens": 12.0, "n": 40, "unscored": 0} for d, e in CELLS]  # fmt: skip
+    (good / "eval.json").write_text(json.dumps({"stage": "eval", "rows": rows, "comparisons": comparisons}))
+
+    with (hostile / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"stage": "grpo", "job": ["x"], "step": 9}) + "\n")
+        f.write(json.dumps({"stage": "grpo", "step": "ten"}) + "\n")
+        f.write('{"stage": "grpo", "st' + json.dumps({"stage": "grpo", "step": 9, "reward/mean": 0.95}) + "\n")
+    (hostile / "config.resolved.yaml").write_text("name: hostile\nstages: [\n  - {name: grpo\n")
+    (hostile / "eval.json").write_text('{"stage": "eval", "rows": [{"checkpoint": "sft", "sc')
+    _write_rollouts(hostile, "grpo", 3, 4, big=3 << 20)
+    path = hostile / "rollouts" / "grpo.jsonl"
+    with path.open("a") as f:
+        f.write(json.dumps({"sample": "4-0", "step": "four", "reward": 0.5}) + "\n")
+    return good, hostile
+
+
+@pytest.fixture(scope="module")
+def synthetic_server(synthetic_dirs):
+    proc, port = start_dashboard(*map(str, synthetic_dirs))
+    url = f"http://127.0.0.1:{port}/"
+    assert wait_http(url, proc) == 200
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def narrow(browser):
+    """A page 800 px wide (a laptop's half screen)."""
+    page = browser.new_page(viewport={"width": 800, "height": 900})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    page.close()
+    assert not errors, errors
+
+
+def bad_counts(page) -> dict[str, int]:
+    return page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('.problems .bad-file')].map(
+        (li) => [li.dataset.file, Number(li.dataset.count)]))""")
+
+
+@needs_browser
+def test_hostile_files_every_view_answers_and_names_each_bad_row(narrow, synthetic_server):
+    page = narrow
+    for view in ("pipeline", "job?stage=grpo&runs=1", "health", "eval", "rewards?run=1"):
+        open_view(page, synthetic_server, view)
+        assert page.locator("#updated").inner_text().startswith("updated"), view
+        problems = page.locator(".problems").last.inner_text()
+        if view != "eval":
+            assert bad_counts(page)["metrics.jsonl"] == 3, view
+            assert "line 9: job: ['x'] is a list, not a string" in problems, view
+            assert "line 10: step: 'ten' is a string, not a number" in problems, view
+            assert "line 11: torn line (21 bytes) before a whole row" in problems, view
+        assert "config.resolved.yaml" in problems and "not valid YAML (" in problems, view
+    open_view(page, synthetic_server, "eval")
+    assert page.locator(".missing").count() == 0  # torn is not missing
+    assert "eval.json: not valid JSON (" in page.locator(".problems").last.inner_text()
+    open_view(page, synthetic_server, "rewards?run=1")
+    page.wait_for_timeout(2 * 2000 + 500)  # two more polls: counts stay, nothing added twice
+    assert bad_counts(page) == {"metrics.jsonl": 3, "rollouts/grpo.jsonl": 1}
+    assert page.locator("#matched").inner_text() == "12 of 12 samples"
+    assert "line 13: step: 'four' is a string, not an integer" in page.locator(".problems").inner_text()
+    open_view(page, synthetic_server, "job?stage=grpo&runs=1")
+    ys = page.evaluate(
+        "() => document.querySelector('.plot[data-title=reward]').data.find((t) => t.name === 'reward/mean').y"
+    )
+    assert ys[-1] == 0.95  # the whole row after the torn line was kept
+
+
+@needs_browser
+def test_a_sample_over_the_limit_is_shown_cut_with_a_link_to_the_whole(narrow, synthetic_server):
+    open_view(narrow, synthetic_server, "rewards?run=1&stage=grpo&steps=3")
+    narrow.locator("#samples tr[data-sample='3-0']").click()
+    note = narrow.locator("#sample-detail .cut")
+    note.wait_for(timeout=15_000)
+    assert "this sample is 3.0 MiB: shown cut" in note.inner_text()
+    href = note.locator("a").get_attribute("href")
+    whole = json.loads(urllib.request.urlopen(synthetic_server + href, timeout=30).read())
+    assert len(whole["response"]) == 3 << 20
+    assert len(narrow.locator("pre.response").inner_text()) < 30_000
+
+
+def layout_of(page) -> list[dict]:
+    """Per plot: title, axis titles, trace names, legend names, and the boxes of the plot
+    area, the legend and the x axis title."""
+    return page.evaluate("""() => [...document.querySelectorAll('.plot-card')].map((card) => {
+        const div = card.querySelector('.plot'), box = (el) => el ? el.getBoundingClientRect().toJSON() : null;
+        return {title: card.querySelector('.plot-title').textContent,
+                y: div.layout.yaxis.title.text, y2: div.layout.yaxis2 ? div.layout.yaxis2.title.text : null,
+                x: div.layout.xaxis.title.text, traces: div.data.map((t) => t.name),
+                colours: div.data.map((t) => t.line.color + t.line.dash),
+                legend: [...card.querySelectorAll('.legend .item')].map((i) => i.textContent.trim()),
+                plotBox: box(div.querySelector('.main-svg')), legendBox: box(card.querySelector('.legend')),
+                xTitle: box(div.querySelector('.g-xtitle')), yTitle: box(div.querySelector('.g-ytitle'))};
+    })""")
+
+
+@needs_browser
+def test_plots_of_mixed_units_have_their_own_axes_and_every_label(narrow, synthetic_server):
+    open_view(narrow, synthetic_server, "job?stage=grpo&runs=0")
+    narrow.wait_for_function("document.querySelectorAll('.plot-card').length >= 6")
+    plots = {p["title"]: p for p in layout_of(narrow)}
+    assert (plots["loss"]["y"], plots["loss"]["y2"]) == ("nats", "loss")  # two units: two axes
+    assert sorted(t for t in plots if t.startswith("queue depth, staleness, off-policy")) == [
+        "queue depth, staleness, off-policy (fraction)",
+        "queue depth, staleness, off-policy (policy versions)",
+        "queue depth, staleness, off-policy (trajectories)",
+    ]  # three units: a plot each
+    assert plots["time split (s)"]["y"] == "seconds" and plots["reward"]["y"] == "reward"
+    for p in plots.values():
+        assert p["x"] == "step" and p["y"], p
+        assert len(p["legend"]) == len(p["traces"]) and all(n in " ".join(p["legend"]) for n in p["traces"]), p
+        assert len(set(p["colours"])) == len(p["colours"]), p  # distinct within a plot
+        legend, area = p["legendBox"], p["plotBox"]
+        assert legend["top"] >= area["bottom"] - 1, p  # below the plot, never over it
+        assert p["xTitle"]["bottom"] <= area["bottom"] + 1 and p["yTitle"]["left"] >= area["left"] - 1, p
+    zero = narrow.locator(".zero-series")
+    assert zero.get_attribute("data-keys").split() == [
+        "health/flags", "samples/dropped/a", "samples/dropped/b", "samples/dropped/c"
+    ]  # fmt: skip
+    assert zero.inner_text().startswith("4 series stay at 0")
+    assert not any(t.startswith("samples/") or t == "health flags" for t in plots)
+    assert narrow.evaluate("document.documentElement.scrollWidth") <= 800
+
+
+@needs_browser
+def test_the_eval_view_shows_the_paired_comparisons(narrow, synthetic_server):
+    open_view(narrow, synthetic_server, "eval")
+    rows = narrow.locator("table.comparisons tr.comparison")
+    assert rows.count() == 3
+    assert [rows.nth(i).get_attribute("data-kind") for i in range(3)] == [
+        "max_minus_low", "expert_minus_sft", "student_minus_teacher"
+    ]  # fmt: skip
+    assert narrow.locator("table.comparisons tr.beyond").count() == 2  # 0.25 ± 0.05 and -0.2 ± 0.06
+    first = rows.nth(0).inner_text()
+    assert "max − low effort" in first and "+0.250" in first and "± 0.050" in first and "beyond 2 SE" in first
+    assert "within noise" in rows.nth(1).inner_text()
+    colour = narrow.evaluate(
+        "getComputedStyle(document.querySelector('.heat[data-role=sft] .heat-cell .detail')).color"
+    )
+    assert colour == "rgb(43, 49, 64)"  # dark text on a light cell, even at score 0.9
+
+
+@needs_browser
+def test_links_durations_the_debuggers_stage_and_800_px(narrow, synthetic_server):
+    open_view(narrow, synthetic_server, "pipeline")
+    good = narrow.locator(".run-column").first
+    assert good.locator("tr[data-stage=eval] a").get_attribute("href") == "#eval"
+    assert good.locator("tr[data-stage=grpo] a").get_attribute("href") == "#job?stage=grpo&job=&runs=0"
+    assert good.locator("tr[data-stage=sft] a").count() == 0  # logged nothing: no link to an empty page
+    assert good.locator("tr[data-stage=sft] td").nth(3).inner_text() == "3h01m02s"
+    assert good.locator("tr[data-stage=grpo] td").nth(3).inner_text() == "1m15s"
+    open_view(narrow, synthetic_server, "rewards?run=0")
+    assert narrow.locator("#f-stage").input_value() == "grpo"  # the newest RL stage, not the eval cell
+    assert narrow.locator("#f-stage option").all_inner_texts() == ["eval/sft/general-max", "grpo"]  # newest first
+    shown = narrow.locator("#samples tbody tr").evaluate_all("(rows) => rows.map((r) => r.dataset.sample)")
+    assert shown[:2] == ["3-3", "3-2"] and shown[-1] == "1-0"  # newest first
+    assert narrow.locator("#f-verifier option").all_inner_texts() == ["any", "grm (6)", "reasoning_gym (6)"]
+    narrow.select_option("#f-verifier", "grm")
+    narrow.wait_for_function("document.getElementById('matched').textContent === '6 of 12 samples'")
+    for view in ("pipeline", "health", "rewards?run=0", "eval", "job?stage=grpo&runs=0"):
+        open_view(narrow, synthetic_server, view)
+        assert narrow.evaluate("document.documentElement.scrollWidth") <= 800, view

@@ -37,16 +37,17 @@ def test_a_torn_last_line_is_skipped_and_the_series_follow_the_file(tmp_path):
     c = client(tmp_path)
     series = c.get("/api/job?stage=grpo").json()[0]
     assert series["last_step"] == 2
-    assert series["plots"]["reward"] == {"reward/mean": {"x": [1, 2], "y": [0.1, 0.2]}}
+    assert series["plots"]["reward"]["series"] == {"reward/mean": {"x": [1, 2], "y": [0.1, 0.2]}}
+    assert series["plots"]["reward"]["axes"] == ["reward"] and series["problems"]["bad_rows"] == []
     assert list(series["plots"]) == ["reward", "logp mismatch"]  # plots without data are left out
     with (tmp_path / "metrics.jsonl").open("a") as f:
         f.write('ep": 3, "time": 0.0, "reward/mean": 0.3}\n')
-    assert c.get("/api/job?stage=grpo").json()[0]["plots"]["reward"]["reward/mean"]["y"] == [0.1, 0.2, 0.3]
+    assert c.get("/api/job?stage=grpo").json()[0]["plots"]["reward"]["series"]["reward/mean"]["y"] == [0.1, 0.2, 0.3]
 
 
 def lines(tail: JsonlTail) -> list[bytes]:
     reset, found = tail.poll()
-    return ["reset"] * reset + [line for _, line in found]
+    return ["reset"] * reset + [line for _, _, line in found]
 
 
 def test_only_appended_bytes_are_read_and_a_torn_line_waits(tmp_path):
@@ -88,11 +89,11 @@ def test_a_resume_set_aside_redraws_the_series(tmp_path):
     for step in range(1, 6):
         log.log("grpo", step, {"reward/mean": float(step)})
     c = client(tmp_path)
-    assert c.get("/api/job?stage=grpo").json()[0]["plots"]["reward"]["reward/mean"]["x"] == [1, 2, 3, 4, 5]
+    assert c.get("/api/job?stage=grpo").json()[0]["plots"]["reward"]["series"]["reward/mean"]["x"] == [1, 2, 3, 4, 5]
     set_aside_rows(tmp_path / "metrics.jsonl", tmp_path / "metrics.replaced.jsonl", "grpo", 2)
     log.log("grpo", 3, {"reward/mean": 30.0})
     series = c.get("/api/job?stage=grpo").json()[0]
-    assert series["plots"]["reward"]["reward/mean"] == {"x": [1, 2, 3], "y": [1.0, 2.0, 30.0]}
+    assert series["plots"]["reward"]["series"]["reward/mean"] == {"x": [1, 2, 3], "y": [1.0, 2.0, 30.0]}
 
 
 def test_downsampling_keeps_every_buckets_extremes():
@@ -213,9 +214,9 @@ def test_the_reward_debugger_pages_and_filters_on_the_server(tmp_path):
     c = client(rollouts_folder(tmp_path))
     first = c.get("/api/samples?stage=grpo").json()
     assert (first["total"], first["matched"], first["page"], first["pages"]) == (300, 300, 0, 2)
-    assert first["samples"][0]["sample"] == "11-0" and first["samples"][-1]["sample"] == "30-9"  # the newest 200
+    assert first["samples"][0]["sample"] == "30-9" and first["samples"][-1]["sample"] == "11-0"  # the newest 200
     older = c.get("/api/samples?stage=grpo&page=1").json()["samples"]
-    assert [s["sample"] for s in older] == [f"{s}-{i}" for s in range(1, 11) for i in range(10)]
+    assert [s["sample"] for s in older] == [f"{s}-{i}" for s in range(10, 0, -1) for i in range(9, -1, -1)]
     assert c.get("/api/samples?stage=grpo&page=7").json()["samples"] == []
     steps = c.get("/api/samples?stage=grpo&steps=3,7-8").json()
     assert sorted({s["step"] for s in steps["samples"]}) == [3, 7, 8] and steps["matched"] == 30
@@ -310,3 +311,214 @@ def test_a_nan_that_json_dumps_wrote_is_read_and_served(tmp_path):
     assert found["total"] == 1 and found["samples"][0]["reward"] == "nan"
     assert c.get("/api/samples?stage=grpo&min=-1").json()["matched"] == 0  # unscored: no reward bound passes
     assert c.get("/api/sample?stage=grpo&id=1-0").json()["row"]["reward"] == "nan"
+
+
+# ------------------------------------------------------------ hostile files (issue 33)
+# Rows that are whole JSON but not rows of their file, torn lines, unreadable YAML and JSON:
+# every view answers 200, each bad row is named (file, line, why) and counted once however
+# many polls, nothing is added twice, and a fixed file is read again.
+
+VIEWS = ("/api/pipeline", "/api/job?stage=grpo", "/api/health", "/api/eval", "/api/samples?stage=grpo", "/api/runs")
+
+
+def problems_of(c, path: str) -> dict:
+    found = c.get(path).json()
+    found = found[0] if isinstance(found, list) else found
+    return found["problems"]
+
+
+def test_rows_of_the_wrong_type_are_skipped_named_and_counted_once(tmp_path):
+    rows = [{"stage": "grpo", "step": s, "time": 0.0, "reward/mean": s / 10} for s in (1, 2, 3)]
+    bad = [
+        {"stage": "grpo", "job": ["x"], "step": 4, "reward/mean": 9.0},  # a list as the job
+        {"stage": "grpo", "step": "abc", "reward/mean": 9.0},  # a string step
+        {"stage": "grpo", "step": 10**30, "reward/mean": 9.0},  # a step no array can hold
+        [1, 2],
+    ]
+    good = {"stage": "grpo", "step": 4, "time": 0.0, "reward/mean": 0.4}
+    text = "".join(json.dumps(r) + "\n" for r in rows + bad + [good])
+    (tmp_path / "metrics.jsonl").write_text(text)
+    c = client(tmp_path)
+    for _ in range(4):  # every poll: 200, the same counts, nothing added twice
+        for view in VIEWS:
+            assert c.get(view).status_code == 200, view
+        pipeline = c.get("/api/pipeline").json()[0]
+        assert pipeline["rows"] == 4
+        (report,) = pipeline["problems"]["bad_rows"]
+        assert report["file"] == "metrics.jsonl" and report["count"] == 4
+        assert [e["line"] for e in report["examples"]] == [4, 5, 6, 7]
+        whys = [e["why"] for e in report["examples"]]
+        assert whys[0] == "job: ['x'] is a list, not a string"
+        assert whys[1] == "step: 'abc' is a string, not a number"
+        assert "step" in whys[2] and whys[3] == "a JSON list, not an object"
+        series = c.get("/api/job?stage=grpo").json()[0]
+        assert series["plots"]["reward"]["series"]["reward/mean"]["y"] == [0.1, 0.2, 0.3, 0.4]
+        assert series["problems"] == pipeline["problems"]
+
+
+def test_a_torn_line_followed_by_a_whole_row_keeps_the_row(tmp_path):
+    whole = {"stage": "grpo", "step": 2, "time": 0.0, "reward/mean": 0.2}
+    first = {"stage": "grpo", "step": 1, "time": 0.0, "reward/mean": 0.1}
+    torn = '{"stage": "grpo", "step": 9, "rew'  # a writer stopped here; the next one appended a whole row
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(first) + "\n" + torn + json.dumps(whole) + "\n")
+    c = client(tmp_path)
+    series = c.get("/api/job?stage=grpo").json()[0]
+    assert series["plots"]["reward"]["series"]["reward/mean"]["y"] == [0.1, 0.2] and series["last_step"] == 2
+    (report,) = series["problems"]["bad_rows"]
+    assert report["count"] == 1 and report["examples"] == [
+        {"line": 2, "why": f"torn line ({len(torn)} bytes) before a whole row"}
+    ]
+
+
+def bad_rollouts(tmp_path, step_of_row_5):
+    folder = rollouts_folder(tmp_path, steps=3, per_step=4)
+    path = folder / "rollouts" / "grpo.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[5])
+    row["step"] = step_of_row_5
+    lines[5] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+    return folder, path, row
+
+
+def test_a_bad_rollouts_row_is_skipped_and_the_filters_work_after_it_is_fixed(tmp_path):
+    folder, path, row = bad_rollouts(tmp_path, "two")
+    c = client(folder)
+    for _ in range(3):
+        found = c.get("/api/samples?stage=grpo").json()
+        assert (found["total"], found["matched"]) == (11, 11)  # never added twice
+        (report,) = found["problems"]["bad_rows"]
+        assert report == {
+            "file": "rollouts/grpo.jsonl",
+            "count": 1,
+            "examples": [{"line": 6, "why": "step: 'two' is a string, not an integer"}],
+        }
+        assert c.get("/api/samples?stage=grpo&steps=2").json()["matched"] == 3
+        assert c.get("/api/samples?stage=grpo&min=0.05").json()["matched"] == 8  # 3 steps x 3, less the bad
+        assert c.get(f"/api/sample?stage=grpo&id={row['sample']}").status_code == 404
+    lines = path.read_text().splitlines()
+    lines[5] = json.dumps(dict(row, step=2))
+    path.write_text("\n".join(lines) + "\n")  # fixed in place: read again, no restart
+    fixed = c.get("/api/samples?stage=grpo&steps=2").json()
+    assert fixed["total"] == 12 and fixed["matched"] == 4 and fixed["problems"]["bad_rows"] == []
+    assert c.get("/api/samples?stage=grpo&min=0.05").json()["matched"] == 9
+
+
+def test_unreadable_yaml_and_json_are_named_and_torn_is_not_missing(tmp_path):
+    rollouts_folder(tmp_path, steps=2, per_step=2)
+    (tmp_path / "config.resolved.yaml").write_text("name: x\nstages: [\n  - {name: a\n")
+    (tmp_path / "run_state.json").write_text('{"stages": {"grpo": {"status": "done", "seconds": "long"}}}')
+    (tmp_path / "eval.json").write_text('{"stage": "eval", "rows": [{"checkpoint": "a", "sc')
+    c = client(tmp_path)
+    for view in VIEWS:
+        assert c.get(view).status_code == 200, view
+    files = {f["file"]: f["why"] for f in problems_of(c, "/api/pipeline")["files"]}
+    assert files["config.resolved.yaml"].startswith("not valid YAML (") and "line" in files["config.resolved.yaml"]
+    assert files["run_state.json"] == "stages.grpo.seconds: 'long' is not a number"
+    ev = c.get("/api/eval").json()[0]
+    assert ev["missing"] == [] and ev["grids"] == []
+    assert {f["file"]: f["why"] for f in ev["problems"]["files"]}["eval.json"].startswith("not valid JSON (")
+    (tmp_path / "eval.json").write_text(
+        json.dumps({"rows": [{"checkpoint": "a", "domain": "general", "effort": "max", "score": "high"}]})
+    )
+    ev = c.get("/api/eval").json()[0]
+    assert ev["problems"]["bad_rows"] == [
+        {
+            "file": "eval.json",
+            "count": 1,
+            "examples": [{"line": "rows[0]", "why": "score: 'high' is a string, not a number"}],
+        }
+    ]
+
+
+def test_a_sample_over_the_limit_is_sent_cut_with_a_link_to_the_whole(tmp_path):
+    from posttrain.dashboard.data import CUT_CHARS, SAMPLE_LIMIT
+
+    folder = rollouts_folder(tmp_path, steps=1, per_step=2)
+    path = folder / "rollouts" / "grpo.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[1]["response"] = "x" * (2 * SAMPLE_LIMIT)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    c = client(folder)
+    small = c.get("/api/sample?stage=grpo&id=1-0").json()
+    assert small["cut"] is None and small["row"]["response"] == rows[0]["response"]
+    big = c.get("/api/sample?stage=grpo&id=1-1").json()
+    assert big["cut"]["bytes"] == len(json.dumps(rows[1]).encode())
+    assert big["row"]["response"].startswith("x" * CUT_CHARS) and len(big["row"]["response"]) < CUT_CHARS + 100
+    assert "524,288 characters in all" in big["row"]["response"]
+    whole = c.get("/api/sample_raw?stage=grpo&id=1-1")
+    assert whole.status_code == 200 and json.loads(whole.content)["response"] == rows[1]["response"]
+
+
+def test_the_eval_view_serves_the_paired_comparisons_and_marks_those_beyond_two_se(tmp_path):
+    rows = [eval_row("experts/general-max", "expert", "general", "max", 0.75)]
+    found = [
+        {"kind": "student_minus_teacher", "a": "mopd@general-max", "b": "experts/general-max@general-max",
+         "domain": "general", "effort": "max", "diff": -0.05, "se": 0.04, "n": 40},
+        {"kind": "max_minus_low", "a": "experts/general-max@general-max", "b": "experts/general-low@general-low",
+         "domain": "general", "effort": "max", "diff": 0.25, "se": 0.05, "n": 40},
+        {"kind": "expert_minus_sft", "a": "x", "b": "y", "diff": "big", "se": 0.1, "n": 3},
+    ]  # fmt: skip
+    (tmp_path / "eval.json").write_text(json.dumps({"rows": rows, "comparisons": found}))
+    ev = client(tmp_path).get("/api/eval").json()[0]
+    shown = [(c["kind"], c["title"], c["diff"], c["se"], c["beyond"]) for c in ev["comparisons"]]
+    assert shown == [
+        ("max_minus_low", "max − low effort", 0.25, 0.05, True),
+        ("student_minus_teacher", "student − teacher", -0.05, 0.04, False),
+    ]
+    assert ev["problems"]["bad_rows"][0]["examples"] == [
+        {"line": "comparisons[2]", "why": "diff: 'big' is a string, not a number"}
+    ]
+
+
+def test_every_metric_has_a_unit_and_a_plot_holds_at_most_two():
+    from posttrain.dashboard.series import layout, unit_of
+
+    assert unit_of("time/generate_s") == "seconds" and unit_of("grm/latency_s") == "seconds"
+    assert unit_of("offpolicy/token_frac") == "fraction" and unit_of("queue/depth") == "trajectories"
+    assert unit_of("response_tokens/mean") == "tokens" and unit_of("throughput/tokens_per_s") == "tokens/s"
+    assert unit_of("mopd/reverse_kl/t1") == "nats" and unit_of("reward_source/grm") == "reward"
+    plots = layout(plot_groups(["queue/depth", "staleness/mean", "offpolicy/token_frac", "reward/mean"]), set())
+    assert plots["reward"]["axes"] == ["reward"]
+    split = [t for t in plots if t.startswith("queue depth, staleness, off-policy (")]
+    assert len(split) == 3 and all(len(plots[t]["axes"]) == 1 for t in split)
+    two = layout({"reward": ["reward/mean", "reward/over_budget_frac"]}, set())
+    assert two["reward"]["axes"] == ["reward", "fraction"]
+    folded = layout({"reward": ["reward/mean"], "health flags": ["health/flags"]}, {"health/flags"})
+    assert list(folded) == ["reward"]
+
+
+def test_rewards_show_filters_by_source_and_verifier(tmp_path, capsys):
+    from posttrain.cli import main
+
+    folder = rollouts_folder(tmp_path, steps=3, per_step=10)
+    (folder / "config.resolved.yaml").write_text("name: r\nstages: [{name: grpo, type: rl}]\n")
+    assert main(["rewards", "show", str(folder), "--source", "grm"]) == 0
+    out = capsys.readouterr().out
+    assert "stage grpo: 15 samples with source grm at steps 1-3" in out
+    listed = [line.split()[0] for line in out.splitlines()[3:]]
+    assert listed == [f"3-{i}" for i in range(5)]  # the last step with such samples, those only
+    assert main(["rewards", "show", str(folder), "--source", "rg", "--step", "1"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[3:]] == [f"1-{i}" for i in range(5, 10)]
+    assert main(["rewards", "show", str(folder), "--verifier", "grm", "--worst", "2"]) == 0
+    assert capsys.readouterr().out.count("=== grpo step") == 2
+    assert main(["rewards", "show", str(folder), "--verifier", "code"]) == 2
+    assert "no saved samples with verifier 'code' in any stage (have sources: grm, rg; verifiers: grm)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_the_reward_debugger_filters_by_verifier_and_opens_on_the_newest_rl_stage(tmp_path):
+    folder = rollouts_folder(tmp_path, steps=2, per_step=10)
+    cell = folder / "rollouts" / "eval" / "sft" / "general-max.jsonl"
+    cell.parent.mkdir(parents=True)
+    cell.write_text((folder / "rollouts" / "grpo.jsonl").read_text())
+    (folder / "config.resolved.yaml").write_text(
+        "name: r\nstages: [{name: sft, type: sft}, {name: grpo, type: rl}, {name: eval, type: eval}]\n"
+    )
+    c = client(folder)
+    found = c.get("/api/samples").json()
+    assert found["stages"] == ["eval/sft/general-max", "grpo"] and found["stage"] == "grpo"
+    assert found["sources"] == {"grm": 10, "rg": 10} and found["verifiers"] == {"grm": 20}
+    assert c.get("/api/samples?stage=grpo&verifier=grm").json()["matched"] == 20
+    assert c.get("/api/samples?stage=grpo&verifier=code").json()["matched"] == 0

@@ -121,6 +121,7 @@ def create_app(run_dirs: list[str], token: str | None = None) -> Starlette:
             "min": _num(q, "min", float),
             "max": _num(q, "max", float),
             "source": q.get("source") or None,
+            "verifier": q.get("verifier") or None,
             "criterion": q.get("criterion") or None,
             "flag": q.get("flag") or None,
         }
@@ -134,6 +135,14 @@ def create_app(run_dirs: list[str], token: str | None = None) -> Starlette:
             return JSONResponse({"error": f"no sample {q.get('id')!r} in stage {q.get('stage')!r}"}, 404)
         return JSONResponse(found)
 
+    async def api_sample_raw(request: Request) -> Response:
+        """One saved sample's line, whole (the link under a sample sent cut)."""
+        q = request.query_params
+        raw = run_of(request).sample_raw(q.get("stage", ""), q.get("id", ""))
+        if raw is None:
+            return JSONResponse({"error": f"no sample {q.get('id')!r} in stage {q.get('stage')!r}"}, 404)
+        return Response(raw, media_type="application/json")
+
     app = Starlette(
         routes=[
             Route("/", index),
@@ -145,9 +154,10 @@ def create_app(run_dirs: list[str], token: str | None = None) -> Starlette:
             Route("/api/health", api_health),
             Route("/api/samples", api_samples),
             Route("/api/sample", api_sample),
+            Route("/api/sample_raw", api_sample_raw),
             Route("/favicon.ico", lambda request: Response(status_code=204)),
         ],
-        exception_handlers={_BadRequest: _bad_request},
+        exception_handlers={_BadRequest: _bad_request, Exception: _failed},
     )
     if token:
         app.add_middleware(_TokenCheck, token=token)
@@ -160,6 +170,11 @@ class _BadRequest(Exception):
 
 async def _bad_request(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": str(exc)}, 400)
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    """A failure the readers did not foresee: named on the page, not a bare 500."""
+    return JSONResponse({"error": f"{request.url.path}: {type(exc).__name__}: {exc}"}, 500)
 
 
 def _num(query, key: str, kind):

@@ -15,44 +15,125 @@ import orjson
 
 from posttrain.dashboard import samples as sx
 from posttrain.dashboard.health import job_health, thresholds
-from posttrain.dashboard.series import MetricsStore, plot_groups
+from posttrain.dashboard.rows import EVAL_NUMBERS, comparison_row, eval_row, number
+from posttrain.dashboard.series import MetricsStore, layout, plot_groups
+from posttrain.dashboard.tail import BadRow, BadRows, read_raw
 from posttrain.records.checkpoints import checkpoint_disk, human_bytes
 
 DOMAINS = ("general", "coding", "agent")
 EFFORTS = ("max", "high", "low")
 ROLES = {"sft": "SFT", "expert": "experts (each on its own cell)", "rl": "RL", "student": "student", "base": "base"}
+RL_TYPES = ("rl", "mopd", "experts")  # stages the reward debugger opens on first (not eval cells)
+SAMPLE_LIMIT = 256 << 10  # bytes: a larger sample is sent cut, with a link to the whole
+CUT_CHARS = 20_000  # characters of each long text a cut sample keeps
+COMPARISONS = {
+    "max_minus_low": "max − low effort",
+    "expert_minus_sft": "expert − SFT",
+    "student_minus_teacher": "student − teacher",
+}
 
 
 class _Cache:
-    """Small files parsed again only when their (size, mtime) changed."""
+    """Small files parsed again only when their (size, mtime) changed. `get` gives (the
+    parsed value, None), (None, None) for a missing file, or (None, why) for one that
+    cannot be read or parsed: the parser's own message, on one line."""
 
     def __init__(self):
-        self.entries: dict[Path, tuple[tuple, object]] = {}
+        self.entries: dict[Path, tuple[tuple, object, str | None]] = {}
 
-    def get(self, path: Path, parse):
+    def get(self, path: Path, parse) -> tuple[object, str | None]:
         try:
             stat = path.stat()
         except OSError:
-            return None
+            return None, None
         key = (stat.st_size, stat.st_mtime_ns)
         hit = self.entries.get(path)
         if hit is None or hit[0] != key:
-            hit = (key, parse(path))
+            try:
+                hit = (key, parse(path), None)
+            except Exception as exc:  # noqa: BLE001 - any parser's error is shown, never raised
+                hit = (key, None, " ".join(str(exc).split()) or type(exc).__name__)
             self.entries[path] = hit
-        return hit[1]
+        return hit[1], hit[2]
 
 
 def _json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
 
 
 def _yaml(path: Path):
     import yaml
 
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not valid YAML ({exc})") from None
+
+
+def _clean_config(data) -> tuple[dict, list[str]]:
+    """The resolved config with what the dashboard reads checked: a mapping, `stages` a list
+    of mappings with a name. What is wrong is left out and said."""
+    if data is None:
+        return {}, []
+    if not isinstance(data, dict):
+        return {}, [f"a YAML {type(data).__name__}, not a mapping"]
+    problems, stages = [], []
+    raw = data.get("stages") or []
+    if not isinstance(raw, list):
+        problems.append("stages: not a list")
+        raw = []
+    for i, stage in enumerate(raw):
+        if isinstance(stage, dict) and isinstance(stage.get("name"), str):
+            stages.append(stage)
+        else:
+            problems.append(f"stages[{i}]: not a mapping with a name; left out")
+    name = data.get("name") if isinstance(data.get("name"), str) else None
+    return {**data, "stages": stages, "name": name}, problems
+
+
+def _clean_state(data) -> tuple[dict, list[str]]:
+    """run_state.json with what the dashboard reads checked: stages and their jobs mappings,
+    seconds and started numbers."""
+    if data is None:
+        return {}, []
+    if not isinstance(data, dict):
+        return {}, [f"a JSON {type(data).__name__}, not an object"]
+    problems = []
+
+    def entry(where: str, value) -> dict | None:
+        if not isinstance(value, dict):
+            problems.append(f"{where}: not an object; left out")
+            return None
+        out = dict(value)
+        for key in ("seconds", "started"):
+            if out.get(key) is not None and (isinstance(out[key], bool) or not isinstance(out[key], (int, float))):
+                problems.append(f"{where}.{key}: {out[key]!r} is not a number")
+                out[key] = None
+        if not isinstance(out.get("status", ""), str):
+            problems.append(f"{where}.status: not a string")
+            out["status"] = "unknown"
+        return out
+
+    stages = {}
+    raw = data.get("stages") or {}
+    if not isinstance(raw, dict):
+        problems.append("stages: not an object")
+        raw = {}
+    for name, value in raw.items():
+        found = entry(f"stages.{name}", value)
+        if found is None:
+            continue
+        jobs = found.get("jobs") or {}
+        if not isinstance(jobs, dict):
+            problems.append(f"stages.{name}.jobs: not an object")
+            jobs = {}
+        found["jobs"] = {j: e for j, v in jobs.items() if (e := entry(f"stages.{name}.jobs.{j}", v)) is not None}
+        stages[name] = found
+    run_id = data.get("run_id") if isinstance(data.get("run_id"), str) else None
+    return {**data, "stages": stages, "run_id": run_id}, problems
 
 
 def _finite(value):
@@ -74,22 +155,38 @@ class Run:
         self.health_cache: dict = {}
         self.series_cache: dict = {}
         self._disk: tuple[float, dict] | None = None
+        self.file_problems: dict[str, list[str]] = {}
+        self.eval_bad = BadRows("eval.json")
 
     def metrics(self) -> MetricsStore:
         self.store.refresh()
         return self.store
 
+    def _file(self, name: str, parse, clean) -> dict:
+        data, why = self.files.get(self.path / name, parse)
+        data, problems = clean(data)
+        self.file_problems[name] = [why] if why else problems
+        return data
+
     def state(self) -> dict:
-        return self.files.get(self.path / "run_state.json", _json) or {}
+        return self._file("run_state.json", _json, _clean_state)
 
     def config(self) -> dict:
-        return self.files.get(self.path / "config.resolved.yaml", _yaml) or {}
+        return self._file("config.resolved.yaml", _yaml, _clean_config)
 
     def name(self) -> str:
         return self.config().get("name") or self.path.name
 
     def missing(self, *names: str) -> list[str]:
         return [name for name in names if not (self.path / name).exists()]
+
+    def problems(self) -> dict:
+        """What could not be read, for the note every view shows: files that cannot be parsed
+        (with the parser's message), and per file the rows skipped (line and why)."""
+        readers = [self.store, self.board, *self.indexes.values()]
+        bad = [b.report() for b in [r.bad for r in readers] + [self.eval_bad] if b.report()]
+        files = [{"file": name, "why": why} for name, whys in self.file_problems.items() for why in whys]
+        return {"files": files, "bad_rows": bad}
 
     # ------------------------------------------------------------ pipeline view
 
@@ -99,8 +196,9 @@ class Run:
         entries = state.get("stages") or {}
         names = [s["name"] for s in stages_cfg]
         names += [name for name in entries if name not in names]
+        names += list(dict.fromkeys(s for s, _ in store.jobs if s not in names))  # config and state unreadable
         types = {s["name"]: s.get("type") for s in stages_cfg}
-        flagged = self.flag_counts()
+        flagged = self.flagged_steps()
         stages, experts = [], None
         for name in names:
             entry = entries.get(name, {})
@@ -116,6 +214,7 @@ class Run:
                     "tokens": row.get("response_tokens/mean"),
                     "jobs": _job_counts(entry.get("jobs") or {}),
                     "flags": sum(n for (stage, _), n in flagged.items() if stage == name),
+                    "link": self._link(name, types.get(name) or entry.get("type")),
                 }
             )
             if entry.get("jobs") or types.get(name) == "experts":
@@ -130,6 +229,7 @@ class Run:
             "missing": self.missing("config.resolved.yaml", "run_state.json", "metrics.jsonl"),
             "rows": store.rows,
             "disk": self.disk(),
+            "problems": self.problems(),
         }
 
     def disk(self) -> dict:
@@ -143,6 +243,18 @@ class Run:
             disk["text"] = human_bytes(disk["bytes"]) + (f" ({stages})" if stages else "")
             self._disk = (now, disk)
         return self._disk[1]
+
+    def _link(self, stage: str, kind: str | None) -> dict | None:
+        """Where the stage's name leads: its job view (an experts stage: its first job's), the
+        eval view for an eval stage, nowhere when it logged nothing."""
+        if (stage, None) in self.store.jobs:
+            return {"view": "job", "stage": stage, "job": ""}
+        job = next((j for s, j in self.store.jobs if s == stage), None)
+        if job is not None:
+            return {"view": "job", "stage": stage, "job": job}
+        if kind == "eval":
+            return {"view": "eval"}
+        return None
 
     def _latest(self, stage: str, job: str | None) -> dict:
         series = self.store.jobs.get((stage, job))
@@ -181,7 +293,8 @@ class Run:
     def series(self, stage: str, job: str | None) -> dict:
         """Every key the job logged, in plots (curated first, then by prefix), downsampled."""
         found = self.metrics().jobs.get((stage, job))
-        plots = plot_groups(found.keys()) if found else {}
+        zero = found.zero() if found else set()
+        plots = layout(plot_groups(found.keys()), zero) if found else {}
         return {
             "run": self.index,
             "name": self.name(),
@@ -189,7 +302,11 @@ class Run:
             "job": job,
             "steps": len(found) if found else 0,
             "last_step": _finite(found.latest.get("step")) if found else None,
-            "plots": {title: {k: found.xy(k) for k in keys} for title, keys in plots.items()},
+            "plots": {
+                title: {"series": {k: found.xy(k) for k in p["keys"]}, "axes": p["axes"], "units": p["units"]}
+                for title, p in plots.items()
+            },
+            "zero": sorted(zero),
         }
 
     def series_json(self, stage: str, job: str | None) -> bytes:
@@ -203,7 +320,7 @@ class Run:
         self.series_cache[(stage, job)] = cached  # the newest last: the oldest of 16 jobs goes first
         while len(self.series_cache) > 16:
             self.series_cache.pop(next(iter(self.series_cache)))
-        return cached[1]
+        return cached[1][:-1] + b',"problems":' + orjson.dumps(self.problems()) + b"}"
 
     # ------------------------------------------------------------ health view
 
@@ -222,25 +339,55 @@ class Run:
             "missing": self.missing("metrics.jsonl"),
             "config_problem": problem,
             "jobs": jobs,
+            "problems": self.problems(),
         }
 
-    def flag_counts(self) -> dict[tuple, int]:
-        """Checks that fired, per (stage, job), for the pipeline view."""
-        return {(j["stage"], j["job"]): sum(c["count"] > 0 for c in j["checks"]) for j in self.health()["jobs"]}
+    def flagged_steps(self) -> dict[tuple, int]:
+        """Steps where any check fired, per (stage, job), for the pipeline view."""
+        out = {}
+        for j in self.health()["jobs"]:
+            steps = set()
+            for c in j["checks"]:
+                for lo, hi in c["steps"]:
+                    steps.update(range(lo, hi + 1))
+            out[(j["stage"], j["job"])] = len(steps)
+        return out
 
     # ------------------------------------------------------------ eval view
 
     def evaluation(self) -> dict:
-        data = self.files.get(self.path / "eval.json", _json)
-        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-            return {"run": self.index, "name": self.name(), "missing": ["eval.json"], "grids": []}
-        rows = [r for r in data["rows"] if isinstance(r, dict) and "checkpoint" in r]
-        return {"run": self.index, "name": self.name(), "missing": [], "grids": eval_grids(rows)}
+        """The eval heatmaps and the paired comparisons of eval.json; a file that is there but
+        cannot be read is named with the parser's message (torn is not missing)."""
+        data, why = self.files.get(self.path / "eval.json", _json)
+        self.eval_bad.clear()
+        out = {"run": self.index, "name": self.name(), "missing": [], "grids": [], "comparisons": []}
+        if data is None and why is None:
+            return {**out, "missing": ["eval.json"], "problems": self.problems()}
+        problem = why or (None if isinstance(data, dict) else f"a JSON {type(data).__name__}, not an object")
+        if problem is None and not isinstance(data.get("rows"), list):
+            problem = "rows: not a list"
+        self.file_problems["eval.json"] = [problem] if problem else []
+        if problem is None:
+            rows = self._valid(data["rows"], eval_row, "rows")
+            found = data.get("comparisons") or []
+            found = self._valid(found if isinstance(found, list) else [found], comparison_row, "comparisons")
+            out.update(grids=eval_grids(rows), comparisons=comparison_table(found))
+        return {**out, "problems": self.problems()}
+
+    def _valid(self, rows: list, check, where: str) -> list:
+        kept = []
+        for i, row in enumerate(rows):
+            try:
+                kept.append(check(row))
+            except BadRow as exc:
+                self.eval_bad.add(f"{where}[{i}]", str(exc))
+        return kept
 
     # ------------------------------------------------------------ reward debugger
 
     def rollout_stages(self) -> list[str]:
-        """Stages (and expert jobs, `experts/general-max`) with saved rollouts, in pipeline order."""
+        """Stages (and expert jobs, `experts/general-max`) with saved rollouts, newest first
+        (the reverse of pipeline order)."""
         folder = self.path / "rollouts"
         saved = (
             {
@@ -253,19 +400,32 @@ class Run:
         )
         order = [s["name"] for s in self.config().get("stages") or []]
         rank = {name: i for i, name in enumerate(order)}
-        return sorted(saved, key=lambda n: (rank.get(n.split("/")[0], len(order)), n))
+        return sorted(saved, key=lambda n: (rank.get(n.split("/")[0], len(order)), n), reverse=True)
+
+    def default_stage(self, stages: list[str]) -> str:
+        """The newest stage of an RL-like type (rl, mopd, experts), else the newest."""
+        types = {s["name"]: s.get("type") for s in self.config().get("stages") or []}
+        return next((s for s in stages if types.get(s.split("/")[0]) in RL_TYPES), stages[0])
 
     def sample_index(self, stage: str) -> sx.SampleIndex:
         if stage not in self.indexes:
-            self.indexes[stage] = sx.SampleIndex(self.path / "rollouts" / f"{stage}.jsonl")
+            self.indexes[stage] = sx.SampleIndex(self.path / "rollouts" / f"{stage}.jsonl", f"rollouts/{stage}.jsonl")
         self.indexes[stage].refresh()
         return self.indexes[stage]
 
     def samples(self, stage: str | None, filters: dict, page: int = 0) -> dict:
         stages = self.rollout_stages()
         if not stages:
-            return {"run": self.index, "stages": [], "missing": ["rollouts/STAGE.jsonl"], "samples": [], "sources": []}
-        stage = stage if stage in stages else stages[-1]
+            return {
+                "run": self.index,
+                "stages": [],
+                "missing": ["rollouts/STAGE.jsonl"],
+                "samples": [],
+                "sources": {},
+                "verifiers": {},
+                "problems": self.problems(),
+            }
+        stage = stage if stage in stages else self.default_stage(stages)
         index = self.sample_index(stage)
         self.board.refresh()
         if filters.get("flag"):
@@ -278,13 +438,15 @@ class Run:
             "stages": stages,
             "stage": stage,
             "missing": [],
-            "sources": sorted(index.sources.names),
+            "sources": dict(sorted(index.counts(index.sources, index.source).items())),
+            "verifiers": dict(sorted(index.counts(index.verifiers, index.verifier).items())),
             "total": len(index),
             "matched": len(matched),
             "page": page,
             "pages": max(1, -(-len(matched) // sx.PAGE)),
             "steps": filters.get("flag_steps") or filters.get("steps") or [],
             "samples": [sx.slim(r, counts.get(sx.sample_key(r.get("sample")), 0)) for r in rows],
+            "problems": self.problems(),
         }
 
     def flag_steps(self, rollouts_stage: str, flag: str) -> list[tuple[int, int]]:
@@ -295,14 +457,53 @@ class Run:
                 return next((c["steps"] for c in entry["checks"] if c["name"] == flag), [])
         return []
 
-    def sample(self, stage: str, sample_id: str) -> dict | None:
+    def sample_raw(self, stage: str, sample_id: str) -> bytes | None:
+        """The saved line of one sample, whole."""
         if stage not in self.rollout_stages():
             return None
-        row = self.sample_index(stage).find(sample_id)
+        index = self.sample_index(stage)
+        at = index.position(sample_id)
+        return None if at is None else read_raw(index.path, index.offset[at])
+
+    def sample(self, stage: str, sample_id: str) -> dict | None:
+        """One sample and its scoreboard entry; one larger than SAMPLE_LIMIT bytes comes with
+        its long texts cut to CUT_CHARS and `cut`: its size, for the link to the whole."""
+        raw = self.sample_raw(stage, sample_id)
+        row = sx.parse(raw) if raw else None
         if row is None:
             return None
         self.board.refresh()
-        return sx.plain({"row": row, "scoreboard": self.board.entry(stage, sample_id)})
+        entry = self.board.entry(stage, sample_id)
+        out = {"row": row, "scoreboard": entry, "cut": None}
+        size = len(raw) + (len(orjson.dumps(entry, option=orjson.OPT_SERIALIZE_NUMPY)) if entry else 0)
+        if size > SAMPLE_LIMIT:
+            out = {"row": _cut(row), "scoreboard": _cut(entry), "cut": {"bytes": len(raw), "chars": CUT_CHARS}}
+        return sx.plain(out)
+
+
+def _cut(value, items: int = 200):
+    """Long texts cut to CUT_CHARS (saying how long they were), long lists to `items`."""
+    if isinstance(value, str) and len(value) > CUT_CHARS:
+        return value[:CUT_CHARS] + f"\n… [cut: {len(value):,} characters in all]"
+    if isinstance(value, dict):
+        return {k: _cut(v, items) for k, v in value.items()}
+    if isinstance(value, list):
+        kept = [_cut(v, items) for v in value[:items]]
+        return kept + ([f"… [cut: {len(value):,} items in all]"] if len(value) > items else [])
+    return value
+
+
+def comparison_table(found: list[dict]) -> list[dict]:
+    """eval.json's paired comparisons, grouped by kind in the recipe's order, each with
+    `beyond`: more than two standard errors from 0 (on more than one task)."""
+    order = list(COMPARISONS)
+    found = sorted(found, key=lambda c: _rank(order, c["kind"]))
+    out = []
+    for c in found:
+        diff, se, n = _finite(c["diff"]), _finite(c["se"]), c["n"]
+        beyond = diff is not None and se is not None and (n or 0) > 1 and abs(diff) > 2 * se
+        out.append({**c, "diff": diff, "se": se, "title": COMPARISONS.get(c["kind"], c["kind"]), "beyond": beyond})
+    return out
 
 
 def eval_grids(rows: list[dict]) -> list[dict]:
@@ -334,8 +535,7 @@ def _rank(order: list[str], role: str) -> int:
 
 
 def _eval_cell(r: dict) -> dict:
-    keys = ("checkpoint", "score", "score_se", "mean_tokens", "n", "unscored", "overlap")
-    return {k: _finite(r.get(k)) for k in keys}
+    return {"checkpoint": r["checkpoint"], **{k: _finite(number(r, k)) for k in EVAL_NUMBERS}}
 
 
 def _cells(cells: dict) -> list[dict]:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from posttrain.dashboard.tail import JsonlTail, parse, read_line
+from posttrain.dashboard.rows import read_rows, rollout_row, scoreboard_row
+from posttrain.dashboard.tail import BadRows, JsonlTail, parse, read_line
 
 PAGE = 200
 KEY = 1 << 24  # key of a sample: step * KEY + index within the step
@@ -41,42 +42,53 @@ class _Codes:
 
 
 class SampleIndex:
-    """One rollouts file: offset, key (step, index), step, reward (NaN when unscored), source."""
+    """One rollouts file: offset, key (step, index), step, reward (NaN when unscored), source
+    and verifier."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, name: str | None = None):
         self.path = Path(path)
         self.tail = JsonlTail(path)
+        self.bad = BadRows(name or self.path.name)
         self.clear()
 
     def clear(self) -> None:
         self.offset, self.key, self.step = array("q"), array("q"), array("q")
-        self.reward, self.source = array("d"), array("i")
-        self.sources = _Codes()
+        self.reward, self.source, self.verifier = array("d"), array("i"), array("i")
+        self.sources, self.verifiers = _Codes(), _Codes()
+        self.bad.clear()
 
     def refresh(self) -> None:
         reset, lines = self.tail.poll()
         if reset:
             self.clear()
-        for offset, line in lines:
-            row = parse(line)
-            if row is None:
-                continue
-            key = sample_key(row.get("sample"))
-            reward = row.get("reward")
-            self.offset.append(offset)
-            self.key.append(-1 if key is None else key)
-            self.step.append(int(row.get("step") or 0))
-            scored = row.get("ok", True) and isinstance(reward, (int, float)) and not isinstance(reward, bool)
-            self.reward.append(float(reward) if scored else math.nan)
-            self.source.append(self.sources.code(row.get("source") or "?"))
+        read_rows(lines, self.bad, rollout_row, self._take)
+
+    def _take(self, offset: int, kept: tuple) -> None:
+        key, step, reward, source, verifier = kept
+        self.offset.append(offset)
+        self.key.append(key)
+        self.step.append(step)
+        self.reward.append(reward)
+        self.source.append(self.sources.code(source))
+        self.verifier.append(self.verifiers.code(verifier))
+
+    def counts(self, codes: _Codes, column: array) -> dict[str, int]:
+        """How many samples each name (source or verifier) has."""
+        found = np.bincount(np.asarray(column, dtype=np.int64), minlength=len(codes.names)) if len(column) else []
+        return {name: int(n) for name, n in zip(codes.names, found)}
 
     def __len__(self) -> int:
         return len(self.offset)
 
-    def find(self, sample_id: str) -> dict | None:
+    def position(self, sample_id: str) -> int | None:
+        """Where the sample's (last) line is in the index."""
         key = sample_key(sample_id)
         hits = np.flatnonzero(np.array(self.key) == key) if key is not None else []
-        return read_line(self.path, self.offset[hits[-1]]) if len(hits) else None
+        return int(hits[-1]) if len(hits) else None
+
+    def find(self, sample_id: str) -> dict | None:
+        at = self.position(sample_id)
+        return None if at is None else read_line(self.path, self.offset[at])
 
 
 class ScoreboardIndex:
@@ -86,26 +98,26 @@ class ScoreboardIndex:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.tail = JsonlTail(path)
+        self.bad = BadRows(self.path.name)
         self.clear()
 
     def clear(self) -> None:
         self.stage, self.key, self.offset, self.rubric = array("i"), array("q"), array("q"), array("i")
         self.stages, self.rubrics = _Codes(), _Codes()  # rubric: tuple of criterion texts
+        self.bad.clear()
 
     def refresh(self) -> None:
         reset, lines = self.tail.poll()
         if reset:
             self.clear()
-        for offset, line in lines:
-            entry = parse(line)
-            key = sample_key(entry.get("sample")) if entry else None
-            if key is None:
-                continue
-            texts = tuple(str(c.get("text", "")) for c in entry.get("rubric") or [] if isinstance(c, dict))
-            self.stage.append(self.stages.code(entry.get("stage")))
-            self.key.append(key)
-            self.offset.append(offset)
-            self.rubric.append(self.rubrics.code(texts))
+        read_rows(lines, self.bad, scoreboard_row, self._take)
+
+    def _take(self, offset: int, kept: tuple) -> None:
+        key, stage, texts = kept
+        self.stage.append(self.stages.code(stage))
+        self.key.append(key)
+        self.offset.append(offset)
+        self.rubric.append(self.rubrics.code(texts))
 
     def of_stage(self, stage: str) -> np.ndarray:
         """Positions of the stage's entries."""
@@ -153,9 +165,10 @@ def select(index: SampleIndex, board: ScoreboardIndex, stage: str, f: dict) -> n
         mask &= _within(step, f["steps"])
     if f.get("flag_steps") is not None:  # a health flag's steps: none fired, nothing matches
         mask &= _within(step, f["flag_steps"])
-    if f.get("source"):
-        code = index.sources.ids.get(f["source"])
-        mask &= np.array(index.source) == (-1 if code is None else code)
+    for name, codes, column in (("source", index.sources, index.source), ("verifier", index.verifiers, index.verifier)):
+        if f.get(name):
+            code = codes.ids.get(f[name])
+            mask &= np.asarray(column) == (-1 if code is None else code)
     with np.errstate(invalid="ignore"):  # unscored samples (NaN) pass no reward bound
         if f.get("min") is not None:
             mask &= reward >= f["min"]
@@ -174,9 +187,9 @@ def _within(step: np.ndarray, ranges: list) -> np.ndarray:
 
 
 def page_of(matched: np.ndarray, page: int, size: int = PAGE) -> np.ndarray:
-    """Page 0 is the newest `size` matches, page 1 the ones before, ...; each in file order."""
+    """Page 0 is the newest `size` matches, page 1 the ones before, ...; each newest first."""
     end = len(matched) - page * size
-    return matched[max(0, end - size) : max(0, end)]
+    return matched[max(0, end - size) : max(0, end)][::-1]
 
 
 def plain(value):
@@ -195,6 +208,7 @@ def slim(row: dict, criteria: int) -> dict:
         "sample": row.get("sample"),
         "step": row.get("step"),
         "source": row.get("source"),
+        "verifier": row.get("verifier"),
         "reward": plain(row.get("reward")),
         "ok": row.get("ok", True),
         "family": row.get("family"),

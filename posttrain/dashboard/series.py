@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from posttrain.dashboard.tail import JsonlTail, parse
+from posttrain.dashboard.rows import metrics_row, read_rows
+from posttrain.dashboard.tail import BadRows, JsonlTail
 
 MAX_POINTS = 2000
 NOT_SERIES = {"stage", "job", "step", "time"}
@@ -40,6 +41,55 @@ CURATED = {
 }
 
 
+# The unit of every metric, from its name: (how the name is matched, the text, the unit);
+# the first rule that matches wins. The plots' y axes are titled with these, and series of
+# different units never share an axis.
+UNITS = (
+    ("suffix", "_per_s", "tokens/s"),
+    ("suffix", "_frac", "fraction"),
+    ("suffix", "_s", "seconds"),
+    ("suffix", "/seconds", "seconds"),
+    ("prefix", "time/", "seconds"),
+    ("suffix", "_gib", "GiB"),
+    ("prefix", "health/", "flagged (count)"),
+    ("prefix", "staleness/", "policy versions"),
+    ("exact", "policy/version", "policy versions"),
+    ("prefix", "queue/", "trajectories"),
+    ("prefix", "samples/", "samples"),
+    ("prefix", "grm/score", "reward"),
+    ("exact", "grm/cache_hit", "fraction"),
+    ("prefix", "grm/", "samples"),
+    ("contains", "tokens", "tokens"),
+    ("prefix", "reward", "reward"),
+    ("contains", "kl", "nats"),
+    ("exact", "policy/entropy", "nats"),
+    ("exact", "logp/mismatch", "nats"),
+    ("exact", "loss/nll", "nats"),
+    ("prefix", "loss/", "loss"),
+    ("prefix", "grad/", "L2 norm"),
+    ("prefix", "offpolicy/", "importance weight"),
+    ("suffix", "_mean", "count"),
+    ("prefix", "engine/", "count"),
+    ("prefix", "teacher_pool/", "count"),
+    ("prefix", "train/skipped", "count"),
+    ("prefix", "code/", "count"),
+    ("prefix", "sync/", "count"),
+    ("exact", "lr", "learning rate"),
+)
+
+
+def unit_of(key: str) -> str:
+    for how, text, unit in UNITS:
+        if (
+            (how == "exact" and key == text)
+            or (how == "prefix" and key.startswith(text))
+            or (how == "suffix" and key.endswith(text))
+            or (how == "contains" and text in key)
+        ):
+            return unit
+    return "value"
+
+
 def _float(value) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
@@ -54,15 +104,16 @@ class JobSeries:
         self.cols: dict[str, array] = {}
         self.latest: dict = {}  # the newest value of every key, as logged
 
-    def add(self, row: dict) -> None:
+    def add(self, row: dict, step: float) -> None:
         n = len(self.steps)
-        self.steps.append(_float(row.get("step")))
+        self.steps.append(step)
         for key, value in row.items():
             if key not in NOT_SERIES and key not in self.cols:
                 self.cols[key] = array("d", [math.nan]) * n
         for key, col in self.cols.items():
             col.append(_float(row.get(key)))
-        self.latest.update(row)
+        self.latest.update({k: v for k, v in row.items() if isinstance(v, (int, float, str)) or v is None})
+        self.latest["step"] = step if step != int(step) else int(step)
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -70,6 +121,16 @@ class JobSeries:
     def keys(self) -> list[str]:
         """Keys with at least one finite value, sorted."""
         return sorted(k for k, col in self.cols.items() if np.isfinite(np.asarray(col)).any())
+
+    def zero(self) -> set[str]:
+        """Keys whose every finite value is 0."""
+        found = set()
+        for k, col in self.cols.items():
+            y = np.asarray(col)
+            finite = y[np.isfinite(y)]
+            if len(finite) and not finite.any():
+                found.add(k)
+        return found
 
     def xy(self, key: str, limit: int = MAX_POINTS) -> dict[str, np.ndarray]:
         """The key's finite points (steps as integers where they are), downsampled; numpy
@@ -113,11 +174,32 @@ def plot_groups(keys: list[str]) -> dict[str, list[str]]:
     return plots
 
 
+def layout(plots: dict[str, list[str]], zero: set[str]) -> dict[str, dict]:
+    """The plots as drawn: the keys that stay at 0 left out (the page names them in one
+    line), a plot of one or two units with one y axis per unit (left, then right), and a
+    plot of more units cut into one plot per unit, titled `title (unit)`.
+    Title -> {"keys": [...], "axes": [unit, ...], "units": {key: unit}}."""
+    out: dict[str, dict] = {}
+    for title, keys in plots.items():
+        moving = [k for k in keys if k not in zero]
+        units = {k: unit_of(k) for k in moving}
+        axes = list(dict.fromkeys(units.values()))
+        if len(axes) <= 2:
+            if moving:
+                out[title] = {"keys": moving, "axes": axes, "units": units}
+            continue
+        for unit in axes:
+            mine = [k for k in moving if units[k] == unit]
+            out[f"{title} ({unit})"] = {"keys": mine, "axes": [unit], "units": {k: unit for k in mine}}
+    return out
+
+
 class MetricsStore:
     """metrics.jsonl of one run folder as JobSeries per (stage, job), read incrementally."""
 
     def __init__(self, path: Path):
         self.tail = JsonlTail(path)
+        self.bad = BadRows(Path(path).name)
         self.jobs: dict[tuple[str, str | None], JobSeries] = {}
         self.rows = 0
         self.generation = 0  # counts resets: what was computed from older rows is stale
@@ -126,13 +208,11 @@ class MetricsStore:
         reset, lines = self.tail.poll()
         if reset:  # replaced (a resume set rows aside): read again from the start
             self.jobs, self.rows = {}, 0
+            self.bad.clear()
             self.generation += 1
-        for _, line in lines:
-            row = parse(line)
-            if row is None or "stage" not in row:
-                continue
-            stage, job = str(row["stage"]), row.get("job")
-            if job is None and "/" in stage:  # an expert job's rows say `stage: experts/general-max`
-                stage, job = stage.split("/", 1)
-            self.jobs.setdefault((stage, job), JobSeries()).add(row)
-            self.rows += 1
+        read_rows(lines, self.bad, lambda row: (row, *metrics_row(row)), self._take)
+
+    def _take(self, offset: int, kept: tuple) -> None:
+        row, stage, job, step = kept
+        self.jobs.setdefault((stage, job), JobSeries()).add(row, step)
+        self.rows += 1

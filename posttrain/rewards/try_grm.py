@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from posttrain.config import GRMConfig, RewardConfig, RLStage
 from posttrain.config.files import ConfigError, format_validation_error, read_yaml, validate_pipeline
-from posttrain.dashboard.rewards import print_entry
+from posttrain.rewards.debug import print_entry
 from posttrain.types import Completion, Message, Sample, Task
 
 DEFAULT_JUDGE = {"type": "vllm", "model": "smollm2-135m-instruct"}

@@ -132,7 +132,7 @@ def try_task_file(task_file: str, response_file: str, reward: str | None, as_jso
     except (OSError, UnicodeDecodeError) as exc:
         raise TryError(f"{response_file}: cannot read: {exc}") from None
     if row["verifier"] == "grm":
-        from posttrain.dashboard.grm_try import try_pair
+        from posttrain.rewards.try_grm import try_pair
 
         prompt = next((m.content for m in reversed(_messages(row)) if m.role == "user"), "")
         return try_pair(prompt, response, reward, as_json, tokens)

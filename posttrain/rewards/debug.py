@@ -4,7 +4,8 @@
           for a GRM sample the rubric with each criterion's verdict and reason
   replay  rescore saved rollouts with the run's reward config, or a changed one, and show
           the distribution shift and the samples whose reward moved most
-  try     score one (task, response) pair with the GRM and show the whole procedure
+  try     score one (task, response) pair and show the whole procedure (try_task.py,
+          try_grm.py)
 
 Reads the run folder only (rollouts/STAGE.jsonl, scoreboard.jsonl, config.resolved.yaml).
 """
@@ -77,14 +78,50 @@ def row_sample(row: dict) -> Sample:
 # ---------------------------------------------------------------- show
 
 
+def matching(rows: list[dict], source: str | None, verifier: str | None) -> list[dict]:
+    """The rows of the source and verifier asked for (either may be None: any)."""
+    return [
+        r
+        for r in rows
+        if (source is None or r.get("source") == source) and (verifier is None or r.get("verifier") == verifier)
+    ]
+
+
+def _filtered_stage(run_dir: Path, stage: str | None, source: str | None, verifier: str | None):
+    """(stage, its rows of that source and verifier): the stage given, else the newest stage
+    that has such samples. DebugError when none has, naming what the run has."""
+    asked = " and ".join(f"{k} {v!r}" for k, v in (("source", source), ("verifier", verifier)) if v is not None)
+    stages = [stage] if stage else list(reversed(rl_stages(run_dir)))
+    seen: dict[str, set] = {"source": set(), "verifier": set()}
+    for name in stages:
+        _, rows = load_rows(run_dir, name)
+        found = matching(rows, source, verifier)
+        if found:
+            return name, found
+        seen["source"].update(str(r.get("source")) for r in rows)
+        seen["verifier"].update(str(r.get("verifier")) for r in rows)
+    where = f"stage {stage}" if stage else "any stage"
+    have = "; ".join(f"{k}s: {', '.join(sorted(v)) or 'none'}" for k, v in seen.items())
+    raise DebugError(f"no saved samples with {asked} in {where} (have {have})")
+
+
 def show(
     run_dir: Path,
     stage: str | None = None,
     step: int | None = None,
     sample: str | None = None,
     worst: int | None = None,
+    source: str | None = None,
+    verifier: str | None = None,
 ) -> None:
-    stage, rows = load_rows(Path(run_dir), stage)
+    """Print the saved samples of a step as a table (the last step, or the last with samples
+    of `source`/`verifier` when either is given), one sample whole, or the `worst` K."""
+    if source is None and verifier is None:
+        stage, rows = load_rows(Path(run_dir), stage)
+    else:
+        stage, rows = _filtered_stage(Path(run_dir), stage, source, verifier)
+        steps = sorted({r["step"] for r in rows})
+        print(f"stage {stage}: {len(rows)} samples with {_asked(source, verifier)} at steps {_ranges(steps)}")
     if sample is not None:
         rows = [r for r in rows if r["sample"] == sample]
         if not rows:
@@ -156,6 +193,21 @@ def print_entry(entry: dict) -> None:
         print(f"  score = 2 * (sum w*c over criteria + sum w*(1-c) over pitfalls) / sum w - 1 = {entry['score']:.3f}")
     else:
         print(f"  {entry['reason']}")
+
+
+def _asked(source: str | None, verifier: str | None) -> str:
+    return " and ".join(f"{k} {v}" for k, v in (("source", source), ("verifier", verifier)) if v is not None)
+
+
+def _ranges(steps: list[int]) -> str:
+    """[1, 2, 3, 7] as `1-3,7`."""
+    parts: list[list[int]] = []
+    for s in steps:
+        if parts and s == parts[-1][1] + 1:
+            parts[-1][1] = s
+        else:
+            parts.append([s, s])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts)
 
 
 def _one_line(text: str, width: int) -> str:
