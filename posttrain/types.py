@@ -25,6 +25,9 @@ class Task:
     answer: str | None = None
     entry: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     verifier: str = "reasoning_gym"  # which reward source scores answers to this task
+    # the form the question asks the answer in (simplified, expanded, factored, decimal,
+    # fraction), checked on the parsed answer; none: any form of the value
+    answer_form: str | None = None
 
 
 @dataclass(frozen=True)
