@@ -26,7 +26,14 @@ from posttrain.types import Completion, Message, Sample, Task
 PAIRS = Path(__file__).resolve().parent.parent / "tests" / "data" / "grading_pairs.jsonl"
 
 # (gold, prediction) -> why the verifier's verdict differs from the suite's, by the README rule
-EXCEPTIONS: dict[tuple[str, str], str] = {}
+_UNORDERED = (
+    "README, What a reward guarantees: a list written without brackets is a set of values (the answers to "
+    "'find all x'), so its order does not count; hendrycks/math compares the strings"
+)
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("10, 4, -2", "4, 10, -2"): _UNORDERED,
+    ("0.1, 4, 2", "4, .1, 2"): _UNORDERED,
+}
 
 
 def load_pairs(path: Path = PAIRS) -> list[dict]:
@@ -59,7 +66,9 @@ def reference(gold: str) -> str:
 def grade(row: dict, verifier: MathVerifier | None = None) -> tuple[bool, str]:
     verifier = verifier or MathVerifier()
     task = Task("g", "grading", (Message("user", "q"),), answer=reference(row["gold"]), verifier="math")
-    sample = Sample(task=task, group_id=0, prompt_ids=(1,), completion=Completion((1,), (0.0,), row["prediction"], "stop"))
+    sample = Sample(
+        task=task, group_id=0, prompt_ids=(1,), completion=Completion((1,), (0.0,), row["prediction"], "stop")
+    )
     try:
         result = verifier.score_one(sample)
     except Exception as exc:  # the suite counts a raise as a refusal, and says so
@@ -109,7 +118,8 @@ def main() -> int:
     if not args.quiet:
         for d in out["disagreements"]:
             mark = f"  [exception: {d['exception']}]" if d["exception"] else ""
-            print(f"suite: {d['suite']:8} gold {d['gold']!r}\n    prediction {d['prediction']!r}\n    -> {d['verdict']}{mark}")
+            print(f"suite: {d['suite']:8} gold {d['gold']!r}\n    prediction {d['prediction']!r}")
+            print(f"    -> {d['verdict']}{mark}")
     print(
         f"pairs called equal: {out['equal']}, credited {out['credited']} ({100 * out['credited_share']:.1f} %)\n"
         f"pairs called unequal: {out['unequal']}, refused {out['refused']}, credited "

@@ -30,12 +30,20 @@ ANSWER_FORMS = ("simplified", "expanded", "factored", "decimal", "fraction")
 
 # ------------------------------------------------------------------ cleaning
 
-_SPACING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])|(?<!\\)\\[!,;:> ]|\\displaystyle|\\q?quad(?![a-zA-Z])|~")
-_TEXT_CMD = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|mathbf|mathit|operatorname|rm|bf)\s*\{([^{}]*)\}")
+_SPACING = re.compile(
+    r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])|(?<!\\)\\[!,;:> ]|\\displaystyle|\\q?quad(?![a-zA-Z])|~"
+)
+_TEXT_CMD = re.compile(
+    r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|mathbf|mathit|operatorname|rm|bf)\s*\{([^{}]*)\}"
+)
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])")
 _PERCENT = re.compile(r"\\%|%|\s*\b(?:percent(?:age)?|pct)\b", re.IGNORECASE)
-_CURRENCY = re.compile(r"\\\$|\$|€|£|¥|\\euro(?![a-zA-Z])|\\pounds(?![a-zA-Z])|\b(?:USD|EUR|GBP|dollars?|cents?|yuan|euros?)\b")
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d)|(?<=\d),\\[!,]\s*(?=\d{3})|(?<=\d)\\[,!]\s*(?=\d{3}(?!\d))")
+_CURRENCY = re.compile(
+    r"\\\$|\$|€|£|¥|\\euro(?![a-zA-Z])|\\pounds(?![a-zA-Z])|\b(?:USD|EUR|GBP|dollars?|cents?|yuan|euros?)\b"
+)
+_LATEX_THOUSANDS = re.compile(
+    r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d)|(?<=\d),\\[!,]\s*(?=\d{3})|(?<=\d)\\[,!]\s*(?=\d{3}(?!\d))"
+)
 # words that are part of a value, never a unit
 _CONSTANT_WORDS = {
     "pi", "e", "i", "inf", "infty", "infinity", "oo", "sqrt", "frac", "dfrac", "tfrac", "cfrac", "sin", "cos", "tan",
@@ -44,11 +52,14 @@ _CONSTANT_WORDS = {
     "pmatrix", "bmatrix", "matrix", "array", "vmatrix", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
     "lfloor", "rfloor", "lceil", "rceil", "floor", "ceil", "binom", "mod", "pmod", "bmod", "min", "max", "gcd", "lcm",
     "sum", "prod", "int", "lim", "mid", "vert", "lvert", "rvert", "angle", "triangle", "overline", "vec", "hat",
-    "mathbb", "infinite", "no", "none", "undefined", "true", "false", "yes", "odd", "even",
+    "mathbb", "infinite", "no", "none", "undefined", "true", "false", "yes", "odd", "even", "unless", "otherwise",
+    "alternatively", "either", "maybe", "perhaps", "possibly", "probably", "might", "could", "not", "but", "if",
 }  # fmt: skip
 _SINGLE_LETTER_UNITS = set("msgLlhKNJWVA")
 _UNIT_WORD = r"(?:[a-zA-Zµ]{2,}|[a-zA-Zµ](?=\s*(?:\^|²|³|/)))(?:\s*(?:\^\s*\{?\s*-?\d\s*\}?|²|³))?"
-_UNIT_TAIL = re.compile(rf"(?<=[\d}}.\s])\s*({_UNIT_WORD}(?:\s*(?:/|\\cdot|·|\*|per|\s)\s*{_UNIT_WORD})*)\s*\.?\s*$")
+_UNIT_TAIL = re.compile(
+    rf"(?<=[\d}}.\s])\s*({_UNIT_WORD}(?:\s*(?:(?:/|\bper\b)\s*[a-zA-Z]\b|(?:/|\\cdot|·|\*|\s)\s*{_UNIT_WORD}))*)\s*\.?\s*$"
+)
 _NUMBER = r"\d+(?:\.\d+)?|\.\d+"
 _HEDGE_WORDS = re.compile(
     r"\b(?:or|unless|otherwise|alternatively|either|maybe|perhaps|possibly|probably|might|could)\b", re.IGNORECASE
@@ -131,8 +142,12 @@ def clean(answer: str) -> str:
     text = _CURRENCY.sub(" ", text)
     text = _LATEX_THOUSANDS.sub("", text)
     if not re.search(r"[()\[\]{}]", text) and text.count(",") == len(re.findall(r"(?<=\d),(?=\d{3}(?!\d))", text)):
-        text = re.sub(r"(?<![\d.])([1-9]\d{0,2})((?:,\d{3})+)(?!\d)", lambda m: m.group(1) + m.group(2).replace(",", ""), text)
-    text = re.sub(r"(?<![\d.,])(\d{1,3})((?: \d{3})+)(?![\d.,])", lambda m: m.group(1) + m.group(2).replace(" ", ""), text)
+        text = re.sub(
+            r"(?<![\d.])([1-9]\d{0,2})((?:,\d{3})+)(?!\d)", lambda m: m.group(1) + m.group(2).replace(",", ""), text
+        )
+    text = re.sub(
+        r"(?<![\d.,])(\d{1,3})((?: \d{3})+)(?![\d.,])", lambda m: m.group(1) + m.group(2).replace(" ", ""), text
+    )
     # a decimal comma: `2,74`, `0,111` (a number alone, or the one number among words)
     if (
         not re.search(r"[()\[\]{}]|\b(?:and|or)\b", text)
@@ -226,6 +241,7 @@ def final_part(text: str) -> str:
     parts = [p for p in _top_equals(text)]
     if len(parts) == 1 or any(not p for p in parts):
         return text
+
     def numeric(part: str) -> bool:
         return not re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", part))
 
@@ -299,7 +315,9 @@ def same(gold: str, answer: str) -> bool:
 # ------------------------------------------------------------------ form
 
 _NUMBER_LITERAL = re.compile(rf"[-+]?\s*(?:{_NUMBER})(?:e[-+]?\d+)?")
-_FRACTION = re.compile(r"([-+]?)\s*(?:(\d+)\s*/\s*(\d+)|\\[dtc]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\[dtc]?frac(\d)(\d))")
+_FRACTION = re.compile(
+    r"([-+]?)\s*(?:(\d+)\s*/\s*(\d+)|\\[dtc]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\[dtc]?frac(\d)(\d))"
+)
 _MIXED = re.compile(r"[-+]?\s*\d+\s*\\[dtc]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 
 
@@ -349,8 +367,13 @@ def operations(text: str) -> int:
 def constant_functions(text: str) -> set[str]:
     """Functions an answer applies to a constant argument (`\\sin(\\pi/3)`, `\\log 8`), by name."""
     found = set()
-    for m in re.finditer(r"\\(sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan|log|ln|lg|exp|lfloor|lceil|binom)(?![a-zA-Z])\s*(\{[^{}]*\}|\([^()]*\)|[^\s]+)?", text):
-        arg = re.sub(r"\\(?:pi|infty|frac|dfrac|sqrt|cdot|left|right|rfloor|rceil)|[\d\s{}()+\-*/^.,]", "", m.group(2) or "")
+    for m in re.finditer(
+        r"\\(sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan|log|ln|lg|exp|lfloor|lceil|binom)(?![a-zA-Z])\s*(\{[^{}]*\}|\([^()]*\)|[^\s]+)?",
+        text,
+    ):
+        arg = re.sub(
+            r"\\(?:pi|infty|frac|dfrac|sqrt|cdot|left|right|rfloor|rceil)|[\d\s{}()+\-*/^.,]", "", m.group(2) or ""
+        )
         if not re.search(r"[a-zA-Z]", arg):
             found.add(m.group(1))
     return found
@@ -419,7 +442,11 @@ def structural_operations(text: str) -> int:
 def _function_ops(expr) -> int:
     import sympy
 
-    return sum(1 for n in sympy.preorder_traversal(expr) if isinstance(n, sympy.Function) or isinstance(n, sympy.Pow) and n.exp == sympy.S.Half)
+    return sum(
+        1
+        for n in sympy.preorder_traversal(expr)
+        if isinstance(n, sympy.Function) or isinstance(n, sympy.Pow) and n.exp == sympy.S.Half
+    )
 
 
 def _unevaluated(latex: str):
@@ -491,7 +518,7 @@ def hedge_in(answer: str, gold: str, several_expected: bool | None = None) -> st
         several_expected = len(values_of(gold)) > 1 or "\n" in gold.strip()
     if not several_expected and _HEDGE_WORDS.search(re.sub(r"\\[a-zA-Z]+", " ", answer)):
         return f"hedged: the answer lists alternatives: {answer[:80]!r}"
-    if not several_expected and (len(values_of(answer)) > 1 or "\n" in answer.strip()):
+    if not several_expected and not is_prose(answer) and len(values_of(answer)) > 1:
         parts = [p for line in answer.splitlines() for p in values_of(line)]
         if len({_squash(p) for p in parts}) > 1:
             return f"hedged: one answer expected, several given: {answer[:80]!r}"

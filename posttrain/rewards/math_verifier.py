@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from posttrain.rewards import answers
-from posttrain.rewards.answers import clean, final_part, is_number, same, values_of
+from posttrain.rewards.answers import clean, final_part, same, values_of
 from posttrain.rewards.extract import all_boxed, cut_turn, extract_answer, final_answers
 from posttrain.types import RewardResult, Sample
 
-_PROSE = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}")
 _PROSE_NUMBER = re.compile(
     r"(?<![\w.])(-\s*)?(\d+(?:\.\d+)?(?:\s*/\s*\d+)?)(\s*(?:\\pi|π|\\infty|∞|\\sqrt\{?\d+\}?|\bpi\b|i\b|e\b))?"
 )
@@ -127,12 +126,20 @@ def _several(gold: str) -> bool:
 
 
 def _agree(a: str, b: str) -> bool:
-    return _squash(a) == _squash(b) or (same(a, b) and same(b, a))
+    """Two answers of one response state the same value: exactly, where both are numbers
+    (a tolerance must not merge `60` and `60.0000001` into one answer)."""
+    if _squash(a) == _squash(b):
+        return True
+    ea, eb = _exact(final_part(a)), _exact(final_part(b))
+    if ea is not None or eb is not None:
+        return ea == eb
+    return same(a, b) and same(b, a)
 
 
 def judge(gold, text: str, mode: str = "auto", form: str | None = None, question: str | None = None) -> Verdict:
     """The verdict on a response against the expected answer `gold` (module docstring)."""
-    gold = clean(str(gold))
+    gold_text = str(gold)
+    gold = clean(gold_text)
     answer_raw, how = extract_answer(text, mode)
     details = {"extracted": answer_raw, "extracted_by": how, "expected": gold}
     if answer_raw is None or not answer_raw.strip():
@@ -145,13 +152,22 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
         candidates = [answer_raw] + [c for c in candidates if c not in boxes]
         details["extracted"] = answer_raw
     answer = read(answer_raw)
+    lines = [read(line) for line in answer_raw.splitlines() if line.strip()]
+    if len(lines) > 1 and not _several(gold) and any(not _agree(lines[-1], line) for line in lines):
+        return Verdict(0.0, f"hedged: the answer gives a value on each of {len(lines)} lines", details)
     for other in candidates:
         if other.strip() != answer_raw.strip() and not _agree(answer, read(other)):
             shown = ", ".join(repr(c[:40]) for c in dict.fromkeys(candidates))
             return Verdict(0.0, f"hedged: several different final answers: {shown}", details)
-    problem = answers.hedge_in(answer, gold, _several(gold)) or answers.relation_problem(answer, gold)
+    if normalize(answer_raw) == normalize(gold_text):
+        return Verdict(1.0, f"correct: {answer_raw[:80]!r} ({how})", details)
+    cleaned = clean(answer_raw)
+    problem = answers.hedge_in(cleaned, gold, _several(gold)) or answers.relation_problem(cleaned, gold)
     if problem:
         return Verdict(0.0, problem, details)
+    echo = answers.echo_problem(answer, gold, question)
+    if echo:
+        return Verdict(0.0, echo, details)
     if not _several(gold) and answers.is_prose(answer) and answers.words(answer) is None:
         if len(set(re.findall(r"\d+(?:\.\d+)?", answer))) > 1:
             return Verdict(0.0, f"hedged: several numbers among words: {answer[:80]!r}", details)
@@ -169,7 +185,10 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     if problem:
         return Verdict(0.0, problem, details)
     if same(gold_final, stated) or ("=" in gold_final and "=" in answer and same(gold, answer)):
-        return Verdict(1.0, f"correct: {answer_raw[:80]!r} ({how})", details)
+        details["matched_by"] = "math-verify"
+        return Verdict(
+            1.0, f"correct: {answer_raw[:80]!r} vs expected {gold[:60]!r} ({how}, math-verify: same value)", details
+        )
     return Verdict(0.0, f"wrong: {answer_raw[:80]!r} vs expected {gold[:80]!r} ({how})", details)
 
 
@@ -212,9 +231,7 @@ class MathVerifier:
         gold = sample.task.answer if sample.task.answer is not None else sample.task.entry.get("answer")
         if gold is None:
             return RewardResult(0.0, "task has no answer to compare with", self.name, ok=False)
-        verdict = judge(
-            str(gold), sample.completion.text, self.answer_format, answer_form(sample), question_of(sample)
-        )
+        verdict = judge(str(gold), sample.completion.text, self.answer_format, answer_form(sample), question_of(sample))
         return RewardResult(verdict.score, verdict.reason, self.name, verdict.details)
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
