@@ -22,7 +22,7 @@ from typing import Any
 
 from posttrain.config import HFTasks
 from posttrain.data.rows import rows_to_tasks
-from posttrain.types import Message, Task
+from posttrain.types import Message, Task, infer_answer_form
 
 ROLES = ("system", "user", "assistant", "tool")
 _FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
@@ -183,13 +183,20 @@ class RowMapper:
             raise ValueError(f"{s.answer_key} is empty")
         family = s.family or (str(row[s.family_key]) if s.family_key else "hf")
         task_id = str(row[s.id_key]) if s.id_key else f"{self.tag}:{index}"
+        entry = self._entry(row, index, messages, answer)
+        form = s.answer_form
+        if form == "infer":
+            form = infer_answer_form("\n".join(m.content for m in messages if m.role == "user"))
+        if form:
+            entry["answer_form"] = form
         return Task(
             task_id=task_id,
             family=family,
             messages=messages,
             answer=answer,
-            entry=self._entry(row, index, messages, answer),
+            entry=entry,
             verifier=s.verifier,
+            answer_form=form,
         )
 
     def _messages(self, row: dict) -> tuple[tuple[Message, ...], str | None]:

@@ -26,7 +26,7 @@ import math
 import re
 from functools import lru_cache
 
-ANSWER_FORMS = ("simplified", "expanded", "factored", "decimal", "fraction")
+from posttrain.types import ANSWER_FORMS
 
 # ------------------------------------------------------------------ cleaning
 
