@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from functools import lru_cache
 
 from posttrain.types import ANSWER_FORMS
@@ -42,7 +43,7 @@ _CURRENCY = re.compile(
     r"\\\$|\$|€|£|¥|\\euro(?![a-zA-Z])|\\pounds(?![a-zA-Z])|\b(?:USD|EUR|GBP|dollars?|cents?|yuan|euros?)\b"
 )
 _LATEX_THOUSANDS = re.compile(
-    r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d)|(?<=\d),\\[!,]\s*(?=\d{3})|(?<=\d)\\[,!]\s*(?=\d{3}(?!\d))"
+    r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d{3}(?!\d))|(?<=\d),\\[!,]\s*(?=\d{3})|(?<=\d)\\[,!]\s*(?=\d{3}(?!\d))"
 )
 # words that are part of a value, never a unit
 _CONSTANT_WORDS = {
@@ -114,7 +115,8 @@ def _text_command(m: re.Match) -> str:
 def _strip_units(text: str) -> tuple[str, bool]:
     """(text without its trailing unit words, whether one was stripped). Only after a value,
     and never a constant or a word that is the answer itself."""
-    m = _UNIT_TAIL.search(text)
+    offset = max(0, len(text) - 80)  # a unit is a few words: a long tail is not one (and stays linear)
+    m = _UNIT_TAIL.search(text, offset)
     if not m or not re.search(r"[\d}]", text[: m.start()]):
         return text, False
     words = re.findall(r"[a-zA-Zµ]+", m.group(1))
@@ -125,9 +127,19 @@ def _strip_units(text: str) -> tuple[str, bool]:
     return text[: m.start()].rstrip(), True
 
 
+_INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]")
+
+
+def plain_unicode(text: str) -> str:
+    """Unicode that writes ASCII: fullwidth digits, the minus sign, invisible characters."""
+    text = text.replace("²", "^2").replace("³", "^3").replace("\u2212", "-")
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+
+
 def clean(answer: str) -> str:
     """The LaTeX of an answer's value (module docstring). Idempotent."""
-    text = _SPECIAL_TOKEN.split(answer)[0].replace("\x0c", "\\f")  # a form feed is a mangled `\\f`
+    text = plain_unicode(_SPECIAL_TOKEN.split(answer)[0]).replace("\x0c", "\\f")  # a form feed: a mangled `\\f`
+    text = re.sub(r"(?<=\d)_\{?10\}?(?![\d}])", "", text)  # `60_{10}`: base ten
     text = re.sub(r"(?<!\\)\\\\(?=[a-zA-Z]{2})(?!end\b|begin\b)", r"\\", text)  # `\\\\frac`: an escaped `\\frac`
     text = re.sub(r"\{[bBvV]?matrix\}", "{pmatrix}", text)
     text = _unwrap(text)

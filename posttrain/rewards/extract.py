@@ -48,7 +48,7 @@ def last_boxed(text: str) -> str | None:
 
 def all_boxed(text: str) -> list[str]:
     found = (_boxed_at(text, m.start()) for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text))
-    return [b.strip() for b in found if b is not None]
+    return [b.strip() for b in found if b is not None and b.strip()]
 
 
 def math_spans(text: str) -> list[tuple[int, int, str]]:
@@ -163,3 +163,19 @@ def extract_answer(text: str, mode: str = "auto") -> tuple[str | None, str]:
     if not lines:
         return None, "empty response"
     return answer_in(lines[-1], last=True).rstrip(".") or None, "last line"
+
+
+def after_final(text: str, mode: str = "auto") -> str:
+    """What a response says after its final `<answer>` tag or `\\boxed{}` ("" where it has neither)."""
+    text = _join_display(cut_turn(text))
+    if mode in ("auto", "answer_tag"):
+        tags = list(_TAG.finditer(text))
+        if tags:
+            return text[tags[-1].end() :]
+    if mode in ("auto", "boxed"):
+        starts = [m.start() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+        for start in reversed(starts):
+            inner = _boxed_at(text, start)
+            if inner is not None and inner.strip():
+                return text[text.index("{", start) + 1 + len(inner) + 1 :]
+    return ""

@@ -32,7 +32,7 @@ from fractions import Fraction
 
 from posttrain.rewards import answers
 from posttrain.rewards.answers import clean, final_part, same, values_of
-from posttrain.rewards.extract import all_boxed, cut_turn, extract_answer, final_answers
+from posttrain.rewards.extract import after_final, all_boxed, cut_turn, extract_answer, final_answers
 from posttrain.types import RewardResult, Sample
 
 _PROSE_NUMBER = re.compile(
@@ -125,6 +125,24 @@ def _several(gold: str) -> bool:
     return len(_parts(gold)) > 1
 
 
+MAX_ANSWER_CHARS = 2000  # a final answer longer than this is not one (and would cost the parser minutes)
+_ALTERNATIVE = re.compile(
+    r"\b(?:or|unless|otherwise|alternatively|maybe|perhaps|possibly|probably)\b[^.\n]{0,60}?(-?\s*\d[\d.,/]*)",
+    re.IGNORECASE,
+)
+
+
+def _alternative_after(body: str, mode: str, answer_raw: str) -> str | None:
+    """Why the response offers another value after its final tag or box ("\\boxed{60} (or 61)"), or None."""
+    tail = after_final(body, mode)[:400]
+    value = _exact(final_part(read(answer_raw)))
+    for m in _ALTERNATIVE.finditer(tail):
+        other = _exact(m.group(1).replace(" ", "").rstrip(".,"))
+        if other is not None and other != value:
+            return f"hedged: after its answer the response offers {m.group(0)[:60]!r}"
+    return None
+
+
 def _agree(a: str, b: str) -> bool:
     """Two answers of one response state the same value: exactly, where both are numbers
     (a tolerance must not merge `60` and `60.0000001` into one answer)."""
@@ -151,6 +169,9 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
         answer_raw = ", ".join(boxes)
         candidates = [answer_raw] + [c for c in candidates if c not in boxes]
         details["extracted"] = answer_raw
+    longest = max([answer_raw, *candidates], key=len)
+    if len(longest) > MAX_ANSWER_CHARS:
+        return Verdict(0.0, f"not an answer: {len(longest)} characters (at most {MAX_ANSWER_CHARS})", details)
     answer = read(answer_raw)
     lines = [read(line) for line in answer_raw.splitlines() if line.strip()]
     if len(lines) > 1 and not _several(gold) and any(not _agree(lines[-1], line) for line in lines):
@@ -159,6 +180,9 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
         if other.strip() != answer_raw.strip() and not _agree(answer, read(other)):
             shown = ", ".join(repr(c[:40]) for c in dict.fromkeys(candidates))
             return Verdict(0.0, f"hedged: several different final answers: {shown}", details)
+    tail = _alternative_after(body, mode, answer_raw)
+    if tail:
+        return Verdict(0.0, tail, details)
     if normalize(answer_raw) == normalize(gold_text):
         return Verdict(1.0, f"correct: {answer_raw[:80]!r} ({how})", details)
     cleaned = clean(answer_raw)
