@@ -258,3 +258,23 @@ def test_the_grading_suite_exceptions_are_few_each_with_its_rule_and_all_needed(
         assert key in pairs and "README" in reason
         credited, _ = suite.grade(pairs[key])
         assert credited != pairs[key]["equal"], f"{key} is no longer an exception"
+
+
+@pytest.mark.parametrize(
+    "gold, text, score",
+    [
+        ("-61", "\\boxed{−61}", 1.0),  # the unicode minus sign
+        ("61", "\\boxed{−61}", 0.0),
+        ("60", "\\boxed{６０}", 1.0),  # fullwidth digits
+        ("61", "\\boxed{-\u200b61}", 0.0),  # an invisible character does not hide a sign
+        ("60", "\\boxed{60} (or 61)", 0.0),  # an alternative after the final box
+        ("60", "<answer>60</answer> unless it is 61", 0.0),
+        ("60", "\\boxed{60}. Check: 2 * 30 = 60.", 1.0),
+        ("60", "\\boxed{60}\\boxed{}", 1.0),  # an empty box is no answer
+        ("60", "\\boxed{6{,}0}", 0.0),  # `{,}` joins thousands only
+        ("1000", "\\boxed{1{,}000}", 1.0),
+        ("60", "\\boxed{" + "(" * 1500 + "60" + ")" * 1500 + "}", 0.0),  # refused before any parsing
+    ],
+)
+def test_unicode_alternatives_and_size(gold, text, score):
+    assert_scores(gold, text, score)
