@@ -22,6 +22,7 @@ expanded, factored, decimal, fraction).
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import unicodedata
@@ -268,6 +269,18 @@ def values_of(text: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ values
+
+
+class _NoTimeoutNotice(logging.Filter):
+    """math-verify warns on every call that its own timeout is off: it is off on purpose (the
+    caller runs the verifier in a worker process with its time limit), so the notice goes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_NoTimeoutNotice())
 
 
 @lru_cache(maxsize=4096)
