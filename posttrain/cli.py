@@ -341,7 +341,7 @@ def _rewards(args) -> int:
         if args.action == "try":
             return _try(args)
         if args.action == "audit":
-            from posttrain.dashboard.reward_audit import audit
+            from posttrain.rewards.audit_input import audit
 
             return audit(args)
         run_dir = Path(args.run_dir)

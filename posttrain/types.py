@@ -5,8 +5,29 @@ heavy imports, so every layer can use them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
+
+# the forms a task may ask its answer in (`Task.answer_form`), checked on the parsed answer
+ANSWER_FORMS = ("simplified", "expanded", "factored", "decimal", "fraction")
+AnswerForm = Literal["simplified", "expanded", "factored", "decimal", "fraction"]
+_FORM_WORDS = (
+    ("fraction", r"lowest terms|as an? (?:common |improper |reduced )?fraction|simplest fraction"),
+    ("decimal", r"as a decimal|decimal (?:form|places?|number)|in decimal|significant (?:digits|figures)"),
+    ("expanded", r"\bexpand\b|expanded form|\bmultiply out\b"),
+    ("factored", r"^\W*factor(?:i[sz]e)?\b|\bfactor (?:the|this|completely|fully)\b|factored form|\bfactori[sz]e\b"),
+    ("simplified", r"\bsimplify\b|simplest form|simplified form"),
+)
+
+
+def infer_answer_form(question: str) -> str | None:
+    """The form a question asks its answer in, from its wording ("Expand ...", "... in lowest
+    terms", "as a decimal"), or None."""
+    for form, words in _FORM_WORDS:
+        if re.search(words, question, re.IGNORECASE | re.MULTILINE):
+            return form
+    return None
 
 
 @dataclass(frozen=True)
@@ -25,6 +46,9 @@ class Task:
     answer: str | None = None
     entry: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     verifier: str = "reasoning_gym"  # which reward source scores answers to this task
+    # the form the question asks the answer in (simplified, expanded, factored, decimal,
+    # fraction), checked on the parsed answer; none: any form of the value
+    answer_form: str | None = None
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,14 @@ class HFTasks(AnswerSource):
             "own scoring), `code` (tests in the sandbox), `user` (`reward`, or the answer matched), `grm` (the judge)."
         ),
     )
+    answer_form: Literal["simplified", "expanded", "factored", "decimal", "fraction", "infer"] | None = Field(
+        None,
+        description=(
+            "math, reasoning_gym, user: the form every answer must take (checked on the parsed answer: an "
+            "unexpanded product fails `expanded`, a fraction fails `decimal`), or `infer`: from each prompt's "
+            'wording ("Expand", "in lowest terms", "as a decimal"); none: any form of the value.'
+        ),
+    )
     family: str | None = Field(
         None, description="Family name of every row (reasoning_gym: the reasoning-gym dataset); none: `hf`."
     )

@@ -23,7 +23,7 @@ from typing import Any
 from posttrain.config import HFTasks
 from posttrain.data.answers import read_answer
 from posttrain.data.rows import rows_to_tasks
-from posttrain.types import Message, Task
+from posttrain.types import Message, Task, infer_answer_form
 
 ROLES = ("system", "user", "assistant", "tool")
 _FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
@@ -190,7 +190,20 @@ class RowMapper:
         entry = self._entry(row, index, messages, answer)
         if reference != answer:
             entry["reference"] = reference  # the reference as written (the gold check reads it)
-        return Task(task_id=task_id, family=family, messages=messages, answer=answer, entry=entry, verifier=s.verifier)
+        form = s.answer_form
+        if form == "infer":
+            form = infer_answer_form("\n".join(m.content for m in messages if m.role == "user"))
+        if form:
+            entry["answer_form"] = form
+        return Task(
+            task_id=task_id,
+            family=family,
+            messages=messages,
+            answer=answer,
+            entry=entry,
+            verifier=s.verifier,
+            answer_form=form,
+        )
 
     def _messages(self, row: dict) -> tuple[tuple[Message, ...], str | None]:
         """The prompt messages, and the answer when a chat row ends with the assistant's turn."""

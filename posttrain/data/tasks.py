@@ -28,7 +28,7 @@ from posttrain.config import (
     VerifiersTasks,
     WritingTasks,
 )
-from posttrain.types import Message, Task
+from posttrain.types import Message, Task, infer_answer_form
 
 TASK_COLUMNS = ("task_id", "family", "verifier", "messages", "answer", "entry")
 
@@ -92,7 +92,8 @@ def tasks_from_dataset(dataset) -> list[Task]:
             verifier=row["verifier"],
             answer=row["answer"],
             messages=tuple(Message(m["role"], m["content"]) for m in row["messages"]),
-            entry=json.loads(row["entry"]) if row["entry"] else {},
+            entry=(entry := json.loads(row["entry"]) if row["entry"] else {}),
+            answer_form=entry.get("answer_form") if isinstance(entry, dict) else None,
         )
         for row in dataset
     ]
@@ -152,6 +153,16 @@ def _family_sizes(source: ReasoningGymTasks) -> list[int]:
     return sizes
 
 
+# reasoning-gym families whose answers have a form their questions ask for (the others:
+# `infer_answer_form` reads the question)
+FAMILY_ANSWER_FORMS = {
+    "polynomial_multiplication": "expanded",
+    "fraction_simplification": "fraction",
+    "decimal_arithmetic": "decimal",
+    "decimal_chain_sum": "decimal",
+}
+
+
 def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
     import reasoning_gym
 
@@ -162,6 +173,8 @@ def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
         for i, entry in enumerate(_family_part(reasoning_gym, family, size, source.seed + 1000 * index, source.part)):
             system = (Message("system", source.system_prompt),) if source.system_prompt else ()
             user = Message("user", entry["question"] + source.prompt_suffix)
+            form = FAMILY_ANSWER_FORMS.get(family.name) or infer_answer_form(entry["question"])
+            entry = {**entry, "answer_form": form} if form else entry
             tasks.append(
                 Task(
                     task_id=f"{family.name}/{source.seed}/{i}",
@@ -169,6 +182,7 @@ def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
                     messages=system + (user,),
                     answer=str(entry["answer"]),
                     entry=_jsonable(entry),
+                    answer_form=form,
                 )
             )
     random.Random(source.seed).shuffle(tasks)

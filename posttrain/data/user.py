@@ -13,7 +13,7 @@ from pathlib import Path
 from posttrain.config import UserTasks
 from posttrain.data.answers import read_answer
 from posttrain.data.rows import rows_to_tasks
-from posttrain.types import Message, Task
+from posttrain.types import ANSWER_FORMS, Message, Task
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -68,7 +68,7 @@ def _task(row, number: int, source: UserTasks) -> Task:
         raise ValueError(f"invalid JSON ({row.msg})")
     if not isinstance(row, dict):
         raise ValueError(f"a row must be an object, got {type(row).__name__}")
-    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata"}
+    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata", "answer_form"}
     if unknown:
         raise ValueError(f"unknown field(s) {sorted(unknown)}")
     messages = row_messages(row, source.system_prompt)
@@ -81,10 +81,23 @@ def _task(row, number: int, source: UserTasks) -> Task:
     task_id = str(row.get("id", f"{Path(source.path).name}:{number}"))
     reference = None if answer is None else str(answer)
     answer = reference if reference is None else read_answer(reference, source.answer_format, row)
+    form = row.get("answer_form")
+    if form is not None and form not in ANSWER_FORMS:
+        raise ValueError(f"answer_form {form!r} is not one of {', '.join(ANSWER_FORMS)}")
     entry = {"answer": answer, "metadata": metadata, "row": number}
     if reference != answer:
         entry["reference"] = reference  # the reference as written (the gold check reads it)
-    return Task(task_id=task_id, family="user", messages=messages, answer=entry["answer"], entry=entry, verifier="user")
+    if form:
+        entry["answer_form"] = form
+    return Task(
+        task_id=task_id,
+        family="user",
+        messages=messages,
+        answer=entry["answer"],
+        entry=entry,
+        verifier="user",
+        answer_form=form,
+    )
 
 
 def tasks_from_file(path: Path, on_bad_row: str, parse) -> list[Task]:

@@ -56,10 +56,10 @@ def sample_reference(args: tuple) -> tuple:
 
 
 def entry_reference(args: tuple) -> tuple:
-    """A `score_one(family, entry, response, finish_reason)` call on the entry's own answer
-    (or, with none, an answer that reaches the family's scorer)."""
-    family, entry, _, _ = args
-    return family, entry, str(entry.get("answer", "0")), "stop"
+    """A `score_one(family, entry, response, finish_reason, ...)` call on the entry's own
+    answer (or, with none, an answer that reaches the family's scorer)."""
+    family, entry, _, _, *rest = args
+    return (family, entry, str(entry.get("answer", "0")), "stop", *rest)
 
 
 def check_in_workers(

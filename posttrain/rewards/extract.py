@@ -1,8 +1,13 @@
 """Reading the final answer out of a model response.
 
-auto: the last <answer>...</answer>, else the last \\boxed{...}, else the text after a
-final "answer:" marker, else the last non-empty line. `final_answers` lists every final
-answer a response states, for the hedging check (`math_verifier.hedge`).
+auto: the last <answer>...</answer>, else the last \\boxed{...}, else the statement after
+the last answer marker ("Answer: 5", "The final answer is $5$. I hope it is correct."),
+else the last line (or the display-math block the response ends with). Text after a chat
+template's turn token (`<|im_start|>`) is another turn, never the answer. A statement is
+read to its answer: the math in it ("The final answer is $\\boxed{42}$." is one answer:
+the box), or what follows its last `is` / `=` ("The largest $n$ is 34."). `final_answers`
+lists every final answer a response states (tags, boxes, marker statements), for the
+hedging check (`math_verifier.hedge`).
 """
 
 from __future__ import annotations
@@ -10,13 +15,22 @@ from __future__ import annotations
 import re
 
 _TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_MARKER = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*(.+)", re.IGNORECASE)
-# a line that states an answer: "Answer: 5", "The final answer is 5", "**Final answer:** 5"
-_MARKER_LINE = re.compile(r"^[\W_]*(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)\W*?\s*(\S.*)$", re.IGNORECASE)
+_MARKER = re.compile(r"(?:\bfinal\s+answer|\banswer)\b\**\s*(is\b|:|=)?\**\s*", re.IGNORECASE)
+_TURN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|start_header_id|end_of_text)\|>")
+_SENTENCE_END = re.compile(r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|\s+I hope it is correct.*$")
+_COPULA = re.compile(r"\s(?:is|are|equals|was|be|becomes)\s+(?!not\b)|\s=\s", re.IGNORECASE)
+_CONNECTORS = re.compile(r"[\s,;.:\"'“”`*\\]*(?:(?:and|or|,|;|\\quad)[\s,;.:\"'“”`*\\]*)*", re.IGNORECASE)
+_CHOICE = re.compile(r"^\(?[A-E]\)?[.:)]\s")
+
+
+def cut_turn(text: str) -> str:
+    """The response up to a chat template's turn token (a form feed read back as the `\\f`
+    of `\\frac` it was before a JSON decoder took it for an escape)."""
+    return _TURN.split(text, maxsplit=1)[0].replace("\x0c", "\\f")
 
 
 def _boxed_at(text: str, start: int) -> str | None:
-    depth, i = 0, start + len("\\boxed{")
+    depth, i = 0, text.index("{", start) + 1
     for j in range(i, len(text)):
         if text[j] == "{":
             depth += 1
@@ -28,30 +42,101 @@ def _boxed_at(text: str, start: int) -> str | None:
 
 
 def last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    return None if start < 0 else _boxed_at(text, start)
+    boxes = all_boxed(text)
+    return boxes[-1] if boxes else None
 
 
 def all_boxed(text: str) -> list[str]:
-    found = (_boxed_at(text, m.start()) for m in re.finditer(r"\\boxed\{", text))
-    return [b.strip() for b in found if b is not None]
+    found = (_boxed_at(text, m.start()) for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text))
+    return [b.strip() for b in found if b is not None and b.strip()]
+
+
+def math_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of each math span: `$$..$$`, `\\[..\\]`, `\\(..\\)`, `$..$`
+    (inline `$` within one line; `\\$` is a dollar sign)."""
+    spans = []
+    pattern = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)|(?<!\\)\$((?:[^$\n\\]|\\.)+?)(?<!\\)\$", re.DOTALL)
+    for m in pattern.finditer(text):
+        content = next(g for g in m.groups() if g is not None)
+        spans.append((m.start(), m.end(), content.strip()))
+    return spans
+
+
+def _first_sentence(text: str) -> str:
+    m = _SENTENCE_END.search(text)
+    return text[: m.start()] if m else text
+
+
+def _last_sentence(text: str) -> str:
+    text = re.sub(r"\s*I hope it is correct.*$", "", text.strip())
+    ends = r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|(?<=\$\$)\s+(?=[A-Z])|(?<=\\\])\s+(?=[A-Z])"
+    sentences = [t for t in re.split(ends, text) if t.strip()]
+    return sentences[-1] if sentences else text
+
+
+def _join_display(text: str) -> str:
+    """Display math (`\\[..\\]`, `$$..$$`) on one line, so a line-based reading sees it whole."""
+    return re.sub(r"\$\$.+?\$\$|\\\[.+?\\\]", lambda m: " ".join(m.group(0).split()), text, flags=re.DOTALL)
+
+
+def answer_in(statement: str, depth: int = 0, last: bool = False) -> str:
+    """The answer a statement states (module docstring); `last`: its last sentence (a
+    response's last line), else its first (what follows an answer marker)."""
+    s = (_last_sentence(statement) if last else _first_sentence(statement.strip())).strip().rstrip(".").strip()
+    if _CHOICE.match(s):
+        return s
+    boxes = all_boxed(s)
+    if boxes:
+        return boxes[-1]
+    spans = math_spans(s)
+    outside = s
+    for start, end, _ in reversed(spans):
+        outside = outside[:start] + " " + outside[end:]
+    if spans and _CONNECTORS.fullmatch(outside):
+        joined = s
+        for start, end, content in reversed(spans):
+            joined = joined[:start] + content + joined[end:]
+        return re.sub(r'^(?:\\?["“”`\'])+|(?:\\?["“”`\'])+$', "", joined.strip()).strip()
+    copulas = [m for m in _COPULA.finditer(s) if not any(a <= m.start() < b for a, b, _ in spans)]
+    if copulas and depth == 0:
+        rest = s[copulas[-1].end() :].strip()
+        if re.search(r"[\d$\\]", rest):
+            return answer_in(rest, depth + 1)
+    if spans and not re.search(r"\d", outside):
+        return spans[-1][2]
+    return s.strip("\"'“”`").strip()
+
+
+def _marker_statements(text: str) -> list[str]:
+    found = []
+    for line in text.splitlines():
+        last = None
+        for m in _MARKER.finditer(line):
+            rest = line[m.end() :].strip()
+            if rest and (m.group(1) or rest.startswith(("$", "\\(", "\\[", "\\boxed"))):
+                last = rest
+        if last is not None:
+            found.append(last)
+    return found
 
 
 def final_answers(text: str, mode: str = "auto") -> list[str]:
     """Every final answer the response states, in the places `mode` reads: <answer> tags,
-    \\boxed{}, and lines that open with an answer marker."""
+    \\boxed{}, and statements after an answer marker (one with a box in it is that box)."""
+    text = _join_display(cut_turn(text))
     found = []
     if mode in ("auto", "answer_tag"):
         found += [a.strip() for a in _TAG.findall(text)]
     if mode in ("auto", "boxed"):
         found += all_boxed(text)
     if mode == "auto":
-        found += [m.group(1).strip() for line in text.splitlines() if (m := _MARKER_LINE.match(line.strip()))]
-    return found
+        found += [answer_in(s) for s in _marker_statements(text) if not all_boxed(s)]
+    return [f for f in found if f]
 
 
 def extract_answer(text: str, mode: str = "auto") -> tuple[str | None, str]:
     """(answer or None, how it was found)."""
+    text = _join_display(cut_turn(text))
     if mode in ("auto", "answer_tag"):
         found = _TAG.findall(text)
         if found:
@@ -66,10 +151,31 @@ def extract_answer(text: str, mode: str = "auto") -> tuple[str | None, str]:
             return None, "no \\boxed{}"
     if mode == "whole":
         return (text.strip() or None), "whole response"
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    statements = _marker_statements(text)
+    if statements:
+        return answer_in(statements[-1]), "answer marker"
+    stripped = text.strip()
+    if stripped.endswith(("\\]", "$$")):
+        spans = math_spans(stripped)
+        if spans and spans[-1][1] == len(stripped):
+            return spans[-1][2], "last line"
+    lines = [ln.strip() for ln in stripped.splitlines() if ln.strip()]
     if not lines:
         return None, "empty response"
-    marker = _MARKER.search(lines[-1])
-    if marker:
-        return marker.group(1).strip().rstrip("."), "answer marker"
-    return lines[-1].rstrip("."), "last line"
+    return answer_in(lines[-1], last=True).rstrip(".") or None, "last line"
+
+
+def after_final(text: str, mode: str = "auto") -> str:
+    """What a response says after its final `<answer>` tag or `\\boxed{}` ("" where it has neither)."""
+    text = _join_display(cut_turn(text))
+    if mode in ("auto", "answer_tag"):
+        tags = list(_TAG.finditer(text))
+        if tags:
+            return text[tags[-1].end() :]
+    if mode in ("auto", "boxed"):
+        starts = [m.start() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
+        for start in reversed(starts):
+            inner = _boxed_at(text, start)
+            if inner is not None and inner.strip():
+                return text[text.index("{", start) + 1 + len(inner) + 1 :]
+    return ""

@@ -1,133 +1,96 @@
-"""Answers compared as mathematics, and the `math` verifier.
+"""Answers compared as values, and the `math` verifier.
 
-`math_equivalent` asks math-verify whether two answers are the same value (`0.5` and
-`\\frac{1}{2}`, `13.0` and `13`); each side is read as one LaTeX expression, so a list or
-set is compared as a whole and never matches one of its members. `hedge` finds responses
-that state several different final answers or list alternatives (`5 or 6`): those score 0
-with reason "hedged: ...", never partial credit (used by every answer verifier).
-`unevaluated` finds answers that are the computation rather than its result: math-verify
-evaluates `85 - 25` to 60, so a policy that copies the question's expression would be
-"correct" without computing anything; where the expected answer is a number, the answer
-must be a number (or one number in prose), and it never has more operations than the
-expected answer (every answer verifier asks it before crediting a match).
-The `math` verifier extracts the final answer and compares it with the task's `answer`.
+`judge` is the verdict every answer verifier (math, reasoning_gym, user) gives a response
+against an expected answer, in this order, each step a refusal with its reason:
+
+1. extract exactly one final answer (`extract.extract_answer`): the last `<answer>` tag or
+   `\\boxed{}`, or the statement after the last answer marker, or the last line. Several
+   parts in separate boxes are one answer where the expected answer has several parts.
+2. hedge: every other final answer the response states (tags, boxes, marker statements)
+   must be the same value; the answer itself may not give two values (`\\pm`, `60 or 61`,
+   "60 unless it is sixty one", two values on two lines, `5, 6` where one is expected).
+3. read the answer into a value (`answers.clean`: units go, constants, the sign and the
+   relation stay). A relation (`x \\geq 60`) is not a value where the expected answer is one;
+   words around several numbers are not one value.
+4. form: where the expected answer is a number, the answer is a number written as its
+   value (`85 - 25`, `\\sqrt{3600}`, `-(-60)`, `\\lfloor 60.5 \\rfloor` are not); otherwise no
+   more operations than the expected answer, no function applied to a constant that it does
+   not apply, and never the question's own expression; and the task's `answer_form`
+   (expanded, factored, simplified, decimal, fraction) on the parsed form.
+5. padding: an answer that holds the expected one among other digits or text (`2140` or
+   `214.0000001` for 214) is not it, whatever a tolerance says.
+6. the values compared (`answers.same`: math-verify's comparison of the parsed values).
+
+`hedge`, `unevaluated` and `math_equivalent` are the steps on their own, for callers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import re
-import threading
+from dataclasses import dataclass, field
+from fractions import Fraction
 
+from posttrain.rewards import answers
+from posttrain.rewards.answers import clean, final_part, same, values_of
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
-from posttrain.rewards.extract import extract_answer, final_answers
+from posttrain.rewards.extract import after_final, all_boxed, cut_turn, extract_answer, final_answers
 from posttrain.types import RewardResult, Sample
 
-_MATHY = re.compile(r"^[-+*/^().,=\s\d\\{}a-zA-Z]*\d[-+*/^().,=\s\d\\{}a-zA-Z]*$")
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_ALTERNATIVE = re.compile(r"\bor\b", re.IGNORECASE)
-_LIST_SEPARATOR = re.compile(r"[,;]|\s(?:and|or)\s", re.IGNORECASE)
-
-
-_DECIMAL = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?")
-_FRACTION = re.compile(r"([-+]?)(?:(\d+)/(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\})")
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-# an operation still written out: a binary operator after an operand (a product only
-# between two numbers: `2\\cdot\\pi` is how some write `2\\pi`), or a function or
-# operator command or word
-_BINARY = re.compile(r"(?<=[\w)}\]!.])\s*(?:[-+/^÷]|\\(?:div|pm|mp)(?![a-zA-Z]))")
-_PRODUCT = re.compile(r"(?<=\d)\s*(?:\*|×|·|\\cdot(?![a-zA-Z])|\\times(?![a-zA-Z]))\s*(?=\d)")
-_FUNCTION = re.compile(
-    r"\\(?:[dt]?frac|sqrt|sin|cos|tan|cot|sec|csc|arcsin|arccos|arctan|sinh|cosh|tanh|log|ln|lg|exp|binom|"
-    r"choose|sum|prod|int|lim|max|min|gcd|lcm|mod|bmod|pmod)(?![a-zA-Z])|\b(?:sqrt|sin|cos|tan|log|ln|exp|abs|mod|"
-    r"gcd|lcm|max|min|sum|pow)\s*\(|!|%(?=\s*\d)|\*\*"
+_PROSE_NUMBER = re.compile(
+    r"(?<![\w.])(-\s*)?(\d+(?:\.\d+)?(?:\s*/\s*\d+)?)(\s*(?:\\pi|π|\\infty|∞|\\sqrt\{?\d+\}?|\bpi\b|i\b|e\b))?"
 )
 
 
-def _plain(text: str, spaces: bool = False) -> str:
-    """The answer as compared here: `normalize`d, with thousands separators and LaTeX
-    spacing and sizing commands removed (and spaces, unless `spaces`)."""
-    for command in ("\\left", "\\right", "\\!", "\\,", "\\;"):
-        text = text.replace(command, "")
-    text = _THOUSANDS.sub("", normalize(text))
-    return text if spaces else text.replace(" ", "")
+@dataclass
+class Verdict:
+    score: float
+    reason: str
+    details: dict = field(default_factory=dict)
 
 
-def is_number(text: str) -> bool:
-    """A number written as its value: an integer or decimal (`1.5e-3` too), or a fraction in lowest terms
-    (`3/4`, `\\frac{3}{4}`), optionally signed. `6/8` and `12/4` still have a division to do."""
-    text = _plain(text)
-    if _DECIMAL.fullmatch(text):
-        return True
-    m = _FRACTION.fullmatch(text)
-    if not m:
-        return False
-    p, q = (int(m.group(2)), int(m.group(3))) if m.group(2) else (int(m.group(4)), int(m.group(5)))
-    return q > 1 and math.gcd(p, q) == 1
+def read(answer: str) -> str:
+    """The value an extracted answer states, as LaTeX: cleaned (units, delimiters, labels
+    gone), and among words the one number they state (`Jane started 3 hours ago`)."""
+    text = clean(answer)
+    if answers.words(text) is None and answers.is_prose(text) and re.search(r"\d", text):
+        denied = re.sub(r"\b(?:not|isn't|never|instead of)\s+-?\d[\d.,/]*", " ", text, flags=re.IGNORECASE)
+        numbers = {"".join(p for p in m.groups() if p).replace(" ", "") for m in _PROSE_NUMBER.finditer(denied)}
+        if len(numbers) == 1:
+            return clean(numbers.pop())
+        return text  # several numbers among words: not one value (the hedge check says so)
+    return text
 
 
-def operations(text: str) -> int:
-    """How many operations an answer still writes out: binary operators (`85 - 25`, `3 \\cdot 4`),
-    fractions, roots, functions, factorials, powers."""
-    text = _plain(text, spaces=True)
-    return len(_BINARY.findall(text)) + len(_PRODUCT.findall(text)) + len(_FUNCTION.findall(text))
-
-
-def functions(text: str) -> set[str]:
-    """The functions an answer applies, by name (`sin`, `log`, `sqrt`, ...; fractions are
-    division, counted by `operations`)."""
-    found = {m.group(0).strip("\\( {").rstrip() for m in _FUNCTION.finditer(_plain(text, spaces=True))}
-    return {name for name in found if name.isalpha() and not name.endswith("frac")}
-
-
-def unevaluated(gold: str, answer: str) -> str | None:
-    """Why `answer` is not a final value where `gold` is one, or None. Only what follows an
-    answer's last `=` counts (`85 - 25 = 60` states 60). Where the expected answer is a
-    number, the answer is a number, or one number among words (`60 apples`); otherwise it
-    applies no function the expected answer does not and writes out no more operations."""
-    parts = [part for part in answer.split("=") if part.strip()] if "=" not in gold else []
-    value = parts[-1] if parts else answer
-    if is_number(gold):
-        if is_number(value):
-            return None
-        if len(_NUMBER.findall(_plain(value))) <= 1 and not operations(value):
-            return None
-        return f"not a final value: {answer[:60]!r} still has to be computed (the expected answer is {gold!r})"
-    extra = functions(value) - functions(gold)
-    if extra:
-        return f"not a final value: {answer[:60]!r} applies {', '.join(sorted(extra))}, which {gold[:60]!r} does not"
-    if operations(value) > operations(gold):
-        return (
-            f"not a final value: {answer[:60]!r} writes out {operations(value)} operation(s), "
-            f"the expected {gold[:60]!r} {operations(gold)}"
-        )
+def _exact(text: str) -> Fraction | None:
+    t = text.replace(" ", "")
+    try:
+        if re.fullmatch(r"[-+]?\d+/\d+", t):
+            return Fraction(t)
+        if re.fullmatch(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?", t, re.IGNORECASE):
+            return Fraction(t)
+    except (ValueError, ZeroDivisionError):
+        return None
     return None
 
 
-def _verify(gold: str, answer: str) -> bool:
-    from math_verify import parse, verify
+def padding(gold: str, answer: str) -> str | None:
+    """Why `answer` is the expected answer padded with other digits or text, or None:
+    it contains the expected answer's text, and is not exactly its value (`13.0` is 13;
+    `2140`, `214.0000001` and `214 and 215` are not 214)."""
+    g, a = _squash(gold), _squash(answer)
+    if not g or g == a or g not in a:
+        return None
+    ge, ae = _exact(gold), _exact(answer)
+    if ge is not None and ae is not None and ge == ae:
+        return None
+    if ge is None and answers.same(gold, answer) and not re.search(r"\d", a.replace(g, "", 1)):
+        return None
+    return f"wrong: {answer[:60]!r} contains the expected {gold[:60]!r} among other text (no partial credit)"
 
-    # math-verify times out with SIGALRM, which only the main thread may use
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    gold_parsed = parse(gold, parsing_timeout=timeout)
-    answer_parsed = parse(answer, parsing_timeout=timeout)
-    return bool(gold_parsed and answer_parsed and verify(gold_parsed, answer_parsed, timeout_seconds=timeout))
 
-
-def _latex(text: str) -> str:
-    return text if "$" in text or "\\boxed" in text else f"${text}$"
-
-
-def math_equivalent(gold: str, answer: str) -> bool:
-    """math-verify's verdict on two answers; False when either is not mathematical."""
-    if not (_MATHY.match(gold.strip()) and _MATHY.match(answer.strip())):
-        return False
-    if _verify(_latex(gold), _latex(answer)):
-        return True
-    # one number in prose ("12 legs"): math-verify's plain-text reading takes the last
-    # number it finds, so it is asked only when there is exactly one on each side
-    return len(_NUMBER.findall(answer)) == 1 and len(_NUMBER.findall(gold)) == 1 and _verify(gold, answer)
+def _squash(text: str) -> str:
+    return " ".join(text.strip().strip("$*").rstrip(".").lower().split()).replace(" ", "")
 
 
 def normalize(answer: str) -> str:
@@ -138,49 +101,152 @@ def normalize(answer: str) -> str:
     return " ".join(text.strip("$* ").rstrip(".").strip("$* ").lower().split())
 
 
-def _distinct(answers: list[str]) -> list[str]:
-    kept: list[str] = []
-    for answer in answers:
-        if normalize(answer) and not any(normalize(answer) == normalize(k) or math_equivalent(k, answer) for k in kept):
-            kept.append(answer)
-    return kept
+def _parts(text: str) -> list[str]:
+    """The values an answer lists: at top level, or inside one set's braces."""
+    inner = re.fullmatch(r"\\?\{(.*)\\?\}", text.strip(), re.DOTALL)
+    if inner and _balanced_set(inner.group(1)):
+        return values_of(inner.group(1))
+    return values_of(text)
 
 
-def _top_level_values(text: str) -> list[str]:
-    """The values of a list written without brackets (`5, 6`, `5 and 6`); one item else.
-    Separators inside brackets and thousands separators (`1,000`) do not count."""
-    depth, out = 0, []
-    for i, ch in enumerate(text):
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}" and depth:
-            depth -= 1
-        thousands = ch == "," and i > 0 and text[i - 1].isdigit() and re.match(r",\d{3}(?!\d)", text[i:])
-        out.append("\x00" if ch in ",;" and (depth or thousands) else ch)
-    return [p.strip() for p in _LIST_SEPARATOR.split("".join(out)) if p.strip()]
+def _balanced_set(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch in "{(["
+        depth -= ch in "})]"
+        if depth < 0:
+            return False
+    return depth == 0
 
 
-def hedge(text: str, mode: str = "auto", gold: str | None = None) -> str | None:
-    """Why a response hedges (several different final answers, or an answer listing
-    alternatives), or None."""
-    distinct = _distinct(final_answers(text, mode))
-    if len(distinct) > 1:
-        return "hedged: several different final answers: " + ", ".join(repr(d[:40]) for d in distinct[:4])
-    answer, _ = extract_answer(text, mode)
-    if answer is None:
-        return None
-    if _ALTERNATIVE.search(answer) and not (gold and _ALTERNATIVE.search(gold)):
-        return f"hedged: the answer lists alternatives: {answer[:80]!r}"
-    scalar_gold = gold is not None and not re.search(r"[,;]|\s(?:and|or)\s", gold, re.IGNORECASE)
-    values = {normalize(v) for v in _top_level_values(answer)}
-    if scalar_gold and len(values) > 1:
-        return f"hedged: one answer expected, several given: {answer[:80]!r}"
+def _gold_final(gold: str) -> str:
+    return ", ".join(values_of(gold)) if len(values_of(gold)) > 1 else final_part(gold)
+
+
+def _several(gold: str) -> bool:
+    return len(_parts(gold)) > 1
+
+
+MAX_ANSWER_CHARS = 2000  # a final answer longer than this is not one (and would cost the parser minutes)
+_ALTERNATIVE = re.compile(
+    r"\b(?:or|unless|otherwise|alternatively|maybe|perhaps|possibly|probably)\b[^.\n]{0,60}?(-?\s*\d[\d.,/]*)",
+    re.IGNORECASE,
+)
+
+
+def _alternative_after(body: str, mode: str, answer_raw: str) -> str | None:
+    """Why the response offers another value after its final tag or box ("\\boxed{60} (or 61)"), or None."""
+    tail = after_final(body, mode)[:400]
+    value = _exact(final_part(read(answer_raw)))
+    for m in _ALTERNATIVE.finditer(tail):
+        other = _exact(m.group(1).replace(" ", "").rstrip(".,"))
+        if other is not None and other != value:
+            return f"hedged: after its answer the response offers {m.group(0)[:60]!r}"
     return None
 
 
+def _agree(a: str, b: str) -> bool:
+    """Two answers of one response state the same value: exactly, where both are numbers
+    (a tolerance must not merge `60` and `60.0000001` into one answer)."""
+    if _squash(a) == _squash(b):
+        return True
+    ea, eb = _exact(final_part(a)), _exact(final_part(b))
+    if ea is not None or eb is not None:
+        return ea == eb
+    return same(a, b) and same(b, a)
+
+
+def judge(gold, text: str, mode: str = "auto", form: str | None = None, question: str | None = None) -> Verdict:
+    """The verdict on a response against the expected answer `gold` (module docstring)."""
+    gold_text = str(gold)
+    gold = clean(gold_text)
+    answer_raw, how = extract_answer(text, mode)
+    details = {"extracted": answer_raw, "extracted_by": how, "expected": gold}
+    if answer_raw is None or not answer_raw.strip():
+        return Verdict(0.0, f"no answer found ({how})", details)
+    body = cut_turn(text)
+    candidates = final_answers(body, mode)
+    if _several(gold) and how == "boxed" and len(all_boxed(body)) > 1:
+        boxes = list(dict.fromkeys(all_boxed(body)))
+        answer_raw = ", ".join(boxes)
+        candidates = [answer_raw] + [c for c in candidates if c not in boxes]
+        details["extracted"] = answer_raw
+    longest = max([answer_raw, *candidates], key=len)
+    if len(longest) > MAX_ANSWER_CHARS:
+        return Verdict(0.0, f"not an answer: {len(longest)} characters (at most {MAX_ANSWER_CHARS})", details)
+    answer = read(answer_raw)
+    lines = [read(line) for line in answer_raw.splitlines() if line.strip()]
+    if len(lines) > 1 and not _several(gold) and any(not _agree(lines[-1], line) for line in lines):
+        return Verdict(0.0, f"hedged: the answer gives a value on each of {len(lines)} lines", details)
+    for other in candidates:
+        if other.strip() != answer_raw.strip() and not _agree(answer, read(other)):
+            shown = ", ".join(repr(c[:40]) for c in dict.fromkeys(candidates))
+            return Verdict(0.0, f"hedged: several different final answers: {shown}", details)
+    tail = _alternative_after(body, mode, answer_raw)
+    if tail:
+        return Verdict(0.0, tail, details)
+    if normalize(answer_raw) == normalize(gold_text):
+        return Verdict(1.0, f"correct: {answer_raw[:80]!r} ({how})", details)
+    cleaned = clean(answer_raw)
+    problem = answers.hedge_in(cleaned, gold, _several(gold)) or answers.relation_problem(cleaned, gold)
+    if problem:
+        return Verdict(0.0, problem, details)
+    echo = answers.echo_problem(answer, gold, question)
+    if echo:
+        return Verdict(0.0, echo, details)
+    if not _several(gold) and answers.is_prose(answer) and answers.words(answer) is None:
+        if len(set(re.findall(r"\d+(?:\.\d+)?", answer))) > 1:
+            return Verdict(0.0, f"hedged: several numbers among words: {answer[:80]!r}", details)
+    gold_final = _gold_final(gold)
+    stated = ", ".join(values_of(answer)) if _several(gold) else final_part(answer)
+    letter = answers.choice(gold)
+    if letter and answers.words(letter):
+        gold_final, stated = letter, answers.choice(answer) or stated
+    details["value"] = stated
+    problem = (
+        answers.final_value_problem(gold_final, stated, question)
+        or answers.form_problem(form, stated)
+        or padding(gold_final, stated)
+    )
+    if problem:
+        return Verdict(0.0, problem, details)
+    if same(gold_final, stated) or ("=" in gold_final and "=" in answer and same(gold, answer)):
+        details["matched_by"] = "math-verify"
+        return Verdict(
+            1.0, f"correct: {answer_raw[:80]!r} vs expected {gold[:60]!r} ({how}, math-verify: same value)", details
+        )
+    return Verdict(0.0, f"wrong: {answer_raw[:80]!r} vs expected {gold[:80]!r} ({how})", details)
+
+
+def hedge(text: str, mode: str = "auto", gold: str | None = None) -> str | None:
+    """Why a response hedges (several different final answers, or one answer giving several
+    values where `gold` has one), or None."""
+    verdict = judge("" if gold is None else gold, text, mode)
+    return verdict.reason if verdict.reason.startswith("hedged") else None
+
+
+def unevaluated(gold: str, answer: str, question: str | None = None) -> str | None:
+    """Why `answer` is not a final value where `gold` is one, or None (step 4 of `judge`)."""
+    stated = final_part(read(answer)) if not _several(clean(gold)) else ", ".join(values_of(read(answer)))
+    return answers.final_value_problem(_gold_final(clean(gold)), stated, question)
+
+
+def math_equivalent(gold: str, answer: str) -> bool:
+    """Whether two answers are the same value (step 6 of `judge` alone)."""
+    return same(_gold_final(clean(gold)), final_part(read(answer)))
+
+
+def question_of(sample: Sample) -> str:
+    return "\n".join(m.content for m in sample.task.messages if m.role == "user")
+
+
+def answer_form(sample: Sample) -> str | None:
+    return sample.task.answer_form or sample.task.entry.get("answer_form")
+
+
 class MathVerifier:
-    """Tasks with a mathematical `answer`: the final answer extracted from the response
-    and compared with it, as text or by math-verify."""
+    """Tasks with a mathematical `answer`: the final answer extracted from the response and
+    compared with it as a value (`judge`)."""
 
     name = "math"
 
@@ -192,26 +258,8 @@ class MathVerifier:
         gold = sample.task.answer if sample.task.answer is not None else sample.task.entry.get("answer")
         if gold is None:
             return RewardResult(0.0, "task has no answer to compare with", self.name, ok=False)
-        gold = str(gold)
-        text = sample.completion.text
-        answer, how = extract_answer(text, self.answer_format)
-        details = {"extracted": answer, "extracted_by": how, "expected": gold}
-        if answer is None:
-            return RewardResult(0.0, f"no answer found ({how})", self.name, details)
-        hedged = hedge(text, self.answer_format, gold)
-        if hedged:
-            return RewardResult(0.0, hedged, self.name, details)
-        if normalize(answer) == normalize(gold):
-            return RewardResult(1.0, f"correct: {answer!r} ({how})", self.name, details)
-        computed = unevaluated(gold, answer)
-        if computed:
-            return RewardResult(0.0, computed, self.name, details)
-        if math_equivalent(gold, answer):
-            details["matched_by"] = "math-verify"
-            return RewardResult(
-                1.0, f"correct: {answer!r} vs expected {gold!r} ({how}, math-verify)", self.name, details
-            )
-        return RewardResult(0.0, f"wrong: {answer!r} vs expected {gold!r} ({how})", self.name, details)
+        verdict = judge(str(gold), sample.completion.text, self.answer_format, answer_form(sample), question_of(sample))
+        return RewardResult(verdict.score, verdict.reason, self.name, verdict.details)
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
         """Each sample's `score_one` in a worker process, within `timeout_s`: past it, or if

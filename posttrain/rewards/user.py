@@ -18,8 +18,7 @@ import importlib
 import math
 
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
-from posttrain.rewards.extract import extract_answer
-from posttrain.rewards.math_verifier import hedge, math_equivalent, unevaluated
+from posttrain.rewards.math_verifier import answer_form, judge, question_of
 from posttrain.rollout.workers import CallRaised, CallTimeout, WorkerCrashed, WorkerPool, WorkerUnavailable
 from posttrain.types import RewardResult, Sample
 
@@ -105,23 +104,12 @@ class UserReward:
         return [call_verdict(value, error, self.name, self.timeout_s) for value, error in outcomes]
 
     def _match(self, sample: Sample) -> RewardResult:
+        """The row's `answer` against the response's final answer, as the `math` verifier does."""
         gold = sample.task.answer
         if gold is None:
             return RewardResult(0.0, "task has no answer and no reward function is set", self.name, ok=False)
-        answer, how = extract_answer(sample.completion.text)
-        if answer is None:
-            return RewardResult(0.0, f"no answer found ({how})", self.name)
-        hedged = hedge(sample.completion.text, "auto", gold)
-        if hedged:
-            return RewardResult(0.0, hedged, self.name)
-        if answer.strip() == gold.strip():
-            return RewardResult(1.0, f"correct: {answer!r} ({how})", self.name)
-        computed = unevaluated(gold, answer)
-        if computed:
-            return RewardResult(0.0, computed, self.name)
-        if math_equivalent(gold, answer):
-            return RewardResult(1.0, f"correct: {answer!r} ({how}, math-verify)", self.name)
-        return RewardResult(0.0, f"wrong: {answer!r} vs expected {gold!r} ({how})", self.name)
+        verdict = judge(gold, sample.completion.text, "auto", answer_form(sample), question_of(sample))
+        return RewardResult(verdict.score, verdict.reason, self.name, verdict.details)
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
         if self.function is None:

@@ -15,7 +15,7 @@ from posttrain.rewards.audit import VERIFIERS, AuditError
 
 def _rows(path: str) -> list[dict]:
     """A task file: one JSON object (as `rewards try` reads), or JSON lines of them."""
-    from posttrain.dashboard.reward_try import TryError, read_task_file
+    from posttrain.rewards.try_task import TryError, read_task_file
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -71,7 +71,7 @@ def _user_function(spec: str | None) -> str | None:
 
 
 def _grm_config(reward: str | None):
-    from posttrain.dashboard.grm_try import load_grm_config
+    from posttrain.rewards.try_grm import load_grm_config
 
     return load_grm_config(reward)
 
@@ -83,7 +83,7 @@ def _plan(args) -> list[tuple[str, object, list, int | None]]:
     if args.pipeline or args.stage:
         return _stage_plan(args)
     if args.task_file:
-        from posttrain.dashboard.reward_try import task_of
+        from posttrain.rewards.try_task import task_of
 
         by: dict[str, list] = {}
         rewards: set = set()

@@ -1,0 +1,132 @@
+"""The `math` verifier against other projects' answer-grading test suites.
+
+tests/data/grading_pairs.jsonl holds (gold, prediction, equal) facts taken from the public
+test suites of Math-Verify, hendrycks/math and NeMo-Skills (each row names its origin). A
+gold written as a whole solution gives its final answer the way the verifier reads one;
+the prediction is scored as a response, through `MathVerifier`. Printed: how many pairs the
+suites call equal are credited, how many they call unequal are refused, and every
+disagreement. A credited unequal pair, or a refused equal one, that `EXCEPTIONS` lists is
+one that a rule of the README's "What a reward guarantees" refuses or credits on purpose.
+
+.venv/bin/python bench/grading_suite.py [--json] [--quiet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from posttrain.rewards.extract import all_boxed, extract_answer
+from posttrain.rewards.math_verifier import MathVerifier
+from posttrain.types import Completion, Message, Sample, Task
+
+PAIRS = Path(__file__).resolve().parent.parent / "tests" / "data" / "grading_pairs.jsonl"
+
+# (gold, prediction) -> why the verifier's verdict differs from the suite's, by the README rule
+_UNORDERED = (
+    "README, What a reward guarantees: a list written without brackets is a set of values (the answers to "
+    "'find all x'), so its order does not count; hendrycks/math compares the strings"
+)
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("10, 4, -2", "4, 10, -2"): _UNORDERED,
+    ("0.1, 4, 2", "4, .1, 2"): _UNORDERED,
+}
+
+
+def load_pairs(path: Path = PAIRS) -> list[dict]:
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            row = json.loads(line)
+            if not {"gold", "prediction", "equal", "origin"} <= row.keys():
+                raise ValueError(f"{path}:{n}: a pair needs gold, prediction, equal and origin")
+            rows.append(row)
+    return rows
+
+
+def reference(gold: str) -> str:
+    """The expected answer a gold states: a whole solution's final answer (its boxes, where
+    they stand side by side as one list: `\\boxed{1} and \\boxed{2}`), else the gold itself."""
+    boxes = all_boxed(gold)
+    if len(boxes) > 1:
+        between = re.split(r"\\(?:boxed|fbox)\s*\{", gold)[1:]
+        gaps = [part.split("}", 1)[-1] for part in between[:-1]]
+        if all(re.fullmatch(r"[\s,;$\\()]*(?:and|\\quad|\\text\{\s*and\s*\})?[\s,;$\\()]*", g) for g in gaps):
+            return ", ".join(boxes)
+    if "\\boxed" in gold or "answer" in gold.lower():
+        answer, _ = extract_answer(gold)
+        if answer:
+            return answer
+    return gold.strip()
+
+
+def grade(row: dict, verifier: MathVerifier | None = None) -> tuple[bool, str]:
+    verifier = verifier or MathVerifier()
+    task = Task("g", "grading", (Message("user", "q"),), answer=reference(row["gold"]), verifier="math")
+    sample = Sample(
+        task=task, group_id=0, prompt_ids=(1,), completion=Completion((1,), (0.0,), row["prediction"], "stop")
+    )
+    try:
+        result = verifier.score_one(sample)
+    except Exception as exc:  # the suite counts a raise as a refusal, and says so
+        return False, f"raised {type(exc).__name__}: {exc}"
+    return result.score == 1.0, result.reason
+
+
+def run(rows: list[dict]) -> dict:
+    verifier = MathVerifier()
+    out = {"equal": 0, "credited": 0, "unequal": 0, "refused": 0, "disagreements": []}
+    for row in rows:
+        credited, reason = grade(row, verifier)
+        key = "equal" if row["equal"] else "unequal"
+        out[key] += 1
+        if row["equal"] and credited:
+            out["credited"] += 1
+        elif not row["equal"] and not credited:
+            out["refused"] += 1
+        else:
+            exception = EXCEPTIONS.get((row["gold"], row["prediction"]))
+            out["disagreements"].append(
+                {
+                    "gold": row["gold"][-80:],
+                    "prediction": row["prediction"][-120:],
+                    "suite": key,
+                    "verdict": reason[:160],
+                    "exception": exception,
+                    "origin": row["origin"],
+                }
+            )
+    out["credited_share"] = out["credited"] / max(out["equal"], 1)
+    out["unexplained_unequal_credited"] = sum(
+        1 for d in out["disagreements"] if d["suite"] == "unequal" and d["exception"] is None
+    )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--quiet", action="store_true", help="counts only, not each disagreement")
+    args = parser.parse_args()
+    out = run(load_pairs())
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    if not args.quiet:
+        for d in out["disagreements"]:
+            mark = f"  [exception: {d['exception']}]" if d["exception"] else ""
+            print(f"suite: {d['suite']:8} gold {d['gold']!r}\n    prediction {d['prediction']!r}")
+            print(f"    -> {d['verdict']}{mark}")
+    print(
+        f"pairs called equal: {out['equal']}, credited {out['credited']} ({100 * out['credited_share']:.1f} %)\n"
+        f"pairs called unequal: {out['unequal']}, refused {out['refused']}, credited "
+        f"{out['unequal'] - out['refused']} ({out['unexplained_unequal_credited']} not in EXCEPTIONS)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
