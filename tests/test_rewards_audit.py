@@ -311,7 +311,7 @@ def test_every_shipped_verifier_is_clean(verifier, monkeypatch):
     finally:
         source.close() if hasattr(source, "close") else None
         if verifier == "env":
-            from posttrain.rollout.env import close_all
+            from posttrain.rollout.env_workers import close_all
 
             close_all()
     found = [

@@ -233,10 +233,10 @@ def _bare_probes(task: Task, right: str, classes: set[str] | None, wrap) -> list
 
 
 def agent_probes(task: Task, classes: set[str] | None) -> list[Probe]:
-    """Episodes run in the task's real environment (`data/agent.py`): the gold calls, then
+    """Episodes run in the task's real environment (`data/builtin_env.py`): the gold calls, then
     the attack as the final answer; or, for a task checked on the store, the gold calls
     with the stored value attacked."""
-    from posttrain.data import agent
+    from posttrain.data import builtin_env as agent
     from posttrain.data.chat import format_call, parse_calls
 
     check = task.entry.get("check") or {}
@@ -278,7 +278,7 @@ def env_probes(task: Task, classes: set[str] | None) -> list[Probe]:
     each `value` argument attacked."""
     from posttrain.data.env import episode_task
     from posttrain.data.tools import read_calls
-    from posttrain.rollout.env import _turn, workers_for
+    from posttrain.rollout.env_workers import _turn, workers_for
 
     entry = task.entry
     gold = [text for role, text in entry.get("gold", []) if role == "assistant"]
@@ -502,11 +502,11 @@ def source_for(verifier: str, *, user_reward: str | None = None, grm=None, worke
 
         return UserReward(user_reward)
     if verifier == "agent":
-        from posttrain.rewards.agent import AgentVerifier
+        from posttrain.rewards.agent_verifier import AgentVerifier
 
         return AgentVerifier()
     if verifier == "env":
-        from posttrain.rewards.env import EnvReward
+        from posttrain.rewards.env_reward import EnvReward
 
         return EnvReward()
     if verifier == "verifiers":

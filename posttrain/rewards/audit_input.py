@@ -208,7 +208,7 @@ def audit(args) -> int:
                 closed.add(id(source))
                 source.close()
         if any(v == "env" for v, *_ in plan):
-            from posttrain.rollout.env import close_all
+            from posttrain.rollout.env_workers import close_all
 
             close_all()
     print(dumps(audits) if args.json else format_table(audits))
