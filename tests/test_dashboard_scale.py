@@ -139,12 +139,12 @@ def test_a_long_run_is_served_fast_and_small(server, scale_dir, capsys_session):
     assert mem["VmRSS"] < LIMIT_RSS and mem["VmHWM"] < LIMIT_RSS, mem
 
     sft = timed["job sft"][0][0]
-    grad = sft["plots"]["grad norm"]["grad/norm"]
+    grad = sft["plots"]["grad norm"]["series"]["grad/norm"]
     assert sft["steps"] == 7_400 and len(grad["x"]) <= 2_000
     assert max(grad["y"]) == 1000.0 and grad["x"][grad["y"].index(1000.0)] == SPIKE_STEP  # the spike survives
     assert grad["x"][0] == 1 and grad["x"][-1] == 7_400
     job = timed[f"job {MISMATCH_JOB}"][0][0]
-    assert job["plots"]["logp mismatch"]["logp/mismatch"]["x"] == list(range(1, EXPERT_STEPS + 1))
+    assert job["plots"]["logp mismatch"]["series"]["logp/mismatch"]["x"] == list(range(1, EXPERT_STEPS + 1))
 
     health = {(j["stage"], j["job"]): j for j in timed["health"][0][0]["jobs"]}
     fired = {c["name"]: c for c in health[("experts", MISMATCH_JOB)]["checks"] if c["count"]}
@@ -197,7 +197,9 @@ def test_rows_appended_to_a_long_run_show_at_the_next_call(server, scale_dir, ca
     series, t_job = get(url, f"api/job?stage=experts&job={job}")
     found, t_samples = get(url, f"api/samples?stage=experts/{job}&steps={steps[0]}-{steps[-1]}")
     capsys_session(f"scale: after appending 5 steps: job {t_job * 1000:.0f} ms, samples {t_samples * 1000:.0f} ms")
-    assert series[0]["last_step"] == steps[-1] and series[0]["plots"]["reward"]["reward/mean"]["y"][-1] == 0.875
+    assert (
+        series[0]["last_step"] == steps[-1] and series[0]["plots"]["reward"]["series"]["reward/mean"]["y"][-1] == 0.875
+    )
     assert found["total"] == (EXPERT_STEPS + 5) * PER_STEP and found["matched"] == 5 * PER_STEP
     assert t_job < LIMIT_S and t_samples < LIMIT_S
     assert memory(pid)["VmRSS"] < LIMIT_RSS
