@@ -8,7 +8,7 @@ STAMP := $(VENV)/.posttrain-installed
 # exist`); triton has no CPU backend. Every install step ends with this.
 DROP_CUDA_WHEELS := $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 
-.PHONY: setup chromium quickstart test lint soak bench-setup clean
+.PHONY: setup chromium quickstart test lint docs soak bench-setup clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -40,6 +40,10 @@ test: setup
 # What tests/test_layout.py checks inside `make test`: ruff lint and format, and the layers.
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports
+
+# The docs site (docs/, mkdocs.yml) into site/; the config reference page is generated from the schemas.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
 
 # The quickstart with engine and trainer processes killed at random, resumed until done;
 # then the sample accounting and an eval of the final checkpoint are checked (bench/RESULTS.md).

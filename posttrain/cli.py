@@ -14,6 +14,7 @@
   posttrain status [SUBMISSION_ID] --address http://HEAD:8265 [--json]
   posttrain logs SUBMISSION_ID --address http://HEAD:8265 [--follow]
   posttrain dashboard RUN_DIR [RUN_DIR ...] [--port P] [--host H] [--token T]
+  posttrain config explain KEY
 
 A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2.
 """
@@ -63,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("pipeline")
     check.add_argument("-o", "--override", action="append", default=[], metavar="KEY=VALUE")
     _rewards_parser(sub.add_parser("rewards", help="reward debugging: show, replay, try, audit"))
+    conf = sub.add_parser("config", help="the config reference, generated from the schemas")
+    explain = conf.add_subparsers(dest="action", required=True).add_parser(
+        "explain", help="type, default, constraints and description of one pipeline key"
+    )
+    explain.add_argument("key", help="a key path (trainer.micro_batch_tokens, stages[0].algo.clip_eps_lo) or its end")
     rev = sub.add_parser("review", help="the review queue of synthesized trajectories: accept, reject or edit")
     rev.add_argument("run_dir")
     rev.add_argument("--stage", help="synthesis stage (default: the only one)")
@@ -215,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cluster(args)
     if args.command == "dashboard":
         return _dashboard(args)
+    if args.command == "config":
+        return _explain(args.key)
     try:
         if args.command == "run" and args.resume:
             return _resume(args)
@@ -261,6 +269,20 @@ def main(argv: list[str] | None = None) -> int:
     from posttrain.records.summary import print_summary
 
     print_summary(state, run_dir)
+    return 0
+
+
+def _explain(key: str) -> int:
+    from posttrain.config.reference import explain, format_key, merged
+
+    found = merged(explain(key))
+    if not found:
+        print(
+            f"posttrain config explain: no pipeline key '{key}' (the docs' config reference lists them)",
+            file=sys.stderr,
+        )
+        return 2
+    print("\n\n".join(format_key(k) for k in found))
     return 0
 
 
