@@ -103,8 +103,41 @@ def answer_in(statement: str, depth: int = 0, last: bool = False) -> str:
         if re.search(r"[\d$\\]", rest):
             return answer_in(rest, depth + 1)
     if spans and not re.search(r"\d", outside):
-        return spans[-1][2]
+        return _with_adjacent(s, spans[-1])
     return s.strip("\"'“”`").strip()
+
+
+# what outside the math carries value when it touches it: any non-letter (a sign, a dash,
+# \\pm, an operator, a bracket, %), a LaTeX command, and the words of a sign, a scale, a
+# negation or an alternative; prose words ("The answer is", "of the pie") stop it
+_VALUE_WORDS = (
+    r"negative|minus|positive|plus|not|no|or|either|unless|otherwise|maybe|perhaps|possibly|probably|"
+    r"hundred|thousand|million|billion|trillion|k|percent|pct"
+)
+_VALUE_TEXT = rf"(?:[^A-Za-z$\\]|\\[a-zA-Z]+|\b(?:{_VALUE_WORDS})\b)*"
+_VALUE_BEFORE = re.compile(rf"{_VALUE_TEXT}$", re.IGNORECASE)
+_VALUE_AFTER = re.compile(_VALUE_TEXT, re.IGNORECASE)
+_PUNCTUATION = re.compile(r"[\s,.;:!?*\"'“”`]*")
+
+
+def _with_adjacent(statement: str, span: tuple[int, int, str]) -> str:
+    """The math of `span` with the value-carrying text that touches it outside the delimiters
+    (`-(-$x$)`, `\\pm $x$`, `‑$x$`, `negative $x$`, `$x$ million`): a sign or a wrapper
+    outside the math is part of the answer, never dropped."""
+    start, end, content = span
+    before = _VALUE_BEFORE.search(statement[max(0, start - 200) : start]).group(0)
+    after = _VALUE_AFTER.match(statement, end, min(len(statement), end + 200)).group(0)
+    before = "" if _PUNCTUATION.fullmatch(before) else before.lstrip(" ,.;:*\"'“”`")
+    after = "" if _PUNCTUATION.fullmatch(after) else after.rstrip(" ,.;:*\"'“”`")
+    while after.count("(") > after.count(")"):  # a bracket of the prose after it: "$42$ (in cm)"
+        after = after[: after.rindex("(")].rstrip(" ,.;:")
+    while before.count(")") > before.count("("):
+        before = before[before.rindex(")") + 1 :].lstrip()
+    while before.count("(") - before.count(")") > after.count(")") - after.count("("):
+        before = before[before.index("(") + 1 :]  # an opening bracket of the prose around it
+    while after.count(")") - after.count("(") > before.count("(") - before.count(")"):
+        after = after[: after.rindex(")")]
+    return f"{before}{content}{after}".strip()
 
 
 def _marker_statements(text: str) -> list[str]:
