@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from posttrain.rewards.extract import all_boxed, extract_answer
+from posttrain.rewards.extract import after_final, all_boxed, extract_answer
 from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.types import Completion, Message, Sample, Task
 
@@ -58,8 +58,8 @@ def reference(gold: str) -> str:
             return ", ".join(boxes)
     if "\\boxed" in gold or "answer" in gold.lower():
         answer, _ = extract_answer(gold)
-        if answer:
-            return answer
+        if answer:  # a percentage stays one: "$\\boxed{20}$ percent" expects 20%
+            return answer + ("\\%" if re.match(r"\$?\s*(?:\\%|%|percent)", after_final(gold)) else "")
     return gold.strip()
 
 

@@ -165,10 +165,11 @@ def is_percentage(gold: str, question: str | None = None) -> bool:
     return bool(_PERCENTAGE.search(gold) or (question and _PERCENTAGE.search(question)))
 
 
-def differing_answers(text: str, mode: str = "auto", percent: bool = False) -> str | None:
+def differing_answers(text: str, mode: str = "auto", percent: bool = False, answer: str | None = None) -> str | None:
     """Why a response states several final answers that differ in value (tags, boxes, answer
-    lines, the lines of one answer), or None: the hedge check of every answer verifier."""
-    answer_raw, _ = extract_answer(text, mode)
+    lines, the lines of one answer), or None: the hedge check of every answer verifier.
+    `answer`: the answer the caller reads (default: the one `extract_answer` reads)."""
+    answer_raw = answer if answer is not None else extract_answer(text, mode)[0]
     if answer_raw is None or not answer_raw.strip():
         return None
     return _hedged_answers(answer_raw, final_answers(cut_turn(text), mode), percent)
