@@ -116,7 +116,7 @@ _VALUE_WORDS = (
 )
 _VALUE_TEXT = rf"(?:[^A-Za-z$\\]|\\[a-zA-Z]+|\b(?:{_VALUE_WORDS})\b)*"
 _VALUE_BEFORE = re.compile(rf"{_VALUE_TEXT}$", re.IGNORECASE)
-_VALUE_AFTER = re.compile(_VALUE_TEXT, re.IGNORECASE)
+_VALUE_AFTER = re.compile(rf"[A-Za-z]*{_VALUE_TEXT}", re.IGNORECASE)  # letters touching it: `$5$i`
 _PUNCTUATION = re.compile(r"[\s,.;:!?*\"'“”`]*")
 
 
