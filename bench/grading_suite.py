@@ -49,12 +49,16 @@ def load_pairs(path: Path = PAIRS) -> list[dict]:
 
 def reference(gold: str) -> str:
     """The expected answer a gold states: a whole solution's final answer (its boxes, where
-    they stand side by side as one list: `\\boxed{1} and \\boxed{2}`), else the gold itself."""
+    they stand side by side as one list: `\\boxed{1} and \\boxed{2}`, `\\boxed{1} papers and \\boxed{2} bins`),
+    else the gold itself; a percentage stays one."""
     boxes = all_boxed(gold)
     if len(boxes) > 1:
         between = re.split(r"\\(?:boxed|fbox)\s*\{", gold)[1:]
         gaps = [part.split("}", 1)[-1] for part in between[:-1]]
-        if all(re.fullmatch(r"[\s,;$\\()]*(?:and|\\quad|\\text\{\s*and\s*\})?[\s,;$\\()]*", g) for g in gaps):
+        if all(
+            re.fullmatch(r"[\s,;$\\()]*(?:[A-Za-z]+\s+)?(?:and|\\quad|\\text\{\s*and\s*\})?[\s,;$\\()]*", g)
+            for g in gaps
+        ):
             return ", ".join(boxes)
     if "\\boxed" in gold or "answer" in gold.lower():
         answer, _ = extract_answer(gold)
