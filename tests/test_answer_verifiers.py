@@ -326,7 +326,19 @@ def test_a_dash_before_a_number_is_a_minus(f, dash, outside):
 @PROPERTY
 @given(
     f=fractions.filter(lambda f: f > 0),
-    wrap=st.sampled_from(["\\pm ${x}$", "-(-${x}$)", "\\mp ${x}$", "not ${x}$", "-${x}$", "negative ${x}$"]),
+    wrap=st.sampled_from(
+        [
+            "\\pm ${x}$",
+            "-(-${x}$)",
+            "\\mp ${x}$",
+            "not ${x}$",
+            "-${x}$",
+            "negative ${x}$",
+            "${x}$i",
+            "${x}$!",
+            "${x}$ million",
+        ]
+    ),
 )
 def test_text_outside_the_math_of_a_final_line_is_parsed_with_it(f, wrap):
     right = f"{f.numerator}/{f.denominator}"
@@ -342,6 +354,8 @@ def test_text_outside_the_math_of_a_final_line_is_parsed_with_it(f, wrap):
         "The answer is **$42$**.",
         "So the total is ($42$).",
         "The final answer is $42$. I hope it is correct.",
+        "The answer is $42$ !",
+        "The answer is $42$ cm.",
     ],
 )
 def test_prose_around_the_math_of_a_final_line_is_not_parsed(text):

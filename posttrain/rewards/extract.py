@@ -117,7 +117,7 @@ _VALUE_WORDS = (
 _VALUE_TEXT = rf"(?:[^A-Za-z$\\]|\\[a-zA-Z]+|\b(?:{_VALUE_WORDS})\b)*"
 _VALUE_BEFORE = re.compile(rf"{_VALUE_TEXT}$", re.IGNORECASE)
 _VALUE_AFTER = re.compile(rf"[A-Za-z]*{_VALUE_TEXT}", re.IGNORECASE)  # letters touching it: `$5$i`
-_PUNCTUATION = re.compile(r"[\s,.;:!?*\"'“”`]*")
+_PUNCTUATION = re.compile(r"[\s,.;:?*\"'“”`]*")  # not `!`: touching a number it is a factorial
 
 
 def _with_adjacent(statement: str, span: tuple[int, int, str]) -> str:
@@ -128,6 +128,7 @@ def _with_adjacent(statement: str, span: tuple[int, int, str]) -> str:
     before = _VALUE_BEFORE.search(statement[max(0, start - 200) : start]).group(0)
     after = _VALUE_AFTER.match(statement, end, min(len(statement), end + 200)).group(0)
     before = "" if _PUNCTUATION.fullmatch(before) else before.lstrip(" ,.;:*\"'“”`")
+    after = re.sub(r"^\s+!+", "", after)  # a spaced `!` ends the sentence; `$5$!` is 5!
     after = "" if _PUNCTUATION.fullmatch(after) else after.rstrip(" ,.;:*\"'“”`")
     while after.count("(") > after.count(")"):  # a bracket of the prose after it: "$42$ (in cm)"
         after = after[: after.rindex("(")].rstrip(" ,.;:")
