@@ -150,7 +150,7 @@ _SCALED = re.compile(
     rf"(?<![\d.\w])({_NUMBER})\s*(hundred|thousand|million|billion|trillion)s?\b|(?<![\d.\w])({_NUMBER})([kK])(?![\w^])",
     re.IGNORECASE,
 )
-_PERCENT_OF = re.compile(rf"(?<![\d.\w])({_NUMBER})\s*(?:\\%|%|\s*\b(?:percent|pct)\b)", re.IGNORECASE)
+_PERCENT_OF = re.compile(rf"(?<![\d.\w/^{{])({_NUMBER})\s*(?:\\%|%|\s*\b(?:percent|pct)\b)", re.IGNORECASE)
 
 
 def _decimal(value: Decimal) -> str:

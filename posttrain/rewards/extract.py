@@ -114,7 +114,7 @@ _VALUE_WORDS = (
     r"negative|minus|positive|plus|not|no|or|either|unless|otherwise|maybe|perhaps|possibly|probably|"
     r"hundred|thousand|million|billion|trillion|k|percent|pct"
 )
-_VALUE_TEXT = rf"(?:[^A-Za-z$\\]|\\[a-zA-Z]+|\b(?:{_VALUE_WORDS})\b)*"
+_VALUE_TEXT = rf"(?:[^A-Za-z$\\]|\\[a-zA-Z]+|\\[^a-zA-Z$]|\b(?:{_VALUE_WORDS})\b)*"
 _VALUE_BEFORE = re.compile(rf"{_VALUE_TEXT}$", re.IGNORECASE)
 _VALUE_AFTER = re.compile(rf"[A-Za-z]*{_VALUE_TEXT}", re.IGNORECASE)  # letters touching it: `$5$i`
 _PUNCTUATION = re.compile(r"[\s,.;:?*\"'“”`]*")  # not `!`: touching a number it is a factorial
