@@ -337,6 +337,7 @@ def test_a_dash_before_a_number_is_a_minus(f, dash, outside):
             "${x}$i",
             "${x}$!",
             "${x}$ million",
+            "${x}$\\%",
         ]
     ),
 )
