@@ -386,3 +386,48 @@ def test_two_final_answers_that_differ_are_a_hedge_for_the_agent_verifier_too(v,
     assert agent(form.format(a=v + d, b=v)) == 0.0
     assert agent(f"Answer: {v}") == 1.0
     assert agent(form.format(a=v, b=v)) == 1.0
+
+
+# A box is the answer only where nothing that touches it operates on it: a sign, `\pm`, an
+# operator, an exponent, a percent or scale word, a factorial, a root or fraction around it.
+BOX_OPERANDS = [
+    "The answer is $-\\boxed{{{v}}}$",
+    "-$\\boxed{{{v}}}$",
+    "$\\pm\\boxed{{{v}}}$",
+    "$-(\\boxed{{{v}}})$",
+    "$\\boxed{{{v}}}^2$",
+    "$\\boxed{{{v}}}!$",
+    "$\\boxed{{{v}}}\\%$",
+    "$\\boxed{{{v}}}$ million",
+    "$\\boxed{{{v}}}$ thousand",
+    "negative $\\boxed{{{v}}}$",
+    "$2\\boxed{{{v}}}$",
+    "$\\boxed{{{v}}} \\cdot 3$",
+    "$\\sqrt{{\\boxed{{{v}}}}}$",
+    "$\\frac{{1}}{{\\boxed{{{v}}}}}$",
+    "$\\boxed{{{v}}}\\pi$",
+]
+BOX_LAYOUTS = [
+    "$\\boxed{{{v}}}$",
+    "so $x = \\boxed{{{v}}}$.",
+    "\\[ x = \\boxed{{{v}}} \\]",
+    "$\\boxed{{{v}}}$ cm",
+    "$\\boxed{{{v}}}\\,\\text{{km}}$",
+    "$\\boxed{{{v}}}^\\circ$",
+    "Answer - $\\boxed{{{v}}}$",
+    "\\(\\boxed{{{v}}}\\) square centimeters.",
+    "$(\\boxed{{{v}}})$",
+    "\\begin{{align*}} x &= \\boxed{{{v}}} \\end{{align*}}",
+]
+
+
+@given(v=st.integers(1, 10**6), template=st.sampled_from(BOX_OPERANDS))
+def test_a_box_that_is_an_operand_is_not_the_answer(v, template):
+    verdict = judge(str(v), template.format(v=v))
+    assert verdict.score == 0.0 and "operand" in verdict.reason, (template, verdict.reason)
+
+
+@given(v=st.integers(1, 10**6), template=st.sampled_from(BOX_LAYOUTS))
+def test_layout_around_a_box_leaves_it_the_answer(v, template):
+    verdict = judge(str(v), template.format(v=v))
+    assert verdict.score == 1.0, (template, verdict.reason)

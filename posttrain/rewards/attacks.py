@@ -441,6 +441,21 @@ def _boxes(right: str, wrong: str, value: Fraction | None) -> list[tuple[str, st
         ("a box with two groups", f"\\boxed{{{wrong}}}{{{right}}}"),
         ("a box inside an answer tag with another value", f"<answer>{wrong} \\boxed{{{right}}}</answer>"),
     ]
+    # the right value boxed, with what changes it outside the box: a detached sign, an operator
+    for name, text in (
+        ("a sign before the box", f"The answer is $-\\boxed{{{right}}}$"),
+        ("a sign before the math", f"-$\\boxed{{{right}}}$"),
+        ("\\pm before the box", f"$\\pm\\boxed{{{right}}}$"),
+        ("a sign word before the box", f"negative $\\boxed{{{right}}}$"),
+        ("an exponent after the box", f"$\\boxed{{{right}}}^2$"),
+        ("a factorial after the box", f"$\\boxed{{{right}}}!$"),
+        ("a percent after the box", f"$\\boxed{{{right}}}\\%$"),
+        ("a scale word after the box", f"$\\boxed{{{right}}}$ million"),
+        ("a constant after the box", f"$\\boxed{{{right}}}\\pi$"),
+        ("a factor before the box", f"$2\\boxed{{{right}}}$"),
+        ("the box under a root", f"$\\sqrt{{\\boxed{{{right}}}}}$"),
+    ):
+        out.append((name, text))
     if value is not None and value.denominator == 1 and "." not in right:  # a decimal's precision is the task's
         near = f"{right}.0000001"
         out.append(("two boxes that differ past the sixth decimal", f"\\boxed{{{right}}} \\boxed{{{near}}}"))

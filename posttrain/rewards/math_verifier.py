@@ -34,7 +34,7 @@ from fractions import Fraction
 from posttrain.rewards import answers
 from posttrain.rewards.answers import clean, final_part, same, values_of
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
-from posttrain.rewards.extract import after_final, all_boxed, cut_turn, extract_answer, final_answers
+from posttrain.rewards.extract import after_final, all_boxed, box_operand, cut_turn, extract_answer, final_answers
 from posttrain.types import RewardResult, Sample
 
 _PROSE_NUMBER = re.compile(
@@ -212,6 +212,9 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     hedged = _hedged_answers(answer_raw, candidates, percent, _several(gold))
     if hedged:
         return Verdict(0.0, hedged, details)
+    operand = box_operand(body, percent)
+    if operand:
+        return Verdict(0.0, operand, details)
     answer = read(answer_raw, percent)
     tail = _alternative_after(body, mode, answer_raw, percent)
     if tail:
