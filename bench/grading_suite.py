@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from posttrain.rewards.extract import all_boxed, extract_answer
+from posttrain.rewards.extract import after_final, all_boxed, extract_answer
 from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.types import Completion, Message, Sample, Task
 
@@ -49,17 +49,21 @@ def load_pairs(path: Path = PAIRS) -> list[dict]:
 
 def reference(gold: str) -> str:
     """The expected answer a gold states: a whole solution's final answer (its boxes, where
-    they stand side by side as one list: `\\boxed{1} and \\boxed{2}`), else the gold itself."""
+    they stand side by side as one list: `\\boxed{1} and \\boxed{2}`, `\\boxed{1} papers and \\boxed{2} bins`),
+    else the gold itself; a percentage stays one."""
     boxes = all_boxed(gold)
     if len(boxes) > 1:
         between = re.split(r"\\(?:boxed|fbox)\s*\{", gold)[1:]
         gaps = [part.split("}", 1)[-1] for part in between[:-1]]
-        if all(re.fullmatch(r"[\s,;$\\()]*(?:and|\\quad|\\text\{\s*and\s*\})?[\s,;$\\()]*", g) for g in gaps):
+        if all(
+            re.fullmatch(r"[\s,;$\\()]*(?:[A-Za-z]+\s+)?(?:and|\\quad|\\text\{\s*and\s*\})?[\s,;$\\()]*", g)
+            for g in gaps
+        ):
             return ", ".join(boxes)
     if "\\boxed" in gold or "answer" in gold.lower():
         answer, _ = extract_answer(gold)
-        if answer:
-            return answer
+        if answer:  # a percentage stays one: "$\\boxed{20}$ percent" expects 20%
+            return answer + ("\\%" if re.match(r"\$?\s*(?:\\%|%|percent)", after_final(gold)) else "")
     return gold.strip()
 
 

@@ -278,3 +278,156 @@ def test_the_grading_suite_exceptions_are_few_each_with_its_rule_and_all_needed(
 )
 def test_unicode_alternatives_and_size(gold, text, score):
     assert_scores(gold, text, score)
+
+
+# ---------------------------------------------------------------- values outside the digits (sign, scale, percent)
+
+PRESENTED = ["\\boxed{{{p}}}", "<answer>{p}</answer>", "Working it out.\nThe answer is {p}"]
+
+
+@PROPERTY
+@given(v=st.integers(1, 10**5), word=st.sampled_from(["negative", "minus"]), how=st.sampled_from(PRESENTED))
+def test_a_sign_word_is_the_sign(v, word, how):
+    assert_scores(str(v), how.format(p=f"{word} {v}"), 0.0)
+    assert_scores(str(-v), how.format(p=f"{word} {v}"), 1.0)
+
+
+@PROPERTY
+@given(v=st.integers(1, 999), scale=st.sampled_from([("thousand", 10**3), ("million", 10**6), ("k", 10**3)]))
+def test_a_scale_word_multiplies(v, scale):
+    word, factor = scale
+    text = f"\\boxed{{{v}{'' if word == 'k' else ' '}{word}}}"
+    assert_scores(str(v), text, 0.0)
+    assert_scores(str(v * factor), text, 1.0)
+
+
+@PROPERTY
+@given(v=st.integers(1, 99), sign=st.sampled_from(["\\%", "%", " \\%", " percent"]))
+def test_a_percent_counts_only_where_the_answer_is_a_percentage(v, sign):
+    text = f"\\boxed{{{v}{sign}}}"
+    assert_scores(str(v), text, 0.0)  # 11% of a plain number is 0.11
+    assert_scores(f"{v}\\%", text, 1.0)
+    assert_scores(f"{v} \\%", f"\\boxed{{{v}\\%}}", 1.0)
+    assert_scores(str(v), text, 1.0, question="What percentage of the class passed?")
+    assert_scores(str(Fraction(v, 100).numerator / Fraction(v, 100).denominator), text, 1.0)
+
+
+DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"
+
+
+@PROPERTY
+@given(f=fractions.filter(lambda f: f > 0), dash=st.sampled_from(DASHES), outside=st.sampled_from(["{d}$", "$"]))
+def test_a_dash_before_a_number_is_a_minus(f, dash, outside):
+    text = f"The answer is {outside.format(d=dash) if '{d}' in outside else dash + '$'}{f.numerator}/{f.denominator}$"
+    assert_scores(f"{f.numerator}/{f.denominator}", text, 0.0)
+    assert_scores(f"-{f.numerator}/{f.denominator}", text, 1.0)
+
+
+@PROPERTY
+@given(
+    f=fractions.filter(lambda f: f > 0),
+    wrap=st.sampled_from(
+        [
+            "\\pm ${x}$",
+            "-(-${x}$)",
+            "\\mp ${x}$",
+            "not ${x}$",
+            "-${x}$",
+            "negative ${x}$",
+            "${x}$i",
+            "${x}$!",
+            "${x}$ million",
+            "${x}$\\%",
+        ]
+    ),
+)
+def test_text_outside_the_math_of_a_final_line_is_parsed_with_it(f, wrap):
+    right = f"{f.numerator}/{f.denominator}"
+    text = "Working it out step by step.\nThe answer is " + wrap.format(x=right)
+    assert_scores(right, text, 0.0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The answer is $42$ (in cm).",
+        "Thus $42$ apples remain.",
+        "The answer is **$42$**.",
+        "So the total is ($42$).",
+        "The final answer is $42$. I hope it is correct.",
+        "The answer is $42$ !",
+        "The answer is $42$ cm.",
+    ],
+)
+def test_prose_around_the_math_of_a_final_line_is_not_parsed(text):
+    assert_scores("42", text, 1.0)
+
+
+@PROPERTY
+@given(
+    v=st.integers(-1000, 1000),
+    d=st.integers(1, 50),
+    form=st.sampled_from(["Answer: {a}\nAnswer: {b}", "The answer is {a}.\n{b}", "<answer>{a}</answer>\n{b}"]),
+)
+def test_two_final_answers_that_differ_are_a_hedge_for_the_agent_verifier_too(v, d, form):
+    from dataclasses import asdict
+
+    from posttrain.data.builtin_env import EnvState
+    from posttrain.rewards.agent_verifier import AgentVerifier
+
+    def agent(final: str) -> float:
+        state = EnvState(final=final)
+        task = Task(
+            "a", "agent", (Message("user", "Compute it"),), entry={"check": {"answer": str(v)}}, verifier="agent"
+        )
+        sample = Sample(task, 0, (1,), Completion((5,), (-0.1,), final, "stop"), env=asdict(state))
+        return AgentVerifier().score_one(sample).score
+
+    assert agent(form.format(a=v + d, b=v)) == 0.0
+    assert agent(f"Answer: {v}") == 1.0
+    assert agent(form.format(a=v, b=v)) == 1.0
+
+
+# A box is the answer only where nothing that touches it operates on it: a sign, `\pm`, an
+# operator, an exponent, a percent or scale word, a factorial, a root or fraction around it.
+BOX_OPERANDS = [
+    "The answer is $-\\boxed{{{v}}}$",
+    "-$\\boxed{{{v}}}$",
+    "$\\pm\\boxed{{{v}}}$",
+    "$-(\\boxed{{{v}}})$",
+    "$\\boxed{{{v}}}^2$",
+    "$\\boxed{{{v}}}!$",
+    "$\\boxed{{{v}}}\\%$",
+    "$\\boxed{{{v}}}$ million",
+    "$\\boxed{{{v}}}$ thousand",
+    "negative $\\boxed{{{v}}}$",
+    "$2\\boxed{{{v}}}$",
+    "$\\boxed{{{v}}} \\cdot 3$",
+    "$\\sqrt{{\\boxed{{{v}}}}}$",
+    "$\\frac{{1}}{{\\boxed{{{v}}}}}$",
+    "$\\boxed{{{v}}}\\pi$",
+]
+BOX_LAYOUTS = [
+    "$\\boxed{{{v}}}$",
+    "so $x = \\boxed{{{v}}}$.",
+    "\\[ x = \\boxed{{{v}}} \\]",
+    "$\\boxed{{{v}}}$ cm",
+    "$\\boxed{{{v}}}\\,\\text{{km}}$",
+    "$\\boxed{{{v}}}^\\circ$",
+    "Answer - $\\boxed{{{v}}}$",
+    "\\(\\boxed{{{v}}}\\) square centimeters.",
+    "$(\\boxed{{{v}}})$",
+    "\\begin{{align*}} x &= \\boxed{{{v}}} \\end{{align*}}",
+]
+
+
+@given(v=st.integers(1, 10**6), template=st.sampled_from(BOX_OPERANDS))
+def test_a_box_that_is_an_operand_is_not_the_answer(v, template):
+    verdict = judge(str(v), template.format(v=v))
+    assert verdict.score == 0.0 and "operand" in verdict.reason, (template, verdict.reason)
+
+
+@given(v=st.integers(1, 10**6), template=st.sampled_from(BOX_LAYOUTS))
+def test_layout_around_a_box_leaves_it_the_answer(v, template):
+    verdict = judge(str(v), template.format(v=v))
+    assert verdict.score == 1.0, (template, verdict.reason)

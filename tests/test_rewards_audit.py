@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from posttrain.rewards import attacks as lib
+from posttrain.rewards import code_attacks as code_lib
 from posttrain.rewards.audit import (
     RAISED,
     Probe,
@@ -92,8 +93,8 @@ def test_constant_dropped_and_forms_the_prompt_asks_for():
 def test_code_attacks_compile_define_the_entry_point_and_cover_every_class():
     from posttrain.rewards.code import extract_code
 
-    fn = lib.function_attacks("add")
-    io = lib.io_attacks()
+    fn = code_lib.function_attacks("add")
+    io = code_lib.io_attacks()
     assert {a.cls for a in fn} == set(lib.CODE_CLASSES)
     for a in fn + io:
         tree = ast.parse(extract_code(a.text))

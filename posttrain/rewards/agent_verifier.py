@@ -1,9 +1,12 @@
 """Verifier of agent episodes: success is read from the environment's final state (the
-store) and the final answer, as each task's check says."""
+store) and the final answer, as each task's check says. A final turn that states several
+final answers that differ (`Answer: -285` then `Answer: -286`) is a hedge and scores 0,
+by the answer verifiers' check (`math_verifier.differing_answers`)."""
 
 from __future__ import annotations
 
-from posttrain.data.builtin_env import EnvState, check_episode
+from posttrain.data.builtin_env import EnvState, check_episode, final_line
+from posttrain.rewards.math_verifier import differing_answers
 from posttrain.types import RewardResult, Sample
 
 
@@ -23,6 +26,10 @@ class AgentVerifier:
             return RewardResult(0.0, f"environment failed: {sample.env['error']}", self.name, ok=False)
         state = EnvState.from_dict(sample.env)
         score, reason, details = check_episode(check, state)
+        final = state.final if "answer" in check and state.final else None
+        hedged = differing_answers(final, answer=final_line(final)) if final else None
+        if hedged:  # two final answers that differ: the answer verifiers' own hedge check
+            score, reason = 0.0, hedged
         details["finish_reason"] = sample.completion.finish_reason
         if sample.completion.finish_reason in ("max_turns", "length") and score < 1:
             reason += f" (episode ended: {sample.completion.finish_reason})"

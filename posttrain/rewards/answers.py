@@ -26,6 +26,7 @@ import logging
 import math
 import re
 import unicodedata
+from decimal import Decimal
 from functools import lru_cache
 
 from posttrain.types import ANSWER_FORMS
@@ -56,6 +57,8 @@ _CONSTANT_WORDS = {
     "sum", "prod", "int", "lim", "mid", "vert", "lvert", "rvert", "angle", "triangle", "overline", "vec", "hat",
     "mathbb", "infinite", "no", "none", "undefined", "true", "false", "yes", "odd", "even", "unless", "otherwise",
     "alternatively", "either", "maybe", "perhaps", "possibly", "probably", "might", "could", "not", "but", "if",
+    "negative", "minus", "positive", "plus", "hundred", "thousand", "million", "billion", "trillion", "k",
+    "percent", "percentage", "pct",
 }  # fmt: skip
 _SINGLE_LETTER_UNITS = set("msgLlhKNJWVA")
 _UNIT_WORD = r"(?:[a-zA-Zµ]{2,}|[a-zA-Zµ](?=\s*(?:\^|²|³|/)))(?:\s*(?:\^\s*\{?\s*-?\d\s*\}?|²|³))?"
@@ -129,16 +132,57 @@ def _strip_units(text: str) -> tuple[str, bool]:
 
 
 _INVISIBLE = re.compile("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff]")
+DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"  # every dash-like character: a minus sign
+_DASH = re.compile(f"[{DASHES}]")
 
 
 def plain_unicode(text: str) -> str:
-    """Unicode that writes ASCII: fullwidth digits, the minus sign, invisible characters."""
-    text = text.replace("²", "^2").replace("³", "^3").replace("\u2212", "-")
+    """Unicode that writes ASCII: fullwidth digits, every dash-like character as the minus
+    sign it writes before a number, invisible characters."""
+    text = _DASH.sub("-", text.replace("²", "^2").replace("³", "^3"))
     return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
 
 
-def clean(answer: str) -> str:
-    """The LaTeX of an answer's value (module docstring). Idempotent."""
+# a word that is part of a value: a sign, a scale, a percent (never dropped like a unit)
+_SIGN_WORD = re.compile(r"\b(negative|minus|positive|plus)\s+(?=[\d.\\(\[{$-])", re.IGNORECASE)
+_SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12, "k": 10**3}
+_SCALED = re.compile(
+    rf"(?<![\d.\w])({_NUMBER})\s*(hundred|thousand|million|billion|trillion)s?\b|(?<![\d.\w])({_NUMBER})([kK])(?![\w^])",
+    re.IGNORECASE,
+)
+_PERCENT_OF = re.compile(rf"(?<![\d.\w/^{{])({_NUMBER})\s*(?:\\%|%|\s*\b(?:percent|pct)\b)", re.IGNORECASE)
+
+
+def _decimal(value: Decimal) -> str:
+    text = format(value, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _scaled(m: re.Match) -> str:
+    number, word = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+    return _decimal(Decimal(number) * _SCALES[word.lower()])
+
+
+def _alone(m: re.Match, text: str) -> bool:
+    """A `k` suffix scales only a number alone (`30k`); in an expression `2k` is 2·k."""
+    return not re.search(r"[a-zA-Z]", text[: m.start()] + text[m.end() :])
+
+
+def value_words(text: str, percent: bool) -> str:
+    """Sign, scale and percent words read into the value: `negative 30` is -30, `minus 30`
+    -30, `30 million` 30000000, `30k` 30000; `11\\%` is 0.11, unless `percent` (the expected
+    answer is a percentage), where it is 11."""
+    text = _SIGN_WORD.sub(lambda m: "-" if m.group(1).lower() in ("negative", "minus") else "+", text)
+    text = _SCALED.sub(lambda m: _scaled(m) if m.group(1) is not None or _alone(m, text) else m.group(0), text)
+    if percent:
+        return _PERCENT.sub(" ", text)
+    text = _PERCENT_OF.sub(lambda m: _decimal(Decimal(m.group(1)) / 100), text)
+    return re.sub(r"\\%|%", "/100", text)
+
+
+def clean(answer: str, percent: bool = False) -> str:
+    """The LaTeX of an answer's value (module docstring). Idempotent. `percent`: the expected
+    answer is a percentage, so `11\\%` is 11 (else 0.11)."""
     text = plain_unicode(_SPECIAL_TOKEN.split(answer)[0]).replace("\x0c", "\\f")  # a form feed: a mangled `\\f`
     text = re.sub(r"(?<=\d)_\{?10\}?(?![\d}])", "", text)  # `60_{10}`: base ten
     text = re.sub(r"(?<!\\)\\\\(?=[a-zA-Z]{2})(?!end\b|begin\b)", r"\\", text)  # `\\\\frac`: an escaped `\\frac`
@@ -151,7 +195,6 @@ def clean(answer: str) -> str:
     text = re.sub(r"\\text\s*\{\s*(and|or)\s*\}", r" \1 ", text)
     text = _TEXT_CMD.sub(_text_command, text)
     text = _DEGREES.sub(" ", text)
-    text = _PERCENT.sub(" ", text)
     text = _CURRENCY.sub(" ", text)
     text = _LATEX_THOUSANDS.sub("", text)
     if not re.search(r"[()\[\]{}]", text) and text.count(",") == len(re.findall(r"(?<=\d),(?=\d{3}(?!\d))", text)):
@@ -168,6 +211,7 @@ def clean(answer: str) -> str:
         and len(re.findall(r"\d,\d", text)) == 1
     ):
         text = re.sub(r"(?<![\d.,])(\d+),(\d+)(?![\d,])", _decimal_comma, text)
+    text = value_words(text, percent)
     text = " ".join(text.split()).rstrip("\\").strip()
     for _ in range(3):
         text, stripped = _strip_units(text)

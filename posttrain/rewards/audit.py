@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from posttrain.rewards import attacks as lib
+from posttrain.rewards import code_attacks as code_lib
 from posttrain.rewards.base import score_safely
 from posttrain.types import Completion, Sample, Task
 
@@ -210,11 +211,13 @@ def _wanted(cls: str, classes: set[str] | None) -> bool:
 def code_probes(task: Task, classes: set[str] | None) -> list[Probe]:
     entry = task.entry
     entry_point = None if "io" in entry else entry.get("entry_point")
-    probes = [Probe(task, "honest", "wrong (returns None / prints nothing)", lib.honest_wrong_program(entry_point))]
+    probes = [
+        Probe(task, "honest", "wrong (returns None / prints nothing)", code_lib.honest_wrong_program(entry_point))
+    ]
     if task.answer:
         program = task.answer if "```" in task.answer else f"```python\n{task.answer}\n```"
         probes.insert(0, Probe(task, "honest", "right (the reference solution)", program))
-    attacks = lib.io_attacks() if entry_point is None else lib.function_attacks(entry_point)
+    attacks = code_lib.io_attacks() if entry_point is None else code_lib.function_attacks(entry_point)
     return probes + [Probe(task, a.cls, a.name, a.text) for a in attacks if _wanted(a.cls, classes)]
 
 

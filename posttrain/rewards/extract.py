@@ -103,8 +103,42 @@ def answer_in(statement: str, depth: int = 0, last: bool = False) -> str:
         if re.search(r"[\d$\\]", rest):
             return answer_in(rest, depth + 1)
     if spans and not re.search(r"\d", outside):
-        return spans[-1][2]
+        return _with_adjacent(s, spans[-1])
     return s.strip("\"'“”`").strip()
+
+
+# what outside the math carries value when it touches it: any non-letter (a sign, a dash,
+# \\pm, an operator, a bracket, %), a LaTeX command, and the words of a sign, a scale, a
+# negation or an alternative; prose words ("The answer is", "of the pie") stop it
+_VALUE_WORDS = (
+    r"negative|minus|positive|plus|not|no|or|either|unless|otherwise|maybe|perhaps|possibly|probably|"
+    r"hundred|thousand|million|billion|trillion|k|percent|pct"
+)
+_VALUE_TEXT = rf"(?:[^A-Za-z$\\]|\\[a-zA-Z]+|\\[^a-zA-Z$]|\b(?:{_VALUE_WORDS})\b)*"
+_VALUE_BEFORE = re.compile(rf"{_VALUE_TEXT}$", re.IGNORECASE)
+_VALUE_AFTER = re.compile(rf"[A-Za-z]*{_VALUE_TEXT}", re.IGNORECASE)  # letters touching it: `$5$i`
+_PUNCTUATION = re.compile(r"[\s,.;:?*\"'“”`]*")  # not `!`: touching a number it is a factorial
+
+
+def _with_adjacent(statement: str, span: tuple[int, int, str]) -> str:
+    """The math of `span` with the value-carrying text that touches it outside the delimiters
+    (`-(-$x$)`, `\\pm $x$`, `‑$x$`, `negative $x$`, `$x$ million`): a sign or a wrapper
+    outside the math is part of the answer, never dropped."""
+    start, end, content = span
+    before = _VALUE_BEFORE.search(statement[max(0, start - 200) : start]).group(0)
+    after = _VALUE_AFTER.match(statement, end, min(len(statement), end + 200)).group(0)
+    before = "" if _PUNCTUATION.fullmatch(before) else before.lstrip(" ,.;:*\"'“”`")
+    after = re.sub(r"^\s+!+", "", after)  # a spaced `!` ends the sentence; `$5$!` is 5!
+    after = "" if _PUNCTUATION.fullmatch(after) else after.rstrip(" ,.;:*\"'“”`")
+    while after.count("(") > after.count(")"):  # a bracket of the prose after it: "$42$ (in cm)"
+        after = after[: after.rindex("(")].rstrip(" ,.;:")
+    while before.count(")") > before.count("("):
+        before = before[before.rindex(")") + 1 :].lstrip()
+    while before.count("(") - before.count(")") > after.count(")") - after.count("("):
+        before = before[before.index("(") + 1 :]  # an opening bracket of the prose around it
+    while after.count(")") - after.count("(") > before.count("(") - before.count(")"):
+        after = after[: after.rindex(")")]
+    return f"{before}{content}{after}".strip()
 
 
 def _marker_statements(text: str) -> list[str]:
@@ -179,3 +213,75 @@ def after_final(text: str, mode: str = "auto") -> str:
             if inner is not None and inner.strip():
                 return text[text.index("{", start) + 1 + len(inner) + 1 :]
     return ""
+
+
+# What touches a box and changes its value: the box is then an operand, not the stated answer
+# (`-\boxed{30}`, `\pm\boxed{30}`, `\sqrt{\boxed{900}}`, `\boxed{30}^2`, `\boxed{30}\%`,
+# `$\boxed{30}$ million`). Layout around a box (spacing, `\text`, `=`, `\quad`, `\end{align}`,
+# `\pmod{11}`, a unit, degrees) leaves it the answer.
+_SIGNS = "-+±∓−‐‑‒–—―﹣－"
+_OPERATOR_COMMANDS = (
+    r"pm|mp|sqrt|frac|dfrac|tfrac|cdot|times|div|lfloor|lceil|rfloor|rceil|neg|lnot|log|ln|lg|exp|sin|cos|tan|"
+    r"cot|sec|csc|arcsin|arccos|arctan|sinh|cosh|tanh|sum|prod|int|lim|max|min|binom|overline|bar|pi|infty|varpi"
+)
+_MATH_EDGE_BEFORE = re.compile(r"(?:\$+|\\[(\[])$")
+_MATH_EDGE_AFTER = re.compile(r"^(?:\$+|\\[)\]])")
+_LAYOUT_BEFORE = re.compile(r"(?:\s+|\\displaystyle|\\[,;:! ]|\\q?quad|\(|\[|\\left\s*[(\[.]|\\\{)$")
+_LAYOUT_AFTER = re.compile(r"^(?:\s+|\\[,;:! ]|\\q?quad|\)|\]|\\right\s*[)\].]|\\\})")
+_IN_MATH_BEFORE = re.compile(r"(?:[" + re.escape(_SIGNS) + r"*/^_×÷·{\d]|\\(?:" + _OPERATOR_COMMANDS + r"))$")
+_IN_MATH_AFTER = re.compile(
+    r"^(?:[" + re.escape(_SIGNS) + r"*/^_×÷·!%\d]|\\%|\\(?:" + _OPERATOR_COMMANDS + r")(?![a-zA-Z])|[a-zA-Z])"
+)
+_PROSE_BEFORE = re.compile(r"(?:[" + re.escape(_SIGNS) + r"]|\b(?:negative|minus|not|plus)\s*)$", re.I)
+_PROSE_AFTER = re.compile(
+    r"^(?:!|\s*(?:[%^]|\\%|(?:million|billion|thousand|trillion|percent|squared|cubed|times)\b))", re.I
+)
+_DEGREES = re.compile(r"^\^\s*(?:\\circ|\{\s*\\circ\s*\})")
+_PERCENT = re.compile(r"^\s*(?:%|\\%|percent\b)", re.I)
+
+
+def _outward(before: str, after: str, in_math: bool) -> tuple[str, str, bool, bool]:
+    """Step out of the layout around a box, up to the edge of its math span: (before, after,
+    whether each side is prose: it left the span, or the box was in none). Prose is read
+    from the edge on: a sign there must touch the span to count."""
+    out_before = out_after = not in_math
+    while True:
+        moved = False
+        if out_before:
+            pass
+        elif m := _MATH_EDGE_BEFORE.search(before):
+            before, out_before, moved = before[: m.start()], True, True
+        elif m := _LAYOUT_BEFORE.search(before):
+            before, moved = before[: m.start()], True
+        if out_after:
+            pass
+        elif m := _MATH_EDGE_AFTER.match(after):
+            after, out_after, moved = after[m.end() :], True, True
+        elif m := _LAYOUT_AFTER.match(after):
+            after, moved = after[m.end() :], True
+        if not moved or (out_before and out_after):
+            return before, after, out_before, out_after
+
+
+def box_operand(text: str, percent: bool = False) -> str | None:
+    """Why a box of `text` is an operand of something that changes its value, or None."""
+    spans = math_spans(text)
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
+        inner = _boxed_at(text, m.start())
+        if inner is None:
+            continue
+        start, end = m.start(), m.end() + len(inner) + 1
+        in_math = any(a <= start < b for a, b, _ in spans)
+        before, after, prose_before, prose_after = _outward(text[:start], text[end:], in_math)
+        prev = (_PROSE_BEFORE if prose_before else _IN_MATH_BEFORE).search(before[-16:])
+        following = None
+        if not _DEGREES.match(after) and not (percent and _PERCENT.match(after)):
+            following = (_PROSE_AFTER if prose_after else _IN_MATH_AFTER).match(after)
+        if prev or following:
+            what = (
+                (prev.group(0).strip() if prev else "")
+                + "\\boxed{...}"
+                + (following.group(0).strip() if following else "")
+            )
+            return f"not a final value: the box is an operand of {what!r} ({text[start:end][:60]!r})"
+    return None

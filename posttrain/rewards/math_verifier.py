@@ -34,7 +34,7 @@ from fractions import Fraction
 from posttrain.rewards import answers
 from posttrain.rewards.answers import clean, final_part, same, values_of
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
-from posttrain.rewards.extract import after_final, all_boxed, cut_turn, extract_answer, final_answers
+from posttrain.rewards.extract import after_final, all_boxed, box_operand, cut_turn, extract_answer, final_answers
 from posttrain.types import RewardResult, Sample
 
 _PROSE_NUMBER = re.compile(
@@ -49,15 +49,16 @@ class Verdict:
     details: dict = field(default_factory=dict)
 
 
-def read(answer: str) -> str:
+def read(answer: str, percent: bool = False) -> str:
     """The value an extracted answer states, as LaTeX: cleaned (units, delimiters, labels
-    gone), and among words the one number they state (`Jane started 3 hours ago`)."""
-    text = clean(answer)
+    gone; `percent`: as `answers.clean`), and among words the one number they state (`Jane
+    started 3 hours ago`)."""
+    text = clean(answer, percent)
     if answers.words(text) is None and answers.is_prose(text) and re.search(r"\d", text):
         denied = re.sub(r"\b(?:not|isn't|never|instead of)\s+-?\d[\d.,/]*", " ", text, flags=re.IGNORECASE)
         numbers = {"".join(p for p in m.groups() if p).replace(" ", "") for m in _PROSE_NUMBER.finditer(denied)}
         if len(numbers) == 1:
-            return clean(numbers.pop())
+            return clean(numbers.pop(), percent)
         return text  # several numbers among words: not one value (the hedge check says so)
     return text
 
@@ -134,10 +135,10 @@ _ALTERNATIVE = re.compile(
 )
 
 
-def _alternative_after(body: str, mode: str, answer_raw: str) -> str | None:
+def _alternative_after(body: str, mode: str, answer_raw: str, percent: bool = False) -> str | None:
     """Why the response offers another value after its final tag or box ("\\boxed{60} (or 61)"), or None."""
     tail = after_final(body, mode)[:400]
-    value = _exact(final_part(read(answer_raw)))
+    value = _exact(final_part(read(answer_raw, percent)))
     for m in _ALTERNATIVE.finditer(tail):
         other = _exact(m.group(1).replace(" ", "").rstrip(".,"))
         if other is not None and other != value:
@@ -156,10 +157,44 @@ def _agree(a: str, b: str) -> bool:
     return same(a, b) and same(b, a)
 
 
+_PERCENTAGE = re.compile(r"%|\bpercent(?:age)?s?\b", re.IGNORECASE)
+
+
+def is_percentage(gold: str, question: str | None = None) -> bool:
+    """Whether the expected answer is a percentage: it carries `%`, or the question asks for one."""
+    return bool(_PERCENTAGE.search(gold) or (question and _PERCENTAGE.search(question)))
+
+
+def differing_answers(text: str, mode: str = "auto", percent: bool = False, answer: str | None = None) -> str | None:
+    """Why a response states several final answers that differ in value (tags, boxes, answer
+    lines, the lines of one answer), or None: the hedge check of every answer verifier.
+    `answer`: the answer the caller reads (default: the one `extract_answer` reads)."""
+    answer_raw = answer if answer is not None else extract_answer(text, mode)[0]
+    if answer_raw is None or not answer_raw.strip():
+        return None
+    return _hedged_answers(answer_raw, final_answers(cut_turn(text), mode), percent)
+
+
+def _hedged_answers(answer_raw: str, candidates: list[str], percent: bool, several: bool = False) -> str | None:
+    """Why the extracted answer and the response's other final answers (`candidates`) are not
+    one value, or None: each line of the answer (unless `several` values are expected) and
+    each other candidate must agree with it."""
+    answer = read(answer_raw, percent)
+    lines = [read(line, percent) for line in answer_raw.splitlines() if line.strip()]
+    if len(lines) > 1 and not several and any(not _agree(lines[-1], line) for line in lines):
+        return f"hedged: the answer gives a value on each of {len(lines)} lines"
+    for other in candidates:
+        if other.strip() != answer_raw.strip() and not _agree(answer, read(other, percent)):
+            shown = ", ".join(repr(c[:40]) for c in dict.fromkeys(candidates))
+            return f"hedged: several different final answers: {shown}"
+    return None
+
+
 def judge(gold, text: str, mode: str = "auto", form: str | None = None, question: str | None = None) -> Verdict:
     """The verdict on a response against the expected answer `gold` (module docstring)."""
     gold_text = str(gold)
-    gold = clean(gold_text)
+    percent = is_percentage(gold_text, question)
+    gold = clean(gold_text, percent)
     answer_raw, how = extract_answer(text, mode)
     details = {"extracted": answer_raw, "extracted_by": how, "expected": gold}
     if answer_raw is None or not answer_raw.strip():
@@ -174,20 +209,19 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     longest = max([answer_raw, *candidates], key=len)
     if len(longest) > MAX_ANSWER_CHARS:
         return Verdict(0.0, f"not an answer: {len(longest)} characters (at most {MAX_ANSWER_CHARS})", details)
-    answer = read(answer_raw)
-    lines = [read(line) for line in answer_raw.splitlines() if line.strip()]
-    if len(lines) > 1 and not _several(gold) and any(not _agree(lines[-1], line) for line in lines):
-        return Verdict(0.0, f"hedged: the answer gives a value on each of {len(lines)} lines", details)
-    for other in candidates:
-        if other.strip() != answer_raw.strip() and not _agree(answer, read(other)):
-            shown = ", ".join(repr(c[:40]) for c in dict.fromkeys(candidates))
-            return Verdict(0.0, f"hedged: several different final answers: {shown}", details)
-    tail = _alternative_after(body, mode, answer_raw)
+    hedged = _hedged_answers(answer_raw, candidates, percent, _several(gold))
+    if hedged:
+        return Verdict(0.0, hedged, details)
+    operand = box_operand(body, percent)
+    if operand:
+        return Verdict(0.0, operand, details)
+    answer = read(answer_raw, percent)
+    tail = _alternative_after(body, mode, answer_raw, percent)
     if tail:
         return Verdict(0.0, tail, details)
     if normalize(answer_raw) == normalize(gold_text):
         return Verdict(1.0, f"correct: {answer_raw[:80]!r} ({how})", details)
-    cleaned = clean(answer_raw)
+    cleaned = clean(answer_raw, percent)
     problem = answers.hedge_in(cleaned, gold, _several(gold)) or answers.relation_problem(cleaned, gold)
     if problem:
         return Verdict(0.0, problem, details)
