@@ -214,8 +214,8 @@ def test_cluster_template_dry_runs_onto_8_gpu_nodes(tmp_path, cluster_template):
 
 
 def readme_gpu_example() -> dict:
-    """The YAML block of the README's "Running on a GPU cluster" section."""
-    text = (ROOT / "README.md").read_text()
+    """The YAML block of the docs' "Running on a GPU cluster" section (docs/clusters.md)."""
+    text = (ROOT / "docs" / "clusters.md").read_text()
     section = text[text.index("## Running on a GPU cluster") :]
     block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
     return yaml.safe_load(block)

@@ -184,20 +184,28 @@ def test_the_same_from_a_saved_dataset_and_in_a_mixture(tmp_path):
     assert "stages[0].tasks.sources[1]: gold check: 0 of 16" in line and "`answer_format: gsm8k`" in line
 
 
-@pytest.mark.parametrize(
-    "rows, prompt, answer, expected",
-    [
-        (math_rows(), "problem", "solution", "boxed"),
-        (final_line_rows(), "q", "a", "final_line"),
-    ],
-)
-def test_other_formats_are_named_too(tmp_path, rows, prompt, answer, expected):
-    data = write_jsonl(tmp_path / "d.jsonl", rows)
-    tasks = {"type": "hf", "path": str(data), "prompt_key": prompt, "answer_key": answer}
-    tasks["verifier"] = "math" if expected == "boxed" else "user"  # words: matched, not read as mathematics
+def test_a_final_line_reference_is_named_too(tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", final_line_rows())
+    tasks = {"type": "hf", "path": str(data), "prompt_key": "q", "answer_key": "a"}
+    tasks["verifier"] = "user"  # words: matched, not read as mathematics
     line = refused(validate(tmp_path, pipeline(tasks)))
-    assert f"`answer_format: {expected}`" in line
-    assert validate(tmp_path, pipeline({**tasks, "answer_format": expected})).returncode == 0
+    assert "`answer_format: final_line`" in line
+    assert validate(tmp_path, pipeline({**tasks, "answer_format": "final_line"})).returncode == 0
+
+
+def test_a_boxed_solution_as_reference_scores_full_marks_as_it_is(tmp_path):
+    """MATH's shape: the math verifier reads a reference's final box as the expected answer
+    (as it reads a response's), so the gold check passes with or without `answer_format`,
+    and a response that boxes the right value is credited."""
+    from posttrain.rewards.math_verifier import judge
+
+    rows = math_rows()
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    tasks = {"type": "hf", "path": str(data), "prompt_key": "problem", "answer_key": "solution", "verifier": "math"}
+    assert validate(tmp_path, pipeline(tasks)).returncode == 0
+    assert validate(tmp_path, pipeline({**tasks, "answer_format": "boxed"})).returncode == 0
+    assert judge(rows[0]["solution"], "So it is $\\boxed{\\frac{3}{2}}$.").score == 1.0
+    assert judge(rows[0]["solution"], "So it is $\\boxed{\\frac{1}{2}}$.").score == 0.0
 
 
 def test_a_chat_dataset_whose_last_turn_is_a_worked_solution(tmp_path):
@@ -482,8 +490,8 @@ def test_a_model_check_is_reported_at_its_own_key(tmp_path):
 
 
 def readme_hf_example() -> dict:
-    """The `tasks:` mapping of the README's Hugging Face dataset example."""
-    text = (ROOT / "README.md").read_text()
+    """The `tasks:` mapping of the docs' Hugging Face dataset example (docs/tasks.md)."""
+    text = (ROOT / "docs" / "tasks.md").read_text()
     start = text.index("**A Hugging Face dataset**")
     block = text[text.index("```yaml", start) + len("```yaml") : text.index("```", text.index("```yaml", start) + 7)]
     return yaml.safe_load(block)["tasks"]
