@@ -131,7 +131,8 @@ def test_a_reward_that_hangs_or_is_not_a_number_is_flagged(tokenizer):
     AgentLoop(tokenizer, 1024).advance(queue, trajs, 0)
     hung, nan = asyncio.run(EnvReward().score([sample_of(queue, t) for t in trajs]))
     assert not hung.ok and hung.reason == "reward timed out after 3s"
-    assert not nan.ok and nan.reason == "user reward returned nan"
+    # a reward that returns no number is the response's verdict (0, with why), as for user reward functions
+    assert nan.ok and nan.score == 0.0 and nan.reason == "scored 0: user reward returned nan"
 
 
 def test_an_episode_continues_from_a_checkpoint_of_the_queue(tokenizer):
