@@ -8,7 +8,7 @@ STAMP := $(VENV)/.posttrain-installed
 # exist`); triton has no CPU backend. Every install step ends with this.
 DROP_CUDA_WHEELS := $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 
-.PHONY: setup chromium quickstart test lint docs soak bench-setup clean
+.PHONY: setup chromium quickstart test test-system lint docs soak bench-setup clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -34,8 +34,16 @@ chromium:
 quickstart: setup
 	$(VENV)/bin/posttrain run pipelines/quickstart.yaml --run-dir runs/quickstart
 
+# Whole files to two workers, in the order conftest.py gives (longest first).
+XDIST := -n 2 --dist loadfile --no-loadscope-reorder
+
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q $(XDIST)
+
+# What `make test` leaves out: whole runs killed and resumed, fault injection, the 3-node Ray
+# cluster (tens of minutes on 2 cores). Run before a change to those paths lands.
+test-system: setup
+	$(PY) -m pytest -q $(XDIST) -m "system or cluster"
 
 # What tests/test_layout.py checks inside `make test`: ruff lint and format, and the layers.
 lint: setup

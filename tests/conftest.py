@@ -99,3 +99,7 @@ def tiny_dir(tmp_path_factory):
     from posttrain.models import build_tiny
 
     return build_tiny(TinyModelConfig(), seed=0, target=tmp_path_factory.mktemp("models") / "tiny")
+
+
+# xdist: a crashed worker never hangs the run; the test it died in runs once more (tests/xdist_scheduling.py)
+from xdist_scheduling import pytest_handlecrashitem, pytest_report_teststatus, pytest_xdist_make_scheduler  # noqa: E402, F401

@@ -291,6 +291,7 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
     trainers.shutdown()
 
 
+@pytest.mark.system
 def test_episodes_on_the_engine_alternate_turns_and_train_on_model_tokens_only(agent_run):
     import numpy as np
 

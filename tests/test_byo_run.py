@@ -18,7 +18,7 @@ from sample_accounting import AFTER_SCORING, assert_accounting_matches_rollouts
 from test_hf_tasks import cached_dataset, hub_cache
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 
 
 def cli(*args, env=None):

@@ -155,7 +155,10 @@ def test_a_long_run_is_served_fast_and_small(server, scale_dir, capsys_session):
     assert timed["samples: steps"][0]["matched"] == timed["samples: health flag"][0]["matched"] == expected
     assert timed[f"samples {JOBS[0]}"][0]["total"] == EXPERT_STEPS * PER_STEP
     page = timed["samples: page 300"][0]
-    assert [s["sample"] for s in page["samples"]][0] == sample_id(EXPERT_STEPS * PER_STEP - 301 * 200)
+    ids = [s["sample"] for s in page["samples"]]  # page 300: the 200 before the newest 60,000, newest first
+    assert ids[0] == sample_id(EXPERT_STEPS * PER_STEP - 300 * 200 - 1) and ids[-1] == sample_id(
+        EXPERT_STEPS * PER_STEP - 301 * 200
+    )
     in_range = sum(
         1
         for step in range(1, EXPERT_STEPS + 1)

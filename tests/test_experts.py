@@ -252,6 +252,7 @@ def rows_of(run, stage):
 
 
 @pytest.mark.timeout(FAULTED_RUN_WAITS)
+@pytest.mark.system
 def test_trainer_death_restarts_the_job_from_its_checkpoint(faulted_run):
     run, facts = faulted_run
     job = facts["before"]["general-max"]
@@ -263,6 +264,7 @@ def test_trainer_death_restarts_the_job_from_its_checkpoint(faulted_run):
 
 
 @pytest.mark.timeout(FAULTED_RUN_WAITS)
+@pytest.mark.system
 def test_resume_reruns_no_finished_job_and_continues_the_interrupted_one(faulted_run):
     run, facts = faulted_run
     final = jobs(run)
@@ -280,6 +282,7 @@ def test_resume_reruns_no_finished_job_and_continues_the_interrupted_one(faulted
 
 
 @pytest.mark.timeout(FAULTED_RUN_WAITS)
+@pytest.mark.system
 def test_eval_json_has_every_cell_for_sft_experts_and_student(faulted_run):
     run, _ = faulted_run
     rows = json.loads((run / "eval.json").read_text())["rows"]

@@ -163,10 +163,17 @@ def test_run_refuses_a_slot_that_the_live_cluster_cannot_hold(tmp_path):
 
 
 @pytest.fixture
-def cluster_template(monkeypatch):
+def cluster_template(monkeypatch, tmp_path):
+    """The shipped cluster template with each task source cut to 200 tasks: these tests read
+    its placement, and listing its 170,000 generated tasks for the held-out check takes
+    minutes on 2 cores (tests/test_pipelines_shipped.py checks the template whole)."""
     for var in ("POSTTRAIN_MODEL_DIR", "POSTTRAIN_JUDGE_DIR", "RAY_ADDRESS", "POSTTRAIN_NODES"):
         monkeypatch.delenv(var, raising=False)
-    return ROOT / "pipelines" / "cluster-8gpu.yaml"
+    text = (ROOT / "pipelines" / "cluster-8gpu.yaml").read_text()
+    small = re.sub(r"\bsize: (\d+)", lambda m: f"size: {min(int(m.group(1)), 200)}", text)
+    assert small != text
+    (tmp_path / "cluster-8gpu.yaml").write_text(small)
+    return tmp_path / "cluster-8gpu.yaml"
 
 
 def test_teachers_that_cannot_all_be_placed_beside_slot_0_are_refused(tmp_path, cluster_template):
@@ -260,6 +267,7 @@ def test_a_stuck_peer_is_a_timeout_error_not_a_hang(ray_session):
 
 
 @pytest.mark.slow
+@pytest.mark.system
 def test_teachers_get_their_own_resources_and_at_most_max_resident(ray_session, tiny_dir):
     """vllm teachers used to start with the rollout engines' resources; now the pool's own."""
     from posttrain.mopd.teachers import TeacherPool
@@ -294,6 +302,7 @@ def serving_trained_weights(pool, group, seqs) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.system
 def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, tiny_dir):
     from posttrain.config import TrainerConfig
     from posttrain.rollout.engine import RolloutEngine

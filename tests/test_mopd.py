@@ -104,6 +104,7 @@ def flat(rows):
     return [x for row in rows for x in row]
 
 
+@pytest.mark.system
 def test_teacher_pool_respects_its_memory_budget(ray_session, teachers):
     from posttrain.mopd.teachers import GIB, TeacherPool
 

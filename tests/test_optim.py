@@ -226,6 +226,7 @@ def assert_per_head_step(model_dir, seqs, before: dict, after: dict, lr: float) 
         assert rel_err(moved, whole) > 10 * max(rel_err(moved, per_head), tolerance), (name, rel_err(moved, whole))
 
 
+@pytest.mark.system
 def test_per_head_muon_under_zero3(ray_session, gqa_dir):
     """Two ZeRO-3 ranks, each holding half of every matrix. (ZeRO-2: the muon_per_head case of
     the resume test below.)"""

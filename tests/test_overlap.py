@@ -19,7 +19,7 @@ import ray
 import yaml
 from sample_accounting import assert_accounting_matches_rollouts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.system]
 
 TASKS = {"type": "reasoning_gym", "families": [{"name": "chain_sum"}], "size": 40, "seed": 3}
 STEPS = 10

@@ -52,6 +52,7 @@ def cli(*args, **kw):
 
 
 @pytest.mark.timeout(1100)  # waits up to 400 s for the checkpoint and 600 s for the resumed run
+@pytest.mark.system
 def test_sigkill_then_resume_carries_the_queue(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run = tmp_path / "run"

@@ -548,6 +548,7 @@ def metrics(run: Path, stage: str) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.system
 def test_gsm8k_with_its_format_trains_with_a_signal_and_keep_last_survives_a_kill(tmp_path):
     """The README's example on a small GSM8K-shaped dataset (offline): SFT on its answers,
     then RL whose groups have non-zero advantages from the first step; `keep_last: 2` leaves

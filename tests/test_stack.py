@@ -124,6 +124,7 @@ def test_zero3_gathers_full_weights_for_the_engine(ray_session, tiny_dir, engine
         group.shutdown()
 
 
+@pytest.mark.system
 def test_each_reload_starts_fresh_rank_processes(ray_session, tiny_dir):
     """A DeepSpeed engine replaced in place keeps its memory (SmolLM2: +0.75 GB per load):
     `restart_on_load: always` (and auto, for models over 256 MB) starts fresh ranks; auto

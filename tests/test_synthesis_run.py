@@ -78,6 +78,7 @@ def done_tasks(path):
 
 
 @pytest.mark.timeout(1200)  # waits up to 500 s for three tasks and 600 s for the resumed run
+@pytest.mark.system
 def test_killed_synthesis_resumes_without_duplicates_then_sft_and_review(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run = tmp_path / "run"

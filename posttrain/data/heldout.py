@@ -11,10 +11,23 @@ others have their seeds moved, and the check catches what that does not separate
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
-from posttrain.config import ChatJsonl, ExpertsStage, MixtureTasks, SynthesisData
+from posttrain.config import (
+    AgentTasks,
+    ArithmeticTasks,
+    ChatJsonl,
+    CodingTasks,
+    ExpertsStage,
+    MixtureTasks,
+    ReasoningGymTasks,
+    SynthesisData,
+    WritingTasks,
+)
 from posttrain.types import Message, Task
 
 
@@ -63,11 +76,66 @@ def eval_tasks(stage, config) -> dict[str, list[Task]]:
     return out
 
 
-def training_prompts(config) -> dict[str, str]:
-    """Normalized prompt -> the stage it trains in, over every training stage of the run."""
+def prompt_digest(prompt: str) -> bytes:
+    """A normalized prompt's fingerprint: what the check compares (16 bytes of BLAKE2b)."""
+    return hashlib.blake2b(prompt.encode(), digest_size=16).digest()
+
+
+# Sources whose tasks are a pure function of their config and of installed code: their
+# prompts' fingerprints are cached on disk, so that a second `validate` or dry-run of a
+# large pipeline does not generate its tens of thousands of tasks again.
+_GENERATED = (ReasoningGymTasks, ArithmeticTasks, CodingTasks, AgentTasks, WritingTasks)
+
+
+def _generated_only(source) -> bool:
+    if isinstance(source, MixtureTasks):
+        return all(_generated_only(s) for s in source.sources)
+    return isinstance(source, _GENERATED) and getattr(source, "path", None) is None  # a user's file may change
+
+
+def _code_version() -> str:
+    """What the generated prompts depend on besides the config: this package's task code and
+    the installed generator libraries."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    digest = hashlib.blake2b(digest_size=16)
+    for path in sorted((Path(__file__).parent).glob("*.py")):
+        digest.update(path.read_bytes())
+    for package in ("reasoning-gym", "datasets", "sympy"):
+        try:
+            digest.update(f"{package}={version(package)}".encode())
+        except PackageNotFoundError:
+            digest.update(f"{package}=none".encode())
+    return digest.hexdigest()
+
+
+def _source_digests(source, generate) -> list[bytes]:
+    """The fingerprints of a source's training prompts, from the disk cache for generated
+    sources (written atomically, so concurrent runs never read half a file)."""
+    if not _generated_only(source):
+        return [prompt_digest(normalize_prompt(t.messages)) for t in generate(source)]
+    from posttrain.models import cache_root
+
+    key = hashlib.blake2b((_code_version() + source.model_dump_json()).encode(), digest_size=16).hexdigest()
+    path = cache_root() / "prompts" / f"{key}.bin"
+    if path.is_file():
+        data = path.read_bytes()
+        if len(data) % 16 == 0:
+            return [data[i : i + 16] for i in range(0, len(data), 16)]
+    digests = [prompt_digest(normalize_prompt(t.messages)) for t in generate(source)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(b"".join(digests))
+    os.replace(tmp, path)
+    return digests
+
+
+def training_prompts(config) -> dict[bytes, str]:
+    """Fingerprint of a normalized prompt -> the stage it trains in, over every training
+    stage of the run."""
     from posttrain.data.tasks import generate_tasks, load_chat_jsonl
 
-    seen: dict[str, str] = {}
+    seen: dict[bytes, str] = {}
     listed: set[str] = set()  # a source two stages share (the experts' domains, MOPD's) is listed once
     for stage in config.stages:
         for source in stage.training_sources(config):  # eval's: none
@@ -81,11 +149,11 @@ def training_prompts(config) -> dict[str, str]:
                 continue
             listed.add(key)
             if isinstance(source, ChatJsonl):
-                prompts = [normalize_prompt(c) for c in load_chat_jsonl(source)]
+                digests = [prompt_digest(normalize_prompt(c)) for c in load_chat_jsonl(source)]
             else:
-                prompts = [normalize_prompt(t.messages) for t in generate_tasks(source)]
-            for prompt in prompts:
-                seen.setdefault(prompt, stage.name)
+                digests = _source_digests(source, generate_tasks)
+            for digest in digests:
+                seen.setdefault(digest, stage.name)
     return seen
 
 
@@ -99,9 +167,9 @@ def _streamed_is_split(source, stage) -> None:
         )
 
 
-def overlap(tasks: list[Task], trained: dict[str, str]) -> list[tuple[Task, str]]:
+def overlap(tasks: list[Task], trained: dict[bytes, str]) -> list[tuple[Task, str]]:
     """The tasks whose prompt occurs in the training data, with the stage it trains in."""
-    return [(t, trained[p]) for t in tasks if (p := normalize_prompt(t.messages)) in trained]
+    return [(t, trained[d]) for t in tasks if (d := prompt_digest(normalize_prompt(t.messages))) in trained]
 
 
 def check_held_out(stage, config, tasks: dict[str, list[Task]] | None = None) -> dict[str, list[Task]]:

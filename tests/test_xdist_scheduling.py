@@ -1,0 +1,47 @@
+"""The suite's xdist scheduling (tests/xdist_scheduling.py) on a small suite of its own, run
+as `make test` runs: a worker that dies never hangs the run, a test that takes one worker
+down runs again on a fresh one, and one that takes every worker down fails once."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+
+FILES = {
+    "test_a.py": "def test_a1(): pass\ndef test_a2(): pass\ndef test_a3(): pass\n",
+    "test_b.py": textwrap.dedent("""
+        import os, pathlib
+        def test_crash_once():
+            marker = pathlib.Path(os.environ["CRASH_MARKER"])
+            if not marker.exists():
+                marker.write_text("crashed once")
+                os._exit(1)
+        def test_b_after(): pass
+    """),
+    "test_c.py": "import os\ndef test_c_before(): pass\ndef test_always_crashes(): os._exit(1)\n"
+    "def test_c_after(): pass\n",
+    **{f"test_d{i}.py": f"def test_d{i}(): pass\n" for i in range(4)},
+}
+
+
+def test_a_crashed_worker_never_hangs_the_run_and_its_test_runs_once_more(tmp_path):
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "CRASH_MARKER": str(tmp_path / "marker")}
+    args = ["-n", "2", "--dist", "loadfile", "-p", "xdist_scheduling", "-p", "no:cacheprovider", "-o", "addopts="]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "-rA", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,  # xdist 3.8's own scheduling hangs here until killed
+        env=env,
+        cwd=tmp_path,
+    )
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
+    assert "1 failed, 11 passed, 2 rerun" in out, out[-3000:]
+    assert "FAILED test_c.py::test_always_crashes" in out
+    assert "PASSED test_b.py::test_crash_once" in out and "PASSED test_c.py::test_c_after" in out

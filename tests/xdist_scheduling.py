@@ -1,0 +1,83 @@
+"""`--dist loadfile` for this suite: pytest-xdist 3.8's file scheduling, with its crash
+handling made safe.
+
+When a worker dies (Ray's driver side can take the whole worker process down with it,
+whatever test it is running), xdist 3.8 puts the dead worker's whole workload back on the
+queue, the files it had finished included, as empty work units. A worker handed an empty
+unit never reports a test done, so it is never given more work, and near the end of the run
+every worker waits for a next test that never comes: the session hangs until CI's own
+limit kills it (pytest-xdist issue 1378; a replacement worker handed a single test waits the
+same way, issue 1327). Here:
+
+- only the files with tests left go back on the queue;
+- a worker is given files until it holds two tests at least (a worker runs a test only once
+  it holds the next), and one that takes the last file of the queue is told at once that no
+  more will come, so it runs its last test instead of waiting for a next one;
+- the test a worker died in is run once more on a fresh worker (it shows as RERUN, with the
+  crash, in the report); if the worker dies in it again, it fails and is not run again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from xdist.scheduler import LoadFileScheduling
+
+RETRIES = 1  # fresh workers a test may take down before it fails
+
+
+class CrashSafeLoadFileScheduling(LoadFileScheduling):
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        self.crashes: dict[str, int] = {}
+
+    def remove_node(self, node):
+        workload = self.assigned_work.pop(node)
+        pending = [(scope, nodeid) for scope, unit in workload.items() for nodeid, done in unit.items() if not done]
+        if not pending:  # a node that finished its work
+            return None
+        scope, crashitem = pending[0]
+        self.crashes[crashitem] = self.crashes.get(crashitem, 0) + 1
+        if self.crashes[crashitem] > RETRIES:
+            workload[scope][crashitem] = True  # reported failed by xdist; not run again
+        self.workqueue.update((s, unit) for s, unit in workload.items() if not all(unit.values()))
+        for other in self.assigned_work:
+            self._reschedule(other)
+        return crashitem
+
+    def _reschedule(self, node):
+        if node.shutting_down or node not in self.registered_collections:  # a replacement still collecting
+            return  # gets its work when it has collected (schedule())
+        if self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
+            self._assign_work_unit(node)
+        # a worker runs a test only once it holds the next one (or the word that none will come)
+        while self.workqueue and self._pending_of(self.assigned_work[node]) < 2:
+            self._assign_work_unit(node)
+        if not self.workqueue:
+            node.shutdown()  # it has all it will get: let it run its last test
+
+    def retried(self, nodeid: str) -> bool:
+        return self.crashes.get(nodeid, 0) <= RETRIES
+
+
+# ---------------------------------------------------------------- the hooks (conftest.py imports them)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return CrashSafeLoadFileScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    retried = getattr(sched, "retried", None)
+    if retried is not None and retried(crashitem):
+        report.outcome = "rerun"
+        report.longrepr = f"{report.longrepr}: run again on a fresh worker"
+
+
+def pytest_report_teststatus(report, config):
+    if report.outcome == "rerun":
+        return "rerun", "R", ("RERUN", {"yellow": True})
+    return None
