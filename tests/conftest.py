@@ -35,29 +35,41 @@ def _has_cuda() -> bool:
 
 
 # The longest files, longest first (from the suite's --durations): `make test` hands whole
-# files to two xdist workers in collection order, so these go first and the short unit-test
+# files to two xdist workers in collection order (--no-loadscope-reorder), so these go first and the short unit-test
 # files fill the gaps instead of a long file running alone at the end.
 LONG_FILES = (
+    # make test-system's (their system tests are minutes each)
     "test_experts.py",
-    "test_gpupath.py",
-    "test_byo_run.py",
-    "test_dashboard.py",
     "test_cluster.py",
+    "test_byo_run.py",
     "test_overlap.py",
-    "test_optim.py",
     "test_agent.py",
     "test_resume.py",
     "test_synthesis_run.py",
-    "test_rewards_cli.py",
+    # make test's
+    "test_dashboard.py",
     "test_trainer_steps.py",
+    "test_rewards_cli.py",
+    "test_silent_traps.py",
+    "test_stack.py",
+    "test_optim.py",
     "test_pipelines_shipped.py",
     "test_pipeline.py",
-    "test_reward_hacks.py",
-    "test_rewards_audit.py",
-    "test_mopd.py",
-    "test_stack.py",
     "test_partial.py",
+    "test_mopd.py",
+    "test_gpupath.py",
+    "test_rewards_audit.py",
+    "test_answer_verifiers.py",
+    "test_offpolicy_e2e.py",
+    "test_reliability_train.py",
+    "test_grm.py",
+    "test_models.py",
     "test_verifiers.py",
+    "test_bf16.py",
+    "test_reward_hacks.py",
+    "test_reward_voids.py",
+    "test_dashboard_scale.py",
+    "test_sandbox.py",
 )
 
 
