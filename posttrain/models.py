@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from posttrain.config import ModelConfig, TinyModelConfig, is_hub_id
+from posttrain.config.paths import cache_root
 
 TINY_BUILDER_VERSION = 3
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -52,10 +53,6 @@ _TOOL_ARGS = [
     ("kv_get", "key"),
     ("search", "query"),
 ]
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("POSTTRAIN_CACHE", Path.home() / ".cache" / "posttrain"))
 
 
 def resolve_model(config: ModelConfig) -> Path:

@@ -107,6 +107,7 @@ def test_cache_hits_skip_the_judge_and_new_candidates_reuse_the_rubric(grm):
     assert engine_requests(grm) - before == tries >= 3  # verdict calls only: the task's rubric was cached
 
 
+@pytest.mark.system
 def test_a_dead_judge_engine_is_replaced_by_the_retry(grm):
     import ray
 

@@ -86,6 +86,7 @@ def test_drives_a_browser():
 
 def test_a_browser_test_without_chromium_skips_but_fails_in_ci(tmp_path):
     shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    shutil.copy(ROOT / "tests" / "xdist_scheduling.py", tmp_path / "xdist_scheduling.py")  # conftest imports it
     (tmp_path / "test_b.py").write_text(BROWSER_TEST)
     base = {k: v for k, v in os.environ.items() if k != "CI"} | {"POSTTRAIN_TEST_CHROMIUM": str(tmp_path / "none")}
     cmd = (sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:xdist", "test_b.py")

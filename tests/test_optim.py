@@ -244,7 +244,14 @@ def test_per_head_muon_under_zero3(ray_session, gqa_dir):
     assert_per_head_step(gqa_dir, batch(0), before, after, lr=1e-3)
 
 
-@pytest.mark.parametrize("kind, stage", [("adamw", 2), ("muon", 3), ("muon_per_head", 2)])
+@pytest.mark.parametrize(
+    "kind, stage",
+    [
+        pytest.param("adamw", 2, marks=pytest.mark.system),
+        ("muon", 3),
+        pytest.param("muon_per_head", 2, marks=pytest.mark.system),
+    ],
+)
 def test_resume_reproduces_the_next_step(ray_session, gqa_dir, tmp_path, kind, stage):
     """Step 1, save, step 2; then a fresh load of the checkpoint with its optimizer state and
     step 2 again: the same weights, bit for bit (momentum, Adam moments and the warm-up

@@ -58,6 +58,7 @@ def test_iteration_stops_once_lambda_has_finished(pool):
     assert len(q.pop_complete(version=1)) == 8
 
 
+@pytest.mark.system
 def test_killing_an_engine_mid_iteration_loses_no_sample(pool):
     q = PartialRolloutQueue(max_staleness=10)
     trajs = []

@@ -35,7 +35,11 @@ def checksum(group: TrainerGroup) -> float:
     return ray.get(group.workers[0].parameter_checksum.remote())
 
 
-@pytest.mark.parametrize("workers, zero_stage", [(2, 2), (1, 0)], ids=["zero2-2ranks", "zero0-1rank"])
+@pytest.mark.parametrize(
+    "workers, zero_stage",
+    [pytest.param(2, 2, marks=pytest.mark.system), (1, 0)],
+    ids=["zero2-2ranks", "zero0-1rank"],
+)
 def test_nonfinite_loss_skips_the_step_then_stops_after_k_in_a_row(ray_session, tiny_dir, workers, zero_stage):
     group = TrainerGroup(TrainerConfig(workers=workers, zero_stage=zero_stage, max_nonfinite_steps=2), seed=0)
     try:

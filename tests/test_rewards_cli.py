@@ -149,6 +149,7 @@ def test_replay_with_the_same_config_changes_nothing_and_a_lower_cap_shows_the_s
     assert "2 samples whose reward changed most" in capped and "now: over length cap: 12 > 4 tokens" in capped
 
 
+@pytest.mark.system
 def test_try_prints_one_json_object_with_the_whole_procedure(tmp_path, judge_dir):
     (tmp_path / "reward.yaml").write_text(yaml.safe_dump({"grm": judge_config(judge_dir)}))
     out = cli(

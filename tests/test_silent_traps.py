@@ -605,6 +605,7 @@ def test_gsm8k_with_its_format_trains_with_a_signal_and_keep_last_survives_a_kil
 
 
 @pytest.mark.slow
+@pytest.mark.system
 def test_a_run_whose_reward_is_constant_stops_after_its_steps(tmp_path):
     rows = [{"id": str(i), "prompt": f"Say something about the number {i}."} for i in range(20)]
     tasks = {"type": "user", "path": str(write_jsonl(tmp_path / "u.jsonl", rows)), "reward": "trap_rewards:constant"}

@@ -109,7 +109,7 @@ def test_two_ranks_with_micro_batches_match_one_rank(ray_session, tiny_dir, engi
     assert diffs.mean() < 1e-6 and diffs.max() < 0.05 * 1e-2, (diffs.mean(), diffs.max())
 
 
-@pytest.mark.parametrize("weight_sync", ["object_store", "collective"])
+@pytest.mark.parametrize("weight_sync", [pytest.param("object_store", marks=pytest.mark.system), "collective"])
 def test_zero3_gathers_full_weights_for_the_engine(ray_session, tiny_dir, engine, weight_sync):
     rollout = RolloutConfig(weight_sync=weight_sync, sync_bucket_mib=0.25)  # collective: several buckets
     group = TrainerGroup(TrainerConfig(workers=2, zero_stage=3), seed=0, rollout=rollout)

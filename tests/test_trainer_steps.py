@@ -35,7 +35,7 @@ def test_split_minibatches_is_contiguous_and_never_empty():
 
 @pytest.mark.parametrize(
     "batch, minibatches, epochs",
-    [([S, S], 2, 1), pytest.param([S], 1, 2, marks=pytest.mark.system)],
+    [pytest.param([S, S], 2, 1, marks=pytest.mark.system), pytest.param([S], 1, 2, marks=pytest.mark.system)],
     ids=["minibatches2", "epochs2"],
 )
 def test_second_optimizer_step_is_clipped_and_the_loss_is_the_hand_derived_one(

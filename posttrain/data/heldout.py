@@ -114,7 +114,7 @@ def _source_digests(source, generate) -> list[bytes]:
     sources (written atomically, so concurrent runs never read half a file)."""
     if not _generated_only(source):
         return [prompt_digest(normalize_prompt(t.messages)) for t in generate(source)]
-    from posttrain.models import cache_root
+    from posttrain.config.paths import cache_root
 
     key = hashlib.blake2b((_code_version() + source.model_dump_json()).encode(), digest_size=16).hexdigest()
     path = cache_root() / "prompts" / f"{key}.bin"
