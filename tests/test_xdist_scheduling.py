@@ -45,3 +45,4 @@ def test_a_crashed_worker_never_hangs_the_run_and_its_test_runs_once_more(tmp_pa
     assert "1 failed, 11 passed, 2 rerun" in out, out[-3000:]
     assert "FAILED test_c.py::test_always_crashes" in out
     assert "PASSED test_b.py::test_crash_once" in out and "PASSED test_c.py::test_c_after" in out
+    assert "crashed while running 'test_b.py::test_crash_once': run again on a fresh worker" in out

@@ -75,6 +75,9 @@ def pytest_handlecrashitem(crashitem, report, sched):
     if retried is not None and retried(crashitem):
         report.outcome = "rerun"
         report.longrepr = f"{report.longrepr}: run again on a fresh worker"
+        terminal = sched.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:  # named in the log, whatever the verbosity
+            terminal.write_line(f"\n{report.longrepr}")
 
 
 def pytest_report_teststatus(report, config):
