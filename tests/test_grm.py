@@ -111,8 +111,14 @@ def test_cache_hits_skip_the_judge_and_new_candidates_reuse_the_rubric(grm):
 def test_a_dead_judge_engine_is_replaced_by_the_retry(grm):
     import ray
 
+    candidate = sample("Thunder rolls, then quiet.")
+    # an earlier test of this file may have left the task's rubric in the GRM's cache
+    rubric_cached = grm.rubric_key(candidate.task) in grm.rubrics
     ray.kill(grm.backend.actor)
-    result = asyncio.run(grm.score([sample("Thunder rolls, then quiet.")]))[0]
+    result = asyncio.run(grm.score([candidate]))[0]
     assert result.ok, result.reason  # first round: the dead actor's calls fail; the retry ran on a new engine
-    assert result.details["verdicts"][0]["raw"][0].startswith("<error: judge engine failed")
-    assert engine_requests(grm) == len(result.details["verdicts"])  # the new engine served the retries
+    # the first call to reach the dead engine: a verdict's if the rubric was cached, else the rubric's
+    first = result.details["verdicts"][0]["raw"][0] if rubric_cached else result.details["rubric_raw"][0]
+    assert first.startswith("<error: judge engine failed"), first
+    # the new engine served the retries and every call after them
+    assert engine_requests(grm) == len(result.details["verdicts"]) + (not rubric_cached)
