@@ -11,6 +11,7 @@ others have their seeds moved, and the check catches what that does not separate
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -81,6 +82,10 @@ def prompt_digest(prompt: str) -> bytes:
     return hashlib.blake2b(prompt.encode(), digest_size=16).digest()
 
 
+def digest_of(messages: Iterable[Message]) -> bytes:
+    return prompt_digest(normalize_prompt(messages))
+
+
 # Sources whose tasks are a pure function of their config and of installed code: their
 # prompts' fingerprints are cached on disk, so that a second `validate` or dry-run of a
 # large pipeline does not generate its tens of thousands of tasks again.
@@ -93,6 +98,7 @@ def _generated_only(source) -> bool:
     return isinstance(source, _GENERATED) and getattr(source, "path", None) is None  # a user's file may change
 
 
+@functools.cache
 def _code_version() -> str:
     """What the generated prompts depend on besides the config: this package's task code and
     the installed generator libraries."""
@@ -113,7 +119,7 @@ def _source_digests(source, generate) -> list[bytes]:
     """The fingerprints of a source's training prompts, from the disk cache for generated
     sources (written atomically, so concurrent runs never read half a file)."""
     if not _generated_only(source):
-        return [prompt_digest(normalize_prompt(t.messages)) for t in generate(source)]
+        return [digest_of(t.messages) for t in generate(source)]
     from posttrain.config.paths import cache_root
 
     key = hashlib.blake2b((_code_version() + source.model_dump_json()).encode(), digest_size=16).hexdigest()
@@ -122,7 +128,7 @@ def _source_digests(source, generate) -> list[bytes]:
         data = path.read_bytes()
         if len(data) % 16 == 0:
             return [data[i : i + 16] for i in range(0, len(data), 16)]
-    digests = [prompt_digest(normalize_prompt(t.messages)) for t in generate(source)]
+    digests = [digest_of(t.messages) for t in generate(source)]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_bytes(b"".join(digests))
@@ -149,7 +155,7 @@ def training_prompts(config) -> dict[bytes, str]:
                 continue
             listed.add(key)
             if isinstance(source, ChatJsonl):
-                digests = [prompt_digest(normalize_prompt(c)) for c in load_chat_jsonl(source)]
+                digests = [digest_of(c) for c in load_chat_jsonl(source)]
             else:
                 digests = _source_digests(source, generate_tasks)
             for digest in digests:
@@ -169,7 +175,7 @@ def _streamed_is_split(source, stage) -> None:
 
 def overlap(tasks: list[Task], trained: dict[bytes, str]) -> list[tuple[Task, str]]:
     """The tasks whose prompt occurs in the training data, with the stage it trains in."""
-    return [(t, trained[d]) for t in tasks if (d := prompt_digest(normalize_prompt(t.messages))) in trained]
+    return [(t, trained[d]) for t in tasks if (d := digest_of(t.messages)) in trained]
 
 
 def check_held_out(stage, config, tasks: dict[str, list[Task]] | None = None) -> dict[str, list[Task]]:
