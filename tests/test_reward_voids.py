@@ -399,3 +399,53 @@ def test_a_verifier_error_leaves_only_its_own_sample_unscored(monkeypatch):
         verifier.close()
     assert [r.ok for r in results] == [True, False, True] and [r.score for r in results] == [1.0, 0.0, 1.0]
     assert results[1].reason == "verifier error: RuntimeError: a bug of the verifier"
+
+
+# The verifier's own process with every signal it can touch blocked and ignored, through raw
+# system calls as a non-libc parent (a CI agent, a container runtime) may leave them: libc
+# will not touch 32 and 33, and blocked masks and ignored actions both survive exec.
+HOSTILE_PARENT = """
+import ctypes, json, os, sys
+sys.path[:0] = json.loads(sys.argv[1])
+import test_reward_voids as t
+from posttrain.rewards.base import score_sync
+from posttrain.rewards.code import CodeVerifier
+
+libc = ctypes.CDLL(None, use_errno=True)
+ignore = (ctypes.c_ulong * 8)(1)  # SIG_IGN, no flags, empty mask
+for n in range(1, 65):
+    if n not in (9, 17, 19):  # SIGCHLD stays: the verifier waits for its children
+        libc.syscall(ctypes.c_long(13), ctypes.c_long(n), ignore, None, ctypes.c_long(8))
+every = ctypes.c_ulong(2**64 - 1)
+assert libc.syscall(ctypes.c_long(14), ctypes.c_long(0), ctypes.byref(every), None, ctypes.c_long(8)) == 0
+status = open("/proc/self/status").read()
+assert "SigBlk:\\tfffffffe7ffbfeff" in status or "SigBlk:\\tfffffffffffbfeff" in status, status
+names = json.loads(sys.argv[2])
+samples = [t.sample(fmt, {**t.FORMATS[fmt][1], **t.HONEST[fmt]}[name]) for fmt, name in names]
+verifier = CodeVerifier(workers=2)
+try:
+    print(json.dumps([[r.ok, r.score, r.reason] for r in score_sync(verifier, samples)]))
+finally:
+    verifier.close()
+"""
+
+
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="raw x86_64 signal system calls")
+def test_a_parent_that_blocks_and_ignores_signals_changes_no_verdict():
+    import os
+    import subprocess
+    import sys
+
+    deaths = [32, 33, signal.SIGRTMIN, signal.SIGTERM, signal.SIGUSR1, signal.SIGRTMAX]
+    names = [("io", f"right answer, then killed by {signal_name(n)}") for n in deaths]
+    names += [("check", f"killed by {signal_name(signal.SIGRTMAX)} in the call"), ("io", "correct")]
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = json.dumps([here, os.path.dirname(here)])
+    out = subprocess.run(
+        [sys.executable, "-c", HOSTILE_PARENT, path, json.dumps(names)], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    for (fmt, name), (ok, score, reason) in zip(names[:-1], results[:-1]):
+        assert ok and score == 0.0 and ("killed by" in reason or fmt != "io"), (fmt, name, reason)
+    assert results[-1][:2] == [True, 1.0], results[-1]

@@ -408,7 +408,7 @@ def _judge(run: _Launched, limits: Limits, limit: float, function: bool) -> Verd
     if "MemoryError" in text:
         return verdict("memory", f"memory limit of {limits.memory_bytes // 2**20} MiB reached")
     if code < 0:
-        return verdict("killed", f"killed by signal {signal_name(-code)}")
+        return verdict("killed", f"killed by {signal_name(-code)}")
     last = text.strip().splitlines()[-1] if text.strip() else f"exit code {code}"
     return verdict("error", last[:300])
 

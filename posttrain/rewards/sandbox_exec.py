@@ -40,6 +40,19 @@ class _Int(_ctypes._SimpleCData):
     _type_ = "i"
 
 
+class _Long(_ctypes._SimpleCData):
+    _type_ = "l"
+
+
+class _Char(_ctypes._SimpleCData):
+    _type_ = "c"
+
+
+class _SigAction(_ctypes.Array):  # the kernel's struct sigaction, all zero: SIG_DFL, no flags, empty mask
+    _type_ = _Char
+    _length_ = 64
+
+
 class _Function(_ctypes.CFuncPtr):
     _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
     _restype_ = _Int
@@ -64,6 +77,41 @@ def _libc(name: str, *args) -> None:
     if _Function((name, _Libc))(*args) != 0:
         err = _ctypes.get_errno()
         raise OSError(err, f"{name}{args[:2]}: {os.strerror(err)}")
+
+
+# rt_sigaction and rt_sigprocmask by machine: raw, since libc refuses to touch the two
+# signals it reserves for itself (32 and 33), which a parent may still have blocked or ignored
+RT_SIGNAL_SYSCALLS = {"x86_64": (13, 14), "aarch64": (134, 135), "ppc64le": (173, 174), "s390x": (174, 175)}
+SIGSETSIZE, NSIG = 8, 64
+
+
+def _default_signals() -> None:
+    """Every signal unblocked and at its default action, whatever the verifier's process
+    inherited: a parent's blocked or ignored signal must not change how a program can end
+    (ignored actions and the blocked mask both survive exec)."""
+    syscall = _Function(("syscall", _Libc))
+    numbers = RT_SIGNAL_SYSCALLS.get(os.uname().machine)
+    if numbers is None:  # elsewhere, libc's view: all but its own two signals
+        import signal
+
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for n in range(1, signal.NSIG):
+            try:
+                signal.signal(n, signal.SIG_DFL)
+            except (OSError, ValueError, RuntimeError):
+                pass
+        return
+    sigaction, sigprocmask = numbers
+    empty = _SigAction()
+    for n in range(1, NSIG + 1):
+        if n in (9, 19):  # SIGKILL and SIGSTOP cannot be changed
+            continue
+        if syscall(_Long(sigaction), _Long(n), empty, None, _Long(SIGSETSIZE)) != 0:
+            err = _ctypes.get_errno()
+            raise OSError(err, f"rt_sigaction({n}): {os.strerror(err)}")
+    if syscall(_Long(sigprocmask), _Long(2), empty, None, _Long(SIGSETSIZE)) != 0:  # SIG_SETMASK: none blocked
+        err = _ctypes.get_errno()
+        raise OSError(err, f"rt_sigprocmask: {os.strerror(err)}")
 
 
 def _mount(src, dst, fstype, flags, data=None) -> None:
@@ -161,6 +209,7 @@ def _program(spec: dict, side: dict, fds: dict, control: int, run) -> None:
                 os.read(READY_FD, 1)
                 os.close(READY_FD)
             env = {"PATH": "/usr/bin:/bin", "HOME": "/sandbox", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+            _default_signals()
             os.execve(spec["python"], [spec["python"], "-I", "-S", "-B", *side["argv"]], env)
         if READY_FD in fds:
             os.close(READY_FD)  # set up: the candidate may start
