@@ -112,8 +112,14 @@ def test_a_tool_that_raises_hangs_or_returns_garbage_ends_only_its_episode(token
     assert sleep.env["error"] == "timed out after 4s" and spent < 200  # the hung worker was killed, not waited on
     assert junk.env["error"] == "TypeError: step returned int, not a reply string or (reply, done)"
     results = asyncio.run(EnvReward().score([sample_of(queue, t) for t in (boom, sleep, junk)]))
-    assert [r.ok for r in results] == [False] * 3
-    assert results[0].reason == "environment failed: RuntimeError: the tool exploded"
+    # the policy's own calls made the environment fail: 0 with why, never a void
+    assert [(r.ok, r.score, r.details["call_error"]) for r in results] == [
+        (True, 0.0, k) for k in ("raised", "timeout", "raised")
+    ]
+    assert (
+        results[0].reason == "scored 0: the environment's call on this episode raised: RuntimeError: the tool exploded"
+    )
+    assert results[1].reason == "scored 0: the environment's call on this episode timed out: timed out after 4s"
     # the healthy episode goes on: its next turn answers, and its reward comes from the environment
     final = turn_ids(tokenizer, tasks[0].answer)
     echo.extend(final, [0.0] * len(final), 0, "stop")
@@ -122,7 +128,7 @@ def test_a_tool_that_raises_hangs_or_returns_garbage_ends_only_its_episode(token
     assert good.ok and good.score == 1.0 and good.reason == f"echoed ['{tasks[0].answer}']"
 
 
-def test_a_reward_that_hangs_or_is_not_a_number_is_flagged(tokenizer):
+def test_a_reward_that_hangs_or_is_not_a_number_scores_0_with_why(tokenizer):
     tasks = load_tasks(EnvTasks(type="env", env="env_fixtures:Faulty", args={"hang_s": 600}, size=2, timeout_s=3))
     queue, trajs = start(tokenizer, tasks)
     for traj, text in zip(trajs, ["hang", "nan"]):
@@ -130,7 +136,8 @@ def test_a_reward_that_hangs_or_is_not_a_number_is_flagged(tokenizer):
         traj.extend(ids, [0.0] * len(ids), 0, "stop")
     AgentLoop(tokenizer, 1024).advance(queue, trajs, 0)
     hung, nan = asyncio.run(EnvReward().score([sample_of(queue, t) for t in trajs]))
-    assert not hung.ok and hung.reason == "reward timed out after 3s"
+    # a hang is the response's verdict too: 0 with why, never a void (its worker was replaced)
+    assert hung.ok and hung.score == 0.0 and hung.reason == "scored 0: reward timed out after 3s"
     # a reward that returns no number is the response's verdict (0, with why), as for user reward functions
     assert nan.ok and nan.score == 0.0 and nan.reason == "scored 0: user reward returned nan"
 

@@ -44,8 +44,10 @@ def test_its_reward_functions_score_and_failures_are_flagged():
     assert right.ok and right.score == 1.5 and right.reason == "brief=1 (x0.5), correct=1"
     assert short_wrong.score == 0.5 and long_wrong.score == 0.0 and long_wrong.reason == "brief=0 (x0.5), correct=0"
     assert right.source == "verifiers" and right.details["scores"]["correct"] == [1.0, 1.0]
-    assert not boom.ok and "the rubric exploded" in boom.reason
-    assert not hang.ok and hang.reason == "verifiers reward failed: timed out after 20s"
+    # a reward function that raises or hangs scores 0 with why: no response can void its verdict
+    assert boom.ok and boom.score == 0.0 and "the rubric exploded" in boom.reason
+    assert boom.details == {"call_error": "raised"}
+    assert hang.ok and hang.score == 0.0 and hang.reason == "scored 0: verifiers reward timed out after 20s"
 
 
 def test_validate_takes_a_verifiers_source(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from posttrain.data.builtin_env import EnvState, check_episode, final_line
 from posttrain.rewards.math_verifier import differing_answers
+from posttrain.rewards.user import episode_failed
 from posttrain.types import RewardResult, Sample
 
 
@@ -23,7 +24,7 @@ class AgentVerifier:
         if sample.env is None:
             return RewardResult(0.0, "episode has no environment state", self.name, ok=False)
         if sample.env.get("error"):
-            return RewardResult(0.0, f"environment failed: {sample.env['error']}", self.name, ok=False)
+            return episode_failed(sample.env, self.name)
         state = EnvState.from_dict(sample.env)
         score, reason, details = check_episode(check, state)
         final = state.final if "answer" in check and state.final else None

@@ -304,7 +304,11 @@ def env_probes(task: Task, classes: set[str] | None) -> list[Probe]:
     ran = workers_for(entry).run(_turn, jobs, entry["timeout_s"])
     probes = []
     for (cls, name, c, final), (ok, out) in zip(attacks, ran):
-        env = {"state": out["state"], "final": final, "calls": c, "turns": len(c) + 1} if ok else {"error": str(out)}
+        env = (
+            {"state": out["state"], "final": final, "calls": c, "turns": len(c) + 1}
+            if ok
+            else {"error": str(out), "error_kind": out.kind}
+        )
         probes.append(Probe(task, cls, name, final or "", env))
     return probes
 

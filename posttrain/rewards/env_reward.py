@@ -1,7 +1,10 @@
 """Reward of your own environments' episodes: the environment's `reward(state, task, final)`
 run in its worker processes (`rollout/env_workers.py`), or, with `verifier: math`, the final answer
-against the task's answer. An episode the environment failed, or a reward call that
-raises, hangs past the timeout or returns no number, is flagged (left out of training)."""
+against the task's answer. A reward call that raises, hangs past the timeout or returns no
+number scores 0 with the reason, as a user reward function's does: the episode's state is
+the policy's doing, so no state can void its verdict. Unscored (left out of training, and
+counted per step) only what judged nothing: an episode the environment itself failed, or
+an environment that could not be built."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from dataclasses import replace
 from posttrain.data.env import episode_task
 from posttrain.rewards.deadline import check_in_workers, slim
 from posttrain.rewards.math_verifier import MathVerifier
-from posttrain.rewards.user import as_result
+from posttrain.rewards.user import as_result, episode_failed, failed_call
 from posttrain.rollout.env_workers import _reward, close_all, workers_for
 from posttrain.types import RewardResult, Sample
 
@@ -28,7 +31,7 @@ class EnvReward:
         for i, s in enumerate(samples):
             env = s.env or {}
             if env.get("error"):
-                out[i] = RewardResult(0.0, f"environment failed: {env['error']}", self.name, ok=False)
+                out[i] = self._noted(episode_failed(env, self.name), s)
             elif s.task.entry.get("score") == "math":
                 out[i] = self._math(s)
             else:
@@ -40,9 +43,7 @@ class EnvReward:
                 for i in indices
             ]
             for i, (ok, value) in zip(indices, workers_for(entry).run(_reward, jobs, entry["timeout_s"])):
-                result = (
-                    as_result(value, self.name) if ok else RewardResult(0.0, f"reward {value}", self.name, ok=False)
-                )
+                result = as_result(value, self.name) if ok else failed_call(value, "reward", self.name)
                 out[i] = self._noted(result, samples[i])
         return out  # type: ignore[return-value]
 

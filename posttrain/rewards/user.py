@@ -81,6 +81,25 @@ def call_verdict(value, error: BaseException | None, source: str, timeout_s: flo
     return RewardResult(0.0, f"unscored: user reward call failed: {type(error).__name__}: {error}", source, ok=False)
 
 
+def failed_call(failure, what: str, source: str) -> RewardResult:
+    """A reward call that came back without a value: 0 with why when the call itself timed out or
+    raised (its worker replaced), unscored only when the environment could not be built."""
+    if getattr(failure, "kind", "start") == "start":
+        return RewardResult(0.0, f"unscored: {what} {failure}", source, ok=False)
+    return RewardResult(0.0, f"scored 0: {what} {failure}", source, {"call_error": failure.kind})
+
+
+def episode_failed(env: dict, source: str) -> RewardResult:
+    """An episode the environment ended with an error: 0 with why when one of its calls (on the
+    policy's own tool calls or state) timed out or raised; unscored when the environment could
+    not be built, or the error's kind is not known (the machinery's failure)."""
+    kind = env.get("error_kind", "start")
+    if kind == "start":
+        return RewardResult(0.0, f"environment failed: {env['error']}", source, ok=False)
+    reason = f"scored 0: the environment's call on this episode {'timed out' if kind == 'timeout' else 'raised'}"
+    return RewardResult(0.0, f"{reason}: {env['error']}"[:500], source, {"call_error": kind})
+
+
 class UserReward:
     name = "user"
 

@@ -1,8 +1,9 @@
 """Reward of `verifiers` tasks: in a worker process, the task is rebuilt from its data, a
 trace holds the prompt and the response (one sampled assistant turn), and the task's own
 `score` runs its `@vf.reward` functions; the reward is their weighted sum (`trace.reward`),
-the reason each one's score. A reward function that raises, runs past `timeout_s` or
-leaves no score flags the sample. Rewards that need a runtime (a container) are skipped
+the reason each one's score. A reward function that raises or runs past `timeout_s` scores
+the sample 0 with the reason (its worker replaced); one that leaves no score, or a taskset
+that cannot be built, leaves the sample unscored. Rewards that need a runtime (a container) are skipped
 by verifiers itself, with the rest scored."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from posttrain.rewards.user import failed_call
 from posttrain.rollout.env_workers import EnvWorkers
 from posttrain.types import RewardResult, Sample
 
@@ -89,7 +91,7 @@ class VerifiersReward:
 
 def as_result(ok: bool, value) -> RewardResult:
     if not ok:
-        return RewardResult(0.0, f"verifiers reward failed: {value}", "verifiers", ok=False)
+        return failed_call(value, "verifiers reward", "verifiers")
     unscored = [name for name, r in value["scores"].items() if r is None]
     if unscored or not value["scores"]:
         reason = f"verifiers left {', '.join(unscored) or 'every reward'} unscored"

@@ -73,7 +73,7 @@ class EnvWorkers:
         return self._pool
 
     def run(self, fn, jobs: list[tuple], timeout_s: float) -> list[tuple[bool, object]]:
-        """(ok, result or error text) per job. A job that outlives `timeout_s` (counted from
+        """(ok, result or `Failure`) per job. A job that outlives `timeout_s` (counted from
         when the one before it came back) is an error; its pool is killed and the jobs not
         yet done run again on a fresh one."""
         results: dict[int, tuple[bool, object]] = {}
@@ -83,23 +83,35 @@ class EnvWorkers:
                 pool = self._ensure()
             except Exception as exc:  # noqa: BLE001 - the environment cannot even be built
                 self.close()
-                return [(False, f"environment {self.spec} failed to start: {_text(exc)}")] * len(jobs)
+                return [(False, Failure("start", f"environment {self.spec} failed to start: {_text(exc)}"))] * len(jobs)
             pending = {i: pool.apply_async(fn, jobs[i]) for i in todo}
             for i in todo:
                 try:
                     results[i] = (True, pending[i].get(timeout=timeout_s))
                 except multiprocessing.TimeoutError:
-                    results[i] = (False, f"timed out after {timeout_s:g}s")
+                    results[i] = (False, Failure("timeout", f"timed out after {timeout_s:g}s"))
                     self.close()  # the hung call dies with its worker; the rest run again
                     break
                 except Exception as exc:  # noqa: BLE001 - the environment's own error
-                    results[i] = (False, _text(exc))
+                    results[i] = (False, Failure("raised", _text(exc)))
         return [results[i] for i in range(len(jobs))]
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.terminate()
             self._pool = None
+
+
+class Failure(str):
+    """Why a job came back without a result: its text, and its `kind`: "start" (the environment
+    could not be built, so nothing was judged), "timeout" or "raised" (the call itself did)."""
+
+    kind: str
+
+    def __new__(cls, kind: str, text: str) -> Failure:
+        failure = super().__new__(cls, text)
+        failure.kind = kind
+        return failure
 
 
 def _text(exc: BaseException) -> str:
@@ -182,10 +194,10 @@ class EnvEpisodes:
 
     def _apply(self, traj: Trajectory, task, calls: list, ok: bool, out, version: int, tool_ids) -> bool:
         episode = traj.env
-        if not ok:  # the environment raised, hung or returned garbage: this episode ends, flagged
+        if not ok:  # the environment raised, hung or returned garbage: this episode ends (`Failure.kind` says how)
             traj.finish_reason = "env_error"
             episode.pop("pending", None)
-            episode.update(done=True, error=str(out))
+            episode.update(done=True, error=str(out), error_kind=getattr(out, "kind", "start"))
             return False
         episode["state"] = out["state"]
         for (name, arguments), reply in zip(calls, out["replies"]):
