@@ -156,8 +156,13 @@ def test_timeout_is_retried(server, monkeypatch):
     monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
     server.slow_first = 1  # the rubric request sleeps 2 s, past the 1 s timeout
     result = asyncio.run(grm_for(server).score(samples("A bicycle poem.")))[0]
-    assert result.ok and result.details["judge_tries"]["rubric"] == 2
-    assert result.details["rubric_raw"][0] == "<error: request timed out after 1.0s>"
+    # the client sent it again after a backoff; the GRM saw one try, with the judge's reply
+    assert result.ok and result.details["judge_tries"]["rubric"] == 1
+    assert result.details["judge_resent"]["rubric"] == 1 and result.details["rubric_raw"][0] == json.dumps(RUBRIC)
+    assert [b["temperature"] for b in server.bodies[:2]] == [0.0, 0.0]  # resent as it was
+    server.slow_first = 2  # without client retries, the GRM's own two tries both time out
+    lost = asyncio.run(grm_for(server, transport_retries=0).score(samples("A bicycle poem.")))[0]
+    assert not lost.ok and lost.details["rubric_raw"] == ["<error: request timed out after 1.0s (1 tries)>"] * 2
 
 
 def test_wrong_key_leaves_the_sample_unscored_and_a_missing_key_is_an_error(server, monkeypatch):
@@ -177,3 +182,16 @@ def test_endpoint_without_structured_outputs_gets_parsed_from_text(server, monke
     result = asyncio.run(grm.score(samples("Two wheels, one bicycle,\nthe road hums.")))[0]
     assert result.ok and result.score == pytest.approx(1.0)  # binary verdicts: all met, no pitfall
     assert all("response_format" not in b and "logprobs" not in b for b in server.bodies)
+
+
+def test_the_judgement_cache_is_bounded_and_keeps_the_recent_ones(server, monkeypatch):
+    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+    grm = GRM(GRMConfig(judge=grm_for(server).config.judge, retries=1, cache_entries=2))
+    first, second, third = samples("A bicycle.", "Two bicycles.", "Three bicycles.")
+    for sample in (first, second, first, third):  # reading `first` again makes `second` the oldest
+        assert asyncio.run(grm.score([sample]))[0].ok
+    kept = {entry["candidate"] for entry in grm.cache.values()}
+    assert len(grm.cache) == 2 and kept == {first.completion.text, third.completion.text}
+    asked = len(server.bodies)
+    assert asyncio.run(grm.score([first]))[0].details["cache_hit"] and len(server.bodies) == asked
+    assert not asyncio.run(grm.score([second]))[0].details["cache_hit"] and len(server.bodies) > asked

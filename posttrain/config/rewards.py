@@ -74,6 +74,14 @@ class HTTPJudge(Base):
     logprobs: bool = Field(
         True, description="Ask for top logprobs, used for probability verdicts; false for endpoints without them."
     )
+    transport_retries: int = Field(
+        4,
+        ge=0,
+        le=20,
+        description="Retries of a request that failed in transport (timeout, lost connection, HTTP 408, 409, "
+        "429 or 5xx), after an exponential backoff that honours the server's Retry-After, at the same "
+        "temperature (the `openai` client's).",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -95,13 +103,22 @@ class GRMConfig(Base):
     min_criteria: int = Field(3, ge=3, le=10, description="Fewest rubric criteria the judge must write.")
     max_criteria: int = Field(10, ge=3, le=10, description="Most rubric criteria the judge may write.")
     retries: int = Field(
-        2, ge=0, le=10, description="Extra tries of a malformed or failed judge reply; then the sample is unscored."
+        2,
+        ge=0,
+        le=10,
+        description="Extra tries of a judge reply that failed or cannot be read (the temperature raised only for the "
+        "latter); then the sample is unscored.",
     )
     verdict: Literal["probability", "binary"] = Field(
         "probability",
         description="Criterion score: the judge's P(yes) where it returns logprobs (else its yes/no), or yes/no only.",
     )
     cache: bool = Field(True, description="Reuse the judgement of a (task, response, judge, procedure) seen before.")
+    cache_entries: int = Field(
+        50_000,
+        ge=1,
+        description="Most judgements (and as many rubrics) kept in memory; the least recently used go first.",
+    )
     temperature: float = Field(0.0, ge=0, le=2, description="Judge sampling temperature; 0 is greedy.")
     rubric_tokens: int = Field(400, ge=32, le=8192, description="Most tokens of a rubric reply.")
     verdict_tokens: int = Field(48, ge=8, le=2048, description="Most tokens of a criterion verdict reply.")

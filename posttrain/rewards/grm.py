@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
@@ -171,6 +172,28 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
 
 
+class LRU(OrderedDict):
+    """A dict of at most `size` items: reading one makes it the newest, the oldest go first."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
+
+
 @dataclass
 class Asked:
     """The outcome of one judge call and its retries."""
@@ -178,6 +201,7 @@ class Asked:
     value: object | None
     raw: list[str]
     error: str | None = None
+    resent: int = 0  # requests the backend sent again after a transport failure, over all tries
 
     @property
     def tries(self) -> int:
@@ -192,8 +216,8 @@ class GRM:
     def __init__(self, config: GRMConfig, backend=None, shared=None):
         self.config = config
         self.backend = backend if backend is not None else make_backend(config.judge, shared)
-        self.cache: dict[str, dict] = {}  # cache key -> scoreboard entry
-        self.rubrics: dict[str, Asked] = {}  # rubric key -> a successful rubric call
+        self.cache: LRU = LRU(config.cache_entries)  # cache key -> scoreboard entry
+        self.rubrics: LRU = LRU(config.cache_entries)  # rubric key -> a successful rubric call
         c = config
         self.procedure = f"{PROCEDURE_VERSION}/{c.min_criteria}-{c.max_criteria}/{c.verdict}/t{c.temperature}"
 
@@ -301,15 +325,21 @@ class GRM:
         """Each call until its reply parses, at most 1 + retries times; all pending calls of
         a round go to the judge together."""
         out = [Asked(None, []) for _ in calls]
-        pending = list(range(len(calls)))
+        pending, unreadable = list(range(len(calls))), set()
+        hot = max(self.config.temperature, RETRY_TEMPERATURE)
         for attempt in range(1 + self.config.retries):
             if not pending:
                 break
-            temperature = self.config.temperature if attempt == 0 else max(self.config.temperature, RETRY_TEMPERATURE)
-            replies = await self.backend.complete([replace(calls[i], temperature=temperature) for i in pending])
+            # only a reply that came back and could not be read is asked again hotter: a failed
+            # request (network, status, timeout) is sent again as it was
+            asked = [
+                replace(calls[i], temperature=hot if i in unreadable else self.config.temperature) for i in pending
+            ]
+            replies = await self.backend.complete(asked)
             still = []
             for i, reply in zip(pending, replies):
                 out[i].raw.append(reply.text if reply.text is not None else f"<error: {reply.error}>")
+                out[i].resent += reply.resent
                 try:
                     if reply.text is None:
                         raise ParseError(reply.error or "no reply")
@@ -317,6 +347,8 @@ class GRM:
                 except ParseError as exc:
                     out[i].error = str(exc)
                     still.append(i)
+                    if not reply.transport:
+                        unreadable.add(i)
             if still:
                 log.warning(
                     "grm: %d of %d judge replies unusable (try %d): %s",
@@ -364,6 +396,7 @@ class GRM:
             ],
         )
         entry["judge_tries"] = {"rubric": rubric.tries, "verdicts": sum(v.tries for v in verdicts)}
+        entry["judge_resent"] = {"rubric": rubric.resent, "verdicts": sum(v.resent for v in verdicts)}
         failed = [j for j, v in enumerate(verdicts) if v.value is None]
         if rubric.value is None:
             entry.update(

@@ -1,11 +1,15 @@
 """Judge backends of the generative reward model: a batch of chat calls in, one reply (or
-an error) per call out. Neither backend retries; the GRM retries what failed.
+an error) per call out. The GRM retries what failed; a reply that failed in transport says
+so (`JudgeReply.transport`), so that its retry keeps the temperature.
 
 - `VLLMBackend`: a `JudgeEngine` Ray actor on this cluster serving a local model folder;
   calls go to it in chunks of `max_batch`, each chunk one engine call, under a timeout.
-- `HTTPBackend`: any OpenAI-compatible endpoint (`POST {base_url}/chat/completions`),
-  at most `max_concurrency` requests in flight, each under a timeout, with the API key
-  read from an environment variable and sent as a Bearer token.
+- `HTTPBackend`: any OpenAI-compatible endpoint (`POST {base_url}/chat/completions`)
+  through the `openai` client: at most `max_concurrency` requests in flight, each under a
+  timeout, the API key read from an environment variable and sent as a Bearer token. A
+  request that fails in transport (a timeout, a lost connection, 408, 409, 429, 5xx) is
+  sent again by the client after an exponential backoff that honours Retry-After, up to
+  `transport_retries` times, before the GRM sees the failure.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class JudgeReply:
     error: str | None = None
     tokens: list[str] | None = None
     top: list[dict[str, float]] | None = field(default=None, repr=False)
+    transport: bool = False  # the error is the request's (network, status, timeout), not the reply's
+    resent: int = 0  # times the client sent the request again after a transport failure
 
 
 def folder_version(folder: Path) -> str:
@@ -111,14 +117,16 @@ class VLLMBackend:
         try:
             replies = await asyncio.wait_for(_await(ref), self.config.timeout_s)
         except asyncio.TimeoutError:
-            return [JudgeReply(None, f"judge engine call timed out after {self.config.timeout_s}s") for _ in calls]
+            reply = JudgeReply(None, f"judge engine call timed out after {self.config.timeout_s}s", transport=True)
+            return [reply for _ in calls]
         except RayError as exc:
             if isinstance(exc, RayActorError):  # the engine died: the GRM's retry starts a new one
                 log.warning("judge engine actor died; starting a new one: %s", exc)
                 self.actor = None
                 if self.shared is not None:
                     self.shared.lost()
-            return [JudgeReply(None, f"judge engine failed: {type(exc).__name__}: {exc}"[:500]) for _ in calls]
+            reply = JudgeReply(None, f"judge engine failed: {type(exc).__name__}: {exc}"[:500], transport=True)
+            return [reply for _ in calls]
         return [JudgeReply(r.get("text"), r.get("error"), r.get("tokens"), r.get("top")) for r in replies]
 
     def close(self) -> None:
@@ -154,11 +162,17 @@ class HTTPBackend:
 
     async def complete(self, calls: list[JudgeCall]) -> list[JudgeReply]:
         import httpx
+        from openai import AsyncOpenAI
 
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         gate = asyncio.Semaphore(self.config.max_concurrency)
         limits = httpx.Limits(max_connections=self.config.max_concurrency)
-        async with httpx.AsyncClient(headers=headers, timeout=self.config.timeout_s, limits=limits) as client:
+        async with AsyncOpenAI(
+            base_url=self.config.base_url,
+            api_key=self.api_key or "",  # empty: no Authorization header
+            timeout=self.config.timeout_s,
+            max_retries=self.config.transport_retries,
+            http_client=httpx.AsyncClient(limits=limits),
+        ) as client:
             return list(await asyncio.gather(*(self._one(client, gate, c) for c in calls)))
 
     def _body(self, call: JudgeCall) -> dict:
@@ -178,33 +192,46 @@ class HTTPBackend:
         return body
 
     async def _one(self, client, gate: asyncio.Semaphore, call: JudgeCall) -> JudgeReply:
-        import httpx
+        import openai
 
+        tries = 1 + self.config.transport_retries
         async with gate:
             try:
-                response = await asyncio.wait_for(
-                    client.post(f"{self.config.base_url}/chat/completions", json=self._body(call)),
-                    self.config.timeout_s,
+                raw = await client.chat.completions.with_raw_response.create(**self._body(call))
+                completion = raw.parse()
+            except openai.APITimeoutError:
+                return JudgeReply(
+                    None, f"request timed out after {self.config.timeout_s}s ({tries} tries)", transport=True
                 )
-                response.raise_for_status()
-                choice = response.json()["choices"][0]
-                text = choice["message"]["content"]
-            except asyncio.TimeoutError:
-                return JudgeReply(None, f"request timed out after {self.config.timeout_s}s")
-            except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            except openai.APIStatusError as exc:
+                return JudgeReply(None, f"HTTP {exc.status_code}: {_message(exc)}"[:500], transport=True)
+            except openai.APIConnectionError as exc:
+                return JudgeReply(
+                    None, f"connection failed ({tries} tries): {exc.__cause__ or exc}"[:500], transport=True
+                )
+            except (openai.OpenAIError, ValueError, TypeError) as exc:  # a body that is not a chat completion
                 return JudgeReply(None, f"{type(exc).__name__}: {exc}"[:500])
-        content = (choice.get("logprobs") or {}).get("content") or None
-        if not content:
-            return JudgeReply(text)
-        tokens = [t["token"] for t in content]
-        top = [
-            {a["token"]: a["logprob"] for a in t.get("top_logprobs") or []} | {t["token"]: t["logprob"]}
-            for t in content
-        ]
-        return JudgeReply(text, tokens=tokens, top=top)
+        if not completion.choices:
+            return JudgeReply(None, "the reply has no choices", resent=raw.retries_taken)
+        choice = completion.choices[0]
+        text, content = choice.message.content, (choice.logprobs.content if choice.logprobs else None) or None
+        if text is None or not content:
+            return JudgeReply(text, None if text is not None else "the reply has no content", resent=raw.retries_taken)
+        tokens = [t.token for t in content]
+        top = [{a.token: a.logprob for a in t.top_logprobs or []} | {t.token: t.logprob} for t in content]
+        return JudgeReply(text, tokens=tokens, top=top, resent=raw.retries_taken)
 
     def close(self) -> None:
         pass
+
+
+def _message(exc) -> str:
+    """An error response's own message (OpenAI's `{"error": {"message": ...}}` or any JSON), else its text."""
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        return str(inner.get("message", inner) if isinstance(inner, dict) else inner)
+    return str(body if body is not None else exc.message)
 
 
 def make_backend(config: VLLMJudge | HTTPJudge, shared=None):
