@@ -7,6 +7,7 @@ has no structured outputs."""
 import asyncio
 import json
 import math
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +26,11 @@ RUBRIC = {
     ]
 }
 KEY = "secret-key-123"
+# The keys live in the environment from import (collection, before any test starts Ray in this
+# worker) and are never changed after: setenv and unsetenv while Ray's native threads read the
+# environment race with them, and a worker crashed so (a segfault at address 0 in libc).
+os.environ.setdefault("TEST_JUDGE_KEY", KEY)
+os.environ.setdefault("TEST_JUDGE_WRONG_KEY", "wrong")
 
 
 class Judge(BaseHTTPRequestHandler):
@@ -127,8 +133,7 @@ def samples(*texts):
     return [Sample(task, 0, (1,), Completion((1,) * 5, (0.0,) * 5, t, "stop")) for t in texts]
 
 
-def test_http_judge_end_to_end_with_bounded_concurrency(server, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+def test_http_judge_end_to_end_with_bounded_concurrency(server):
     texts = [
         "Two wheels, one bicycle,\nthe road hums.",
         "A bicycle is a vehicle.",
@@ -152,8 +157,7 @@ def test_http_judge_end_to_end_with_bounded_concurrency(server, monkeypatch):
     assert verdict_body["logprobs"] is True and verdict_body["top_logprobs"] == 10
 
 
-def test_timeout_is_retried(server, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+def test_timeout_is_retried(server):
     server.slow_first = 1  # the rubric request sleeps 2 s, past the 1 s timeout
     result = asyncio.run(grm_for(server).score(samples("A bicycle poem.")))[0]
     # the client sent it again after a backoff; the GRM saw one try, with the judge's reply
@@ -165,18 +169,16 @@ def test_timeout_is_retried(server, monkeypatch):
     assert not lost.ok and lost.details["rubric_raw"] == ["<error: request timed out after 1.0s (1 tries)>"] * 2
 
 
-def test_wrong_key_leaves_the_sample_unscored_and_a_missing_key_is_an_error(server, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_KEY", "wrong")
-    result = asyncio.run(grm_for(server).score(samples("A bicycle poem.")))[0]
+def test_wrong_key_leaves_the_sample_unscored_and_a_missing_key_is_an_error(server):
+    result = asyncio.run(grm_for(server, api_key_env="TEST_JUDGE_WRONG_KEY").score(samples("A bicycle poem.")))[0]
     assert not result.ok and result.score == 0.0 and "401" in result.reason
     assert result.reason.startswith("unscored: rubric reply unusable after 2 tries")
-    monkeypatch.delenv("TEST_JUDGE_KEY")
-    with pytest.raises(ValueError, match="TEST_JUDGE_KEY is not set"):
-        grm_for(server)
+    assert "TEST_JUDGE_ABSENT_KEY" not in os.environ
+    with pytest.raises(ValueError, match="TEST_JUDGE_ABSENT_KEY is not set"):
+        grm_for(server, api_key_env="TEST_JUDGE_ABSENT_KEY")
 
 
-def test_endpoint_without_structured_outputs_gets_parsed_from_text(server, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+def test_endpoint_without_structured_outputs_gets_parsed_from_text(server):
     server.structured = False
     grm = grm_for(server, structured=False, logprobs=False)
     result = asyncio.run(grm.score(samples("Two wheels, one bicycle,\nthe road hums.")))[0]
@@ -184,8 +186,7 @@ def test_endpoint_without_structured_outputs_gets_parsed_from_text(server, monke
     assert all("response_format" not in b and "logprobs" not in b for b in server.bodies)
 
 
-def test_the_judgement_cache_is_bounded_and_keeps_the_recent_ones(server, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+def test_the_judgement_cache_is_bounded_and_keeps_the_recent_ones(server):
     grm = GRM(GRMConfig(judge=grm_for(server).config.judge, retries=1, cache_entries=2))
     first, second, third = samples("A bicycle.", "Two bicycles.", "Three bicycles.")
     for sample in (first, second, first, third):  # reading `first` again makes `second` the oldest

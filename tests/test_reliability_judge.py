@@ -62,8 +62,7 @@ TRANSPORT = {"http_500", "http_429", "timeout"}  # faults the client sends again
 
 
 @pytest.mark.parametrize("fault", ["text", "http_500", "http_429", "timeout"])
-def test_a_transient_fault_is_retried_and_the_sample_scored(faulty, monkeypatch, fault):
-    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+def test_a_transient_fault_is_retried_and_the_sample_scored(faulty, fault):
     faulty.fault, faulty.faults = fault, 1
     result = asyncio.run(
         grm_for(faulty, timeout_s=TIMEOUT_S).score(samples("Two wheels, one bicycle,\nthe road hums."))
@@ -80,8 +79,7 @@ def test_a_transient_fault_is_retried_and_the_sample_scored(faulty, monkeypatch,
 
 
 @pytest.mark.parametrize("fault", list(GARBAGE))
-def test_a_lasting_fault_leaves_the_sample_unscored(faulty, monkeypatch, fault):
-    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+def test_a_lasting_fault_leaves_the_sample_unscored(faulty, fault):
     faulty.fault, faulty.faults = fault, 10**6
     started = time.perf_counter()
     resends = 1 if fault in TRANSPORT - {"timeout"} else 0  # (a timeout resent would cost 9 s a time)
@@ -93,8 +91,7 @@ def test_a_lasting_fault_leaves_the_sample_unscored(faulty, monkeypatch, fault):
     assert faulty.requests == 2 * (1 + resends) and time.perf_counter() - started < 60
 
 
-def test_after_a_judge_outage_the_next_samples_are_scored(faulty, monkeypatch):
-    monkeypatch.setenv("TEST_JUDGE_KEY", KEY)
+def test_after_a_judge_outage_the_next_samples_are_scored(faulty):
     grm = grm_for(faulty, timeout_s=TIMEOUT_S)
     faulty.fault, faulty.faults = "not_json", 10**6
     bad = asyncio.run(grm.score(samples("A bicycle poem.", "Hello.")))
