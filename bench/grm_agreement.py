@@ -11,6 +11,13 @@ per criterion; Likert: the expected score over its top logprobs at the score tok
 
     .venv/bin/python bench/grm_agreement.py [--judge smollm2-135m-instruct | tiny | /path]
     .venv/bin/python bench/grm_agreement.py --http-url URL --http-model NAME [--api-key-env VAR]
+    .venv/bin/python bench/grm_agreement.py --generated 300 [--judge runs/judge/checkpoints/judge/final --bare]
+
+`--generated N`: N pairs (a clean response against one with a known defect, ten defect kinds)
+from the `heldout` part of the judge's training generator (`data/judgements.py`): no pair
+shares its subject with any case a judge stage trains on. `--bare`: the GRM without its worked
+examples (`grm.examples: false`), as a judge trained on the GRM's formats is asked. Each
+response is scored on its own, so the two orders of a pair cannot disagree.
 """
 
 from __future__ import annotations
@@ -121,7 +128,17 @@ def likert(backend, pairs: list[dict]) -> tuple[list, list, float]:
     return list(picked), list(expected), seconds
 
 
-def accuracy(scores: list, pairs: list[dict]) -> dict[str, float]:
+def generated_pairs(count: int, seed: int) -> list[dict]:
+    from posttrain.data.judgements import cases
+
+    return [
+        {"id": f"heldout/{seed}/{i}", "kind": c.kind, "task": c.task, "better": c.good, "worse": c.bad}
+        for i, c in enumerate(cases(count, seed, "heldout"))
+    ]
+
+
+def accuracy(scores: list, pairs: list[dict]) -> dict[str, tuple[float, float]]:
+    """Per kind (and `all`): pairwise accuracy and its standard error."""
     by_kind: dict[str, list[float]] = {}
     for i, pair in enumerate(pairs):
         better, worse = scores[2 * i], scores[2 * i + 1]
@@ -131,7 +148,12 @@ def accuracy(scores: list, pairs: list[dict]) -> dict[str, float]:
             point = float(better > worse)
         by_kind.setdefault(pair["kind"], []).append(point)
         by_kind.setdefault("all", []).append(point)
-    return {kind: sum(v) / len(v) for kind, v in by_kind.items()}
+    out = {}
+    for kind, points in by_kind.items():
+        mean = sum(points) / len(points)
+        var = sum((x - mean) ** 2 for x in points) / max(len(points) - 1, 1)
+        out[kind] = (mean, (var / len(points)) ** 0.5)
+    return out
 
 
 def judge_config(args) -> dict:
@@ -150,13 +172,21 @@ def main() -> None:
     parser.add_argument("--max-criteria", type=int, default=10)
     parser.add_argument("--pairs", default=str(PAIRS))
     parser.add_argument("--limit", type=int, help="first N pairs only")
+    parser.add_argument("--generated", type=int, help="N held-out pairs from the judge-training generator instead")
+    parser.add_argument("--seed", type=int, default=100, help="seed of the generated pairs")
+    parser.add_argument("--bare", action="store_true", help="the GRM without worked examples (a trained judge)")
     args = parser.parse_args()
 
     from posttrain.config import GRMConfig
     from posttrain.rewards.grm import GRM
 
-    pairs = [json.loads(line) for line in Path(args.pairs).read_text().splitlines() if line.strip()][: args.limit]
-    grm = GRM(GRMConfig(judge=judge_config(args), length_cap=100_000, max_criteria=args.max_criteria))
+    if args.generated:
+        pairs = generated_pairs(args.generated, args.seed)
+    else:
+        pairs = [json.loads(line) for line in Path(args.pairs).read_text().splitlines() if line.strip()][: args.limit]
+    grm = GRM(
+        GRMConfig(judge=judge_config(args), length_cap=100_000, max_criteria=args.max_criteria, examples=not args.bare)
+    )
     grm.start()
     try:
         samples = samples_for(pairs, lambda text: len(text.split()))  # no length cap here: lengths unused
@@ -171,15 +201,16 @@ def main() -> None:
         ("single prompt 1-10, the integer written", picked, likert_s),
     ]
     kinds = sorted({p["kind"] for p in pairs})
-    print(f"judge {grm.backend.model_id}, {len(pairs)} pairs; ties and unscored count 0.5\n")
+    bare = ", no worked examples" if args.bare else ""
+    print(f"judge {grm.backend.model_id}{bare}, {len(pairs)} pairs; ties and unscored count 0.5; all: ± SE\n")
     print("| method | " + " | ".join(kinds) + " | all | unscored | judge s |")
     print("|---" * (len(kinds) + 4) + "|")
     for name, scores, seconds in rows:
         acc = accuracy(scores, pairs)
         print(
             f"| {name} | "
-            + " | ".join(f"{acc[k]:.2f}" for k in kinds)
-            + f" | **{acc['all']:.2f}** | {scores.count(None)} | {seconds:.0f} |"
+            + " | ".join(f"{acc[k][0]:.2f}" for k in kinds)
+            + f" | **{acc['all'][0]:.2f}** ± {acc['all'][1]:.2f} | {scores.count(None)} | {seconds:.0f} |"
         )
 
 

@@ -248,7 +248,14 @@ def run_pipeline(
                 entry["init_from"] = str(init_dir)
             save_state()
             run = StageRun(
-                stage, init_dir, infra, resume_dirs.get(stage.name), checkpoints, entry, save_state, model_dir
+                stage.with_judge_from(checkpoints),  # a judge an earlier stage trained: its checkpoint
+                init_dir,
+                infra,
+                resume_dirs.get(stage.name),
+                checkpoints,
+                entry,
+                save_state,
+                model_dir,
             )
             previous = kind.run(run) or previous
             entry.update(status="done", finished=time.time())

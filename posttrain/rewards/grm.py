@@ -18,7 +18,6 @@ A reply that cannot be read is retried; after the retries the sample is unscored
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from posttrain.config import GRMConfig
+from posttrain.data.judge_prompts import rubric_messages, verdict_messages
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply, make_backend
 from posttrain.rewards.grm_parse import KINDS, Criterion, ParseError, Verdict, parse_rubric, parse_verdict
 from posttrain.types import RewardResult, Sample, Task
@@ -35,52 +35,6 @@ log = logging.getLogger(__name__)
 PROCEDURE_VERSION = "rubric-v1"
 RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 would repeat the same malformed reply
 TOP_LOGPROBS = 10
-JUDGE_SYSTEM = "You are a careful, strict grader of written answers."
-# Worked examples as earlier chat turns: a small judge copies the shape of an answer far
-# better than it follows a description of it. They open every prompt, so the engine's
-# prefix cache computes them once.
-_RUBRIC_EXAMPLES = [
-    (
-        "What is 7 times 8?",
-        [
-            ("Says that 7 times 8 is 56", "essential", 5),
-            ("Shows the multiplication", "optional", 1),
-            ("Gives a number other than 56", "pitfall", 5),
-        ],
-    ),
-    (
-        "Write a limerick about a cat.",
-        [
-            ("Is a limerick of five lines", "essential", 5),
-            ("Is about a cat", "essential", 4),
-            ("Is funny", "important", 2),
-            ("Talks about something other than a cat", "pitfall", 3),
-        ],
-    ),
-]
-_VERDICT_EXAMPLES = [
-    (
-        "What is 7 times 8?",
-        "7 times 8 is 54.",
-        "Says that 7 times 8 is 56",
-        "essential",
-        {"verdict": "no", "reason": "It says 54."},
-    ),
-    (
-        "Write a limerick about a cat.",
-        "There once was a cat named Lou,\nwho slept in a size-seven shoe...",
-        "Is about a cat",
-        "essential",
-        {"verdict": "yes", "reason": "The limerick is about a cat named Lou."},
-    ),
-    (
-        "Write a limerick about a cat.",
-        "Dogs bark at the mailman every morning.",
-        "Talks about something other than a cat",
-        "pitfall",
-        {"verdict": "yes", "reason": "It talks about dogs."},
-    ),
-]
 
 
 def rubric_schema(min_criteria: int, max_criteria: int) -> dict:
@@ -122,44 +76,6 @@ def task_text(task: Task) -> str:
     if len(turns) == 1:
         return turns[0].content
     return "\n".join(f"{m.role}: {m.content}" for m in turns)
-
-
-def rubric_messages(task: str, min_criteria: int, max_criteria: int) -> tuple[dict, ...]:
-    system = (
-        f"Write a grading rubric for answers to a task: {min_criteria} to {max_criteria} criteria, each one "
-        'short check that an answer passes or fails. kind: "essential" (the answer must do it), "important" '
-        '(it should), "optional" (nice to have), or "pitfall" (a mistake to avoid). weight: 1 (minor) to 5 '
-        "(crucial). Reply in JSON."
-    )
-    turns = [{"role": "system", "content": system}]
-    for example, criteria in _RUBRIC_EXAMPLES:
-        rubric = {"criteria": [{"text": t, "kind": k, "weight": w} for t, k, w in criteria]}
-        turns += [{"role": "user", "content": f"Task: {example}"}, {"role": "assistant", "content": json.dumps(rubric)}]
-    return tuple(turns + [{"role": "user", "content": f"Task: {task}"}])
-
-
-def _verdict_prompt(task: str, candidate: str, text: str, kind: str) -> str:
-    if kind == "pitfall":
-        check = f"Mistake to look for: {text}\nDoes the answer make this mistake?"
-    else:
-        check = f"Check: {text}\nDoes the answer pass this check?"
-    return f"Task given to a writer:\n{task}\n\nTheir answer:\n{candidate}\n\n{check}"
-
-
-def verdict_messages(task: str, candidate: str, criterion: Criterion) -> tuple[dict, ...]:
-    system = (
-        JUDGE_SYSTEM + ' Judge one check at a time. Reply in JSON: {"verdict": "yes" or "no", '
-        '"reason": "<one short line>"}.'
-    )
-    turns = [{"role": "system", "content": system}]
-    for example, answer, text, kind, verdict in _VERDICT_EXAMPLES:
-        turns += [
-            {"role": "user", "content": _verdict_prompt(example, answer, text, kind)},
-            {"role": "assistant", "content": json.dumps(verdict)},
-        ]
-    return tuple(
-        turns + [{"role": "user", "content": _verdict_prompt(task, candidate, criterion.text, criterion.kind)}]
-    )
 
 
 def final_score(criteria: list[Criterion], scores: list[float]) -> float:
@@ -220,6 +136,8 @@ class GRM:
         self.rubrics: LRU = LRU(config.cache_entries)  # rubric key -> a successful rubric call
         c = config
         self.procedure = f"{PROCEDURE_VERSION}/{c.min_criteria}-{c.max_criteria}/{c.verdict}/t{c.temperature}"
+        if not c.examples:
+            self.procedure += "/bare"
 
     def start(self) -> None:
         """Start the judge now (a vLLM judge loads in the background meanwhile)."""
@@ -292,7 +210,7 @@ class GRM:
         c = self.config
         calls = [
             JudgeCall(
-                rubric_messages(task_text(tasks[key]), c.min_criteria, c.max_criteria),
+                rubric_messages(task_text(tasks[key]), c.min_criteria, c.max_criteria, c.examples),
                 rubric_schema(c.min_criteria, c.max_criteria),
                 c.rubric_tokens,
                 c.temperature,
@@ -309,7 +227,7 @@ class GRM:
     def _verdict_call(self, sample: Sample, criterion: Criterion) -> JudgeCall:
         c = self.config
         return JudgeCall(
-            verdict_messages(task_text(sample.task), sample.completion.text, criterion),
+            verdict_messages(task_text(sample.task), sample.completion.text, criterion, self.config.examples),
             verdict_schema(c.reason_chars),
             c.verdict_tokens,
             c.temperature,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from posttrain.config import CodingTasks, EnvTasks, UserTasks, VerifiersTasks
+from posttrain.config import CodingTasks, EnvTasks, JudgementTasks, UserTasks, VerifiersTasks
 from posttrain.rewards.agent_verifier import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
 from posttrain.rewards.math_verifier import MathVerifier
@@ -77,6 +77,11 @@ def reward_router(stage, judge=None) -> RewardRouter:
 
         sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s, answer_timeout_s=limit)
     sources.update(own_sources(leaves))
+    if any(isinstance(leaf, JudgementTasks) for leaf in leaves):
+        from posttrain.rewards.judgement import JudgementVerifier
+
+        reason_chars = stage.reward.grm.reason_chars if stage.reward.grm is not None else 80
+        sources["judgement"] = JudgementVerifier(reason_chars)
     if stage.reward.grm is not None:
         from posttrain.rewards.grm import GRM
 

@@ -21,7 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain.config import EvalStage, ExpertsStage, MOPDStage, RLStage, SFTStage, StageSchema, SynthesisStage
+from posttrain.config import (
+    EvalStage,
+    ExpertsStage,
+    JudgeStage,
+    MOPDStage,
+    RLStage,
+    SFTStage,
+    StageSchema,
+    SynthesisStage,
+)
 from posttrain.config.pipeline import register_stage_schema, unregister_stage_schema
 from posttrain.config.stages import STAGE_SCHEMAS
 from posttrain.runtime.dryrun import PlanView, expert_job_lines, slot0_lines, teacher_lines
@@ -166,9 +175,24 @@ def _run_synthesis(run: StageRun) -> None:
     return None
 
 
+def _run_judge(run: StageRun) -> None:
+    from posttrain.stages.judge import run_judge
+
+    final = run_judge(run.stage, run.init_dir, run.infra, run.entry, run.save_state)
+    run.checkpoints[run.stage.name] = final
+    run.entry["checkpoint"] = str(final)
+    return None  # the policy's line goes on from the stage before it
+
+
+def restore_judge(stage: StageSchema, entry: dict, checkpoints: dict[str, Path]) -> None:
+    restore_checkpoint(stage, entry, checkpoints)
+    return None
+
+
 register(StageType(SFTStage, _run_sft, restore_checkpoint, state_file=SFT_STATE))
 register(StageType(RLStage, _run_rl, restore_checkpoint, state_file=ROLLOUT_STATE))
 register(StageType(ExpertsStage, _run_experts, restore_jobs, dry_run=expert_job_lines))
 register(StageType(MOPDStage, _run_mopd, restore_checkpoint, state_file=ROLLOUT_STATE, dry_run=teacher_lines))
 register(StageType(EvalStage, _run_eval, restore_nothing, records_init=False))
 register(StageType(SynthesisStage, _run_synthesis, restore_nothing))
+register(StageType(JudgeStage, _run_judge, restore_judge))  # its phases resume by themselves

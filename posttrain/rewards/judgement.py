@@ -1,0 +1,53 @@
+"""Reward of the judge's own calls (`type: judgements` tasks): the reply is read exactly as the
+GRM reads its judge's replies (`grm_parse`), and scores 1 when it is the known answer, else 0
+with why. A verdict call's answer is its known verdict; a rubric call's is a rubric that
+reads and holds the case's criteria kinds (one essential at least, the pitfalls marked).
+
+A reply that cannot be read scores 0 (the policy's doing, never a void); a task without a
+known answer is unscored."""
+
+from __future__ import annotations
+
+import json
+
+from posttrain.rewards.grm_parse import ParseError, parse_rubric, parse_verdict
+from posttrain.types import RewardResult, Sample
+
+
+class JudgementVerifier:
+    name = "judgement"
+
+    def __init__(self, reason_chars: int = 80):
+        self.reason_chars = reason_chars
+
+    async def score(self, samples: list[Sample]) -> list[RewardResult]:
+        return [self.score_one(s) for s in samples]
+
+    def score_one(self, sample: Sample) -> RewardResult:
+        entry = sample.task.entry
+        text = sample.completion.text
+        if entry.get("call") == "verdict" and entry.get("label") in ("yes", "no"):
+            try:
+                verdict = parse_verdict(text, None, None, False, self.reason_chars)
+            except ParseError as exc:
+                return RewardResult(0.0, f"scored 0: the verdict does not read: {exc}"[:300], self.name)
+            said = "yes" if verdict.yes else "no"
+            if said != entry["label"]:
+                return RewardResult(0.0, f"said {said}, the answer is {entry['label']}", self.name, {"said": said})
+            return RewardResult(1.0, f"said {said}, as known", self.name, {"said": said})
+        if entry.get("call") == "rubric" and sample.task.answer:
+            return self._rubric(text, json.loads(sample.task.answer)["criteria"])
+        return RewardResult(0.0, "unscored: a judgement task without a known answer", self.name, ok=False)
+
+    def _rubric(self, text: str, gold: list[dict]) -> RewardResult:
+        try:
+            criteria = parse_rubric(text, 3, 10)
+        except ParseError as exc:
+            return RewardResult(0.0, f"scored 0: the rubric does not read: {exc}"[:300], self.name)
+        kinds = [c.kind for c in criteria]
+        if "essential" not in kinds:
+            return RewardResult(0.0, "scored 0: no essential criterion", self.name)
+        pitfalls = sum(c["kind"] == "pitfall" for c in gold)
+        if pitfalls and "pitfall" not in kinds:
+            return RewardResult(0.0, "scored 0: the case's mistake is not a pitfall of the rubric", self.name)
+        return RewardResult(1.0, f"{len(criteria)} criteria that read", self.name)

@@ -1,0 +1,113 @@
+"""The judge stage end to end through the CLI, on real Ray, vLLM and DeepSpeed: a judge is
+post-trained (SFT on its calls, then RL on its verdicts) from the base model, and the next
+stage's GRM judges with that checkpoint (`model: stage:judge`), while the policy's line
+goes on from the base model; the run is killed in the judge's RL phase and resumed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_process import start_cli
+
+JUDGE = {
+    "name": "judge",
+    "type": "judge",
+    "steps": 3,
+    "lr": 1e-3,
+    "batch_size": 4,
+    "save_every": 1,
+    "data": {"type": "judgements", "size": 20, "examples": False},
+    "rl": {"steps": 3, "prompts_per_step": 2, "group_size": 2, "max_tokens": 12},
+}
+POLICY = {
+    "name": "grpo",
+    "type": "rl",
+    "steps": 1,
+    "lr": 1e-4,
+    "prompts_per_step": 2,
+    "group_size": 2,
+    "max_tokens": 8,
+    "tasks": {"type": "writing", "size": 4},
+    "reward": {
+        "grm": {
+            "judge": {"type": "vllm", "model": "stage:judge", "max_model_len": 512, "kv_cache_gib": 0.1},
+            "examples": False,
+            "rubric_tokens": 64,
+            "verdict_tokens": 32,
+            "retries": 0,
+        }
+    },
+}
+PIPELINE = {
+    "name": "judged",
+    "model": {"name": "tiny"},
+    "rollout": {"max_model_len": 512},
+    "trainer": {"workers": 1},
+    "stages": [JUDGE, POLICY],
+}
+
+
+def rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def check_run(run: Path) -> None:
+    state = json.loads((run / "run_state.json").read_text())
+    judge, policy = state["stages"]["judge"], state["stages"]["grpo"]
+    assert judge["status"] == policy["status"] == "done"
+    assert {p: v["status"] for p, v in judge["phases"].items()} == {"sft": "done", "rl": "done"}
+    final = Path(judge["checkpoint"])
+    assert final == Path(judge["phases"]["rl"]["checkpoint"]) and (final / "config.json").is_file()
+    assert policy["init_from"] == state["model"]  # the policy starts from the base model, not the judge
+    steps = {}
+    for row in rows(run):
+        steps.setdefault(row["stage"], []).append(row["step"])
+    assert steps["judge/sft"] == [1, 2, 3] and steps["judge/rl"] == [1, 2, 3] and steps["grpo"] == [1]
+    board = [json.loads(line) for line in (run / "scoreboard.jsonl").read_text().splitlines()]
+    assert board and all(e["judge_model"].startswith(f"{final}@") for e in board)
+    assert all(e["procedure_version"].endswith("/bare") for e in board)
+
+
+@pytest.mark.timeout(900)
+def test_a_judge_stage_trains_a_judge_that_the_next_stage_uses(tmp_path):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", "run", str(tmp_path / "p.yaml"), "--run-dir", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    check_run(run)
+    judge_rows = [r for r in rows(run) if r["stage"] == "judge/rl"]
+    assert all(0.0 <= r["reward/mean"] <= 1.0 for r in judge_rows)  # agreement with the known verdicts
+
+
+@pytest.mark.system
+@pytest.mark.timeout(1200)
+def test_a_judge_stage_killed_in_its_rl_phase_resumes_there(tmp_path):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
+    run = tmp_path / "run"
+    proc = start_cli("run", str(tmp_path / "p.yaml"), "--run-dir", str(run))
+    deadline = time.time() + 900
+    while time.time() < deadline:  # until the RL phase has saved a step checkpoint
+        if list((run / "checkpoints" / "judge" / "rl").glob("step_*/rollout_state.json")):
+            break
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = start_cli("run", "--resume", str(run))
+    out, _ = resumed.communicate(timeout=900)
+    assert resumed.returncode == 0, out[-3000:]
+    assert "[judge/rl] resuming from" in out, out[-3000:]
+    check_run(run)  # each step logged once: the SFT phase was not run again, the RL one went on
+    state = json.loads((run / "run_state.json").read_text())["stages"]["judge"]["phases"]
+    assert "resumed_from" not in state["sft"] and state["rl"]["resumed_from"]

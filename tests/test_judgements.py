@@ -1,0 +1,131 @@
+"""The judge's training data (`type: judgements`): cases with known verdicts in the GRM's own
+call formats, a `train` and a `heldout` part that share no subject, the `judgement` verifier
+that scores a judge's reply as the GRM reads it, and a GRM judge named by the stage that
+trained it (`model: stage:NAME`)."""
+
+import asyncio
+import json
+from collections import Counter
+
+import pytest
+
+from posttrain.config import GRMConfig, JudgementTasks, PipelineConfig
+from posttrain.config.tasks import JUDGEMENT_KINDS
+from posttrain.data.judgements import cases, part_of
+from posttrain.data.tasks import load_tasks
+from posttrain.rewards.grm import GRM
+from posttrain.rewards.grm_judge import JudgeReply
+from posttrain.rewards.judgement import JudgementVerifier
+from posttrain.types import Completion, Message, Sample, Task
+
+
+def reply(task: Task, text: str) -> Sample:
+    return Sample(task, 0, (1,), Completion((1,), (0.0,), text, "stop"))
+
+
+@pytest.mark.parametrize("part", ["train", "heldout"])
+def test_every_kind_has_cases_of_both_verdicts_and_the_known_reply_scores_1(part):
+    tasks = load_tasks(JudgementTasks(type="judgements", size=60, part=part))
+    verifier = JudgementVerifier()
+    assert {t.entry["kind"] for t in tasks} == set(JUDGEMENT_KINDS)
+    labels = Counter((t.entry["kind"], t.entry["label"]) for t in tasks if t.entry["call"] == "verdict")
+    assert all(labels[(kind, "yes")] and labels[(kind, "no")] for kind in JUDGEMENT_KINDS)
+    scores = [verifier.score_one(reply(t, t.answer)) for t in tasks]
+    assert all(r.ok and r.score == 1.0 for r in scores), [r.reason for r in scores if r.score < 1][:3]
+
+
+def test_a_wrong_or_unreadable_verdict_scores_0_and_is_scored():
+    tasks = [t for t in load_tasks(JudgementTasks(type="judgements", size=20, calls=["verdict"]))]
+    verifier = JudgementVerifier()
+    for task in tasks[:20]:
+        flipped = "no" if task.entry["label"] == "yes" else "yes"
+        wrong = verifier.score_one(reply(task, json.dumps({"verdict": flipped, "reason": "x"})))
+        assert wrong.ok and wrong.score == 0.0 and f"the answer is {task.entry['label']}" in wrong.reason
+        for garbage in ("", "I cannot decide.", '{"verdict": "maybe"}'):
+            result = verifier.score_one(reply(task, garbage))
+            assert result.ok and result.score == 0.0, garbage
+    # the GRM's own reading: a plain-text verdict counts as the GRM would count it
+    task = tasks[0]
+    assert verifier.score_one(reply(task, f"Verdict: {task.entry['label']}. It does.")).score == 1.0
+
+
+def test_a_rubric_reply_must_read_and_mark_the_mistake_as_a_pitfall():
+    (task,) = [t for t in load_tasks(JudgementTasks(type="judgements", size=1, kinds=["fact"], calls=["rubric"]))]
+    verifier = JudgementVerifier()
+    assert verifier.score_one(reply(task, task.answer)).score == 1.0
+    no_pitfall = {"criteria": [{"text": f"Check {i}", "kind": "essential", "weight": 3} for i in range(3)]}
+    assert verifier.score_one(reply(task, json.dumps(no_pitfall))).score == 0.0
+    assert verifier.score_one(reply(task, "a rubric")).score == 0.0
+
+
+def test_train_and_heldout_share_no_subject_and_no_prompt():
+    train, heldout = cases(400, 0, "train"), cases(300, 0, "heldout")
+    assert not {c.key for c in train} & {c.key for c in heldout}
+    assert {part_of(c.key) for c in train} == {"train"} and {part_of(c.key) for c in heldout} == {"heldout"}
+    assert not {c.task for c in train} & {c.task for c in heldout}
+    assert len({(c.task, c.good, c.bad) for c in heldout}) == 300 and len({c.kind for c in heldout}) >= 6
+
+
+def test_the_calls_are_the_grms_own_calls():
+    """What the judge trains on is what the GRM sends it: the same messages, with or without
+    the worked examples (`examples`), for the rubric and for each criterion's verdict."""
+
+    class Recording:  # isolates the GRM from any judge: records its calls, answers with the known replies
+        model_id = "recording"
+
+        def __init__(self, answers):
+            self.answers, self.calls = answers, []
+
+        async def complete(self, calls):
+            self.calls += calls
+            return [JudgeReply(self.answers[json.dumps(c.messages[-1])]) for c in calls]
+
+    for examples in (True, False):
+        source = JudgementTasks(type="judgements", size=1, kinds=["fact"], examples=examples)
+        tasks = load_tasks(source)
+        answers = {json.dumps({"role": "user", "content": t.messages[-1].content}): t.answer for t in tasks}
+        backend = Recording(answers)
+        grm = GRM(GRMConfig(judge={"type": "http", "base_url": "http://x", "model": "m"}, examples=examples), backend)
+        task = Task("t", "writing", (Message("user", tasks[0].entry["case_task"]),), verifier="grm")
+        good = next(t for t in tasks if t.entry.get("side") == "good")
+        candidate = good.messages[-1].content.split("Their answer:\n", 1)[1].rsplit("\n\n", 1)[0]
+        result = asyncio.run(grm.score([reply(task, candidate)]))[0]
+        sent = {tuple((m["role"], m["content"]) for m in c.messages) for c in backend.calls}
+        trained = {tuple((m.role, m.content) for m in t.messages) for t in tasks if t.entry.get("side") != "bad"}
+        assert sent == trained and result.ok and result.score == 1.0  # the clean answer meets its whole rubric
+        assert len(backend.calls[0].messages) == (6 if examples else 2)
+
+
+def pipeline(judge_model: str, judge_stage_first: bool = True) -> dict:
+    judge = {
+        "name": "judge",
+        "type": "sft",
+        "init_from": "model",
+        "steps": 1,
+        "lr": 1e-4,
+        "data": {"type": "judgements"},
+    }
+    rl = {
+        "name": "rl",
+        "type": "rl",
+        "steps": 1,
+        "lr": 1e-4,
+        "init_from": "model",
+        "tasks": {"type": "writing", "size": 4},
+        "reward": {"grm": {"judge": {"type": "vllm", "model": judge_model}, "examples": False}},
+    }
+    return {"name": "p", "model": {"name": "tiny"}, "stages": [judge, rl] if judge_stage_first else [rl, judge]}
+
+
+def test_a_grm_judge_can_be_the_checkpoint_of_an_earlier_stage(tmp_path):
+    config = PipelineConfig.model_validate(pipeline("stage:judge"))
+    rl = config.stages[1]
+    assert rl.judge_stage() == "judge" and config.stages[0].judge_stage() is None
+    resolved = rl.with_judge_from({"judge": tmp_path / "final"})
+    assert resolved.reward.grm.judge.model == str(tmp_path / "final") and rl.reward.grm.judge.model == "stage:judge"
+    with pytest.raises(ValueError, match="judge.model: 'judge' names no earlier stage"):
+        PipelineConfig.model_validate(pipeline("stage:judge", judge_stage_first=False))
+    with pytest.raises(ValueError, match="'nope' names no earlier stage"):
+        PipelineConfig.model_validate(pipeline("stage:nope"))
+    with pytest.raises(ValueError, match="has made no checkpoint"):
+        rl.with_judge_from({})
