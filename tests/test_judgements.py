@@ -6,6 +6,7 @@ trained it (`model: stage:NAME`)."""
 import asyncio
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,26 @@ def test_a_grm_judge_can_be_the_checkpoint_of_an_earlier_stage(tmp_path):
         PipelineConfig.model_validate(pipeline("stage:nope"))
     with pytest.raises(ValueError, match="has made no checkpoint"):
         rl.with_judge_from({})
+
+
+def test_replay_finds_the_reward_config_of_every_stage_that_scored():
+    from posttrain.config.files import load_pipeline
+    from posttrain.rewards.debug import DebugError, scoring_stage
+
+    config = load_pipeline(Path(__file__).parent.parent / "pipelines" / "quickstart.yaml")
+    job = scoring_stage(config, "experts/coding-low")
+    assert job.type == "rl" and job.tasks == config.stage("experts").domains["coding"] and job.budget.effort == "low"
+    mopd = scoring_stage(config, "mopd")  # its prompts are the experts' domains, as it ran
+    assert set(mopd.task_sources()) == {"domains.general", "domains.coding", "domains.agent"}
+    for bad, why in (("eval/sft/general-max", "not a stage whose reward"), ("experts", "name one job"),
+                     ("experts/coding-mid", "name one job"), ("sft", "not a stage whose reward")):  # fmt: skip
+        with pytest.raises(DebugError, match=why):
+            scoring_stage(config, bad)
+    judged = PipelineConfig.model_validate(
+        {
+            "name": "j",
+            "model": {"name": "tiny"},
+            "stages": [{"name": "judge", "type": "judge", "steps": 1, "lr": 1e-4, "rl": {"steps": 2}}],
+        }  # fmt: skip
+    )
+    assert scoring_stage(judged, "judge/rl").tasks.calls == ["verdict"]

@@ -764,7 +764,7 @@ def add_stage_schema(schema: type[StageSchema]) -> None:
     STAGE_SCHEMAS[name] = schema
 
 
-for _schema in (SFTStage, RLStage, ExpertsStage, MOPDStage, EvalStage, SynthesisStage):
+for _schema in (SFTStage, RLStage, ExpertsStage, MOPDStage, EvalStage, SynthesisStage, JudgeStage):
     add_stage_schema(_schema)
 
 

@@ -239,10 +239,17 @@ def replay(
     from posttrain.rollout.budget import apply_budget
 
     run_dir = Path(run_dir)
-    stage, rows = load_rows(run_dir, stage)
     resolved = run_dir / "config.resolved.yaml"
-    index = [s["name"] for s in read_yaml(resolved)["stages"]].index(stage)
+    names = [s["name"] for s in read_yaml(resolved)["stages"]]
+    if stage is None:  # the last stage or expert job that scored samples with its reward config
+        scored = [
+            s for s in rl_stages(run_dir) if s.split("/")[0] in names and not s.startswith(_eval_prefixes(resolved))
+        ]
+        stage = scored[-1] if scored else None
+    stage, rows = load_rows(run_dir, stage)
+    index = names.index(stage.split("/")[0]) if stage.split("/")[0] in names else 0
     config = load_pipeline(resolved, [o if o.startswith("stages") else f"stages[{index}].{o}" for o in overrides])
+    reward_stage = scoring_stage(config, stage)
     if steps:
         rows = [r for r in rows if r["step"] in set(steps)]
     if last:
@@ -250,7 +257,7 @@ def replay(
         rows = [r for r in rows if r["step"] in set(wanted)]
     if not rows:
         raise DebugError(f"stage {stage}: no saved samples to replay")
-    router = reward_router(config.stages[index])
+    router = reward_router(reward_stage)
     grm = router.sources.get("grm")
     if grm is not None and use_cache:
         print(
@@ -264,6 +271,41 @@ def replay(
     results = [apply_budget(r, s.model_tokens, row["budget"]) for r, s, row in zip(results, samples, rows)]
     print_shift(rows, results, top)
     return results
+
+
+def scoring_stage(config, name: str):
+    """The stage config whose reward scored the saved samples of `name`: an RL or MOPD stage (a
+    MOPD stage with `experts` gets that stage's domains, as it ran), or an expert job
+    (`experts/general-max`: the RL stage the job ran). Eval cells are refused: an eval
+    stage scores checkpoints, it has no reward config of its own to replay."""
+    from posttrain.config import EvalStage, ExpertsStage, JudgeStage
+    from posttrain.config.jobs import expert_jobs
+
+    head, _, job = name.partition("/")
+    stage = next((s for s in config.stages if s.name == head), None)
+    if isinstance(stage, JudgeStage) and job == "rl" and stage.rl_stage() is not None:
+        return stage.rl_stage()  # the judge's RL phase
+    if stage is None or isinstance(stage, EvalStage) or not stage.scores_tasks:
+        raise DebugError(
+            f"stage {name}: not a stage whose reward config scored samples (replay an RL or MOPD stage, or an "
+            "expert job such as experts/general-max)"
+        )
+    if getattr(stage, "experts", None):  # MOPD from an experts stage: its prompts are those domains'
+        stage = stage.model_copy(update={"domains": dict(config.stage(stage.experts).domains)})
+    if isinstance(stage, ExpertsStage):
+        jobs = expert_jobs(stage)
+        if job not in jobs:
+            raise DebugError(f"stage {name}: name one job of {head} (jobs: {', '.join(jobs)})")
+        return jobs[job].stage
+    if job:
+        raise DebugError(f"stage {name}: {head} is a {stage.type} stage, it has no jobs")
+    return stage
+
+
+def _eval_prefixes(resolved: Path) -> tuple[str, ...]:
+    from posttrain.config.files import read_yaml
+
+    return tuple(f"{s['name']}/" for s in read_yaml(resolved)["stages"] if s.get("type") == "eval") or ("\0",)
 
 
 def print_shift(rows: list[dict], results: list[RewardResult], top: int) -> None:
