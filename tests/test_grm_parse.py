@@ -93,7 +93,20 @@ def test_verdicts_from_messy_text(text, yes, reason):
     assert verdict.yes is yes and verdict.score == float(yes) and verdict.reason == reason
 
 
-@pytest.mark.parametrize("text", ['{"verdict": "maybe", "reason": "x"}', "I cannot tell.", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"verdict": "maybe", "reason": "x"}',
+        "I cannot tell.",
+        "",
+        # hedges: read as their first word before, so a judge (or a judge in training) that hedged was
+        # credited with whichever word came first
+        "yes or no",
+        "Yes/No",
+        "no... actually yes",
+        "Verdict: yes. Verdict: no.",
+    ],
+)
 def test_unreadable_verdicts_raise(text):
     with pytest.raises(ParseError):
         parse_verdict(text)

@@ -177,9 +177,15 @@ def parse_verdict(
             raise ParseError("no `verdict` key")
         word, reason = str(value["verdict"]).strip().lower(), str(value.get("reason", ""))
     except ParseError:
-        match = re.search(r"verdict\W{0,4}(\w+(?: met)?)", text or "", re.IGNORECASE) or _VERDICT_WORD.search(
-            text or ""
-        )
+        labelled = re.findall(r"verdict\W{0,4}(\w+(?: met)?)", text or "", re.IGNORECASE)
+        if len({w.lower() in _YES for w in labelled if w.lower() in _YES | _NO}) > 1:
+            raise ParseError(f"two verdicts that differ: {(text or '')[:120]!r}") from None
+        match = re.search(r"verdict\W{0,4}(\w+(?: met)?)", text or "", re.IGNORECASE)
+        if match is None:  # no labelled verdict: the reply's yes/no words, which must all agree
+            words = [w.lower() for w in _VERDICT_WORD.findall(text or "")]
+            if len({w in _YES for w in words}) > 1:
+                raise ParseError(f"both yes and no, no labelled verdict: {(text or '')[:120]!r}") from None
+            match = _VERDICT_WORD.search(text or "")
         if not match:
             raise ParseError(f"no verdict in reply: {(text or '')[:120]!r}") from None
         word, reason = match.group(1).lower(), (text or "")[match.end() :]
