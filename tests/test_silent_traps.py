@@ -446,6 +446,10 @@ def test_dry_run_predicts_the_checkpoint_disk():
     kept = validate_pipeline({"model": {"name": "tiny"}, "stages": [{**stage, "keep_last": 2}]})
     assert "stage rl: 9 step checkpoint(s) + final (every step checkpoint kept)" in "\n".join(disk_lines(every))
     assert "stage rl: 2 step checkpoint(s) + final (keep_last 2)" in "\n".join(disk_lines(kept))
+    # a judge stage keeps each phase's: SFT 150 steps saved every 50 (keep 1) and its final, RL's final
+    judge = {"name": "judge", "type": "judge", "lr": 1e-4, "steps": 150, "save_every": 50, "keep_last": 1}
+    judged = validate_pipeline({"model": {"name": "tiny"}, "stages": [{**judge, "rl": {"steps": 20}}]})
+    assert "stage judge: 1 step checkpoint(s) + 2 finals (keep_last 1)" in "\n".join(disk_lines(judged))
 
 
 # ---------------------------------------------------------------- config errors that help

@@ -109,6 +109,11 @@ class StageSchema(Base):
         """The jobs of a stage that trains one checkpoint per job (`NAME/JOB`)."""
         return []
 
+    def phases(self) -> list[StageSchema]:
+        """The stages it runs one after another, each with checkpoints of its own (a judge
+        stage: its SFT and RL phases); itself for every other stage."""
+        return [self]
+
     def teacher_actors(self, stages: list) -> tuple[Any, int] | None:
         """(teacher pool, actors resident at once) of a stage with teacher actors outside
         the slot, or None. `stages`: the pipeline's stages, for teachers an earlier one makes."""
@@ -634,6 +639,9 @@ class JudgeStage(StageBase):
              "max_len": self.max_len}
         )  # fmt: skip
         return sft.model_copy(update={"name": f"{self.name}/sft", "init_from": None})
+
+    def phases(self) -> list[StageSchema]:
+        return [p for p in (self.sft_stage(), self.rl_stage()) if p is not None]
 
     def rl_stage(self) -> RLStage | None:
         """The RL phase (verdict calls of other cases than SFT's), or None without one."""

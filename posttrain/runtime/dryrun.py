@@ -134,16 +134,17 @@ def disk_lines(config: PipelineConfig, run_dir: Path | None = None) -> list[str]
     ]
     total = 0
     for stage in config.stages:
-        plan = checkpoint_plan(stage)
-        if plan is None:
+        plans = [plan for plan in map(checkpoint_plan, stage.phases()) if plan is not None]
+        if not plans:
             continue
-        count, steps = plan
+        count, steps = sum(p[0] for p in plans), sum(p[1] for p in plans)
+        finals = f" + {len(plans)} finals" if len(plans) > 1 else " + final"
         jobs = len(stage.job_names()) if stage.trains == "jobs" else 1
         keep = f"keep_last {stage.keep_last}" if stage.keep_last else "every step checkpoint kept"
         size = f" = {human_bytes(per * count * jobs)}" if per else ""
         total += per * count * jobs if per else 0
         each = f" x {jobs} jobs" if jobs > 1 else ""
-        lines.append(f"  stage {stage.name}: {steps} step checkpoint(s) + final{each} ({keep}){size}")
+        lines.append(f"  stage {stage.name}: {steps} step checkpoint(s){finals}{each} ({keep}){size}")
     if per:
         lines.append(f"  in all: about {human_bytes(total)}")
     if run_dir is not None and (Path(run_dir) / "checkpoints").is_dir():
