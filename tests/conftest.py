@@ -55,6 +55,7 @@ LONG_FILES = (
     "test_optim.py",
     "test_pipelines_shipped.py",
     "test_pipeline.py",
+    "test_judge_stage.py",
     "test_partial.py",
     "test_mopd.py",
     "test_gpupath.py",
