@@ -57,7 +57,7 @@ def rows(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def check_run(run: Path) -> None:
+def check_run(run: Path, rl_steps: int = 3) -> None:
     state = json.loads((run / "run_state.json").read_text())
     judge, policy = state["stages"]["judge"], state["stages"]["grpo"]
     assert judge["status"] == policy["status"] == "done"
@@ -68,7 +68,8 @@ def check_run(run: Path) -> None:
     steps = {}
     for row in rows(run):
         steps.setdefault(row["stage"], []).append(row["step"])
-    assert steps["judge/sft"] == [1, 2, 3] and steps["judge/rl"] == [1, 2, 3] and steps["grpo"] == [1]
+    assert steps["judge/sft"] == [1, 2, 3] and steps["judge/rl"] == list(range(1, rl_steps + 1))
+    assert steps["grpo"] == [1]
     board = [json.loads(line) for line in (run / "scoreboard.jsonl").read_text().splitlines()]
     assert board and all(e["judge_model"].startswith(f"{final}@") for e in board)
     assert all(e["procedure_version"].endswith("/bare") for e in board)
@@ -93,7 +94,10 @@ def test_a_judge_stage_trains_a_judge_that_the_next_stage_uses(tmp_path):
 @pytest.mark.system
 @pytest.mark.timeout(1200)
 def test_a_judge_stage_killed_in_its_rl_phase_resumes_there(tmp_path):
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
+    # a longer RL phase than the other test's (its steps take about a second), so that the kill lands in it (under
+    # 20 steps: the tiny judge's reward is 0 throughout, and 20 such steps in a row stop a run)
+    judge = {**JUDGE, "rl": {**JUDGE["rl"], "steps": 15}}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({**PIPELINE, "stages": [judge, POLICY]}))
     run = tmp_path / "run"
     proc = start_cli("run", str(tmp_path / "p.yaml"), "--run-dir", str(run))
     deadline = time.time() + 900
@@ -101,13 +105,13 @@ def test_a_judge_stage_killed_in_its_rl_phase_resumes_there(tmp_path):
         if list((run / "checkpoints" / "judge" / "rl").glob("step_*/rollout_state.json")):
             break
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        time.sleep(1)
+        time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     resumed = start_cli("run", "--resume", str(run))
     out, _ = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, out[-3000:]
     assert "[judge/rl] resuming from" in out, out[-3000:]
-    check_run(run)  # each step logged once: the SFT phase was not run again, the RL one went on
+    check_run(run, rl_steps=15)  # each step logged once: the SFT phase was not run again, the RL one went on
     state = json.loads((run / "run_state.json").read_text())["stages"]["judge"]["phases"]
     assert "resumed_from" not in state["sft"] and state["rl"]["resumed_from"]
