@@ -240,11 +240,10 @@ def replay(
 
     run_dir = Path(run_dir)
     resolved = run_dir / "config.resolved.yaml"
-    names = [s["name"] for s in read_yaml(resolved)["stages"]]
-    if stage is None:  # the last stage or expert job that scored samples with its reward config
-        scored = [
-            s for s in rl_stages(run_dir) if s.split("/")[0] in names and not s.startswith(_eval_prefixes(resolved))
-        ]
+    types = {s["name"]: s.get("type") for s in read_yaml(resolved)["stages"]}
+    names = list(types)
+    if stage is None:  # the last stage or expert job that scored samples with its reward config (not an eval cell)
+        scored = [s for s in rl_stages(run_dir) if types.get(s.split("/")[0]) not in (None, "eval")]
         stage = scored[-1] if scored else None
     stage, rows = load_rows(run_dir, stage)
     index = names.index(stage.split("/")[0]) if stage.split("/")[0] in names else 0
@@ -300,12 +299,6 @@ def scoring_stage(config, name: str):
     if job:
         raise DebugError(f"stage {name}: {head} is a {stage.type} stage, it has no jobs")
     return stage
-
-
-def _eval_prefixes(resolved: Path) -> tuple[str, ...]:
-    from posttrain.config.files import read_yaml
-
-    return tuple(f"{s['name']}/" for s in read_yaml(resolved)["stages"] if s.get("type") == "eval") or ("\0",)
 
 
 def print_shift(rows: list[dict], results: list[RewardResult], top: int) -> None:
