@@ -115,4 +115,10 @@ def tiny_dir(tmp_path_factory):
 
 
 # xdist: a crashed worker never hangs the run; the test it died in runs once more (tests/xdist_scheduling.py)
-from xdist_scheduling import pytest_handlecrashitem, pytest_report_teststatus, pytest_xdist_make_scheduler  # noqa: E402, F401
+from xdist_scheduling import (  # noqa: E402, F401
+    pytest_configure,
+    pytest_handlecrashitem,
+    pytest_report_teststatus,
+    pytest_unconfigure,
+    pytest_xdist_make_scheduler,
+)

@@ -13,12 +13,12 @@ TESTS = Path(__file__).parent
 FILES = {
     "test_a.py": "def test_a1(): pass\ndef test_a2(): pass\ndef test_a3(): pass\n",
     "test_b.py": textwrap.dedent("""
-        import os, pathlib
+        import ctypes, os, pathlib
         def test_crash_once():
             marker = pathlib.Path(os.environ["CRASH_MARKER"])
             if not marker.exists():
                 marker.write_text("crashed once")
-                os._exit(1)
+                ctypes.string_at(0)  # a segfault, as a native library's bug would cause
         def test_b_after(): pass
     """),
     "test_c.py": "import os\ndef test_c_before(): pass\ndef test_always_crashes(): os._exit(1)\n"
@@ -31,6 +31,7 @@ def test_a_crashed_worker_never_hangs_the_run_and_its_test_runs_once_more(tmp_pa
     for name, text in FILES.items():
         (tmp_path / name).write_text(text)
     env = {**os.environ, "PYTHONPATH": str(TESTS), "CRASH_MARKER": str(tmp_path / "marker")}
+    env.pop("POSTTRAIN_TEST_FAULTS", None)  # this run's controller makes its own folder
     args = ["-n", "2", "--dist", "loadfile", "-p", "xdist_scheduling", "-p", "no:cacheprovider", "-o", "addopts="]
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", *args, "-rA", str(tmp_path)],
@@ -46,3 +47,6 @@ def test_a_crashed_worker_never_hangs_the_run_and_its_test_runs_once_more(tmp_pa
     assert "FAILED test_c.py::test_always_crashes" in out
     assert "PASSED test_b.py::test_crash_once" in out and "PASSED test_c.py::test_c_after" in out
     assert "crashed while running 'test_b.py::test_crash_once': run again on a fresh worker" in out
+    # the segfault's Python stack is in the log, from the dead worker's faulthandler file
+    assert "Python stacks at the crash" in out and "Segmentation fault" in out, out[-3000:]
+    assert 'test_b.py", line 7 in test_crash_once' in out, out[-3000:]

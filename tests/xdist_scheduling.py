@@ -14,13 +14,23 @@ same way, issue 1327). Here:
   it holds the next), and one that takes the last file of the queue is told at once that no
   more will come, so it runs its last test instead of waiting for a next one;
 - the test a worker died in is run once more on a fresh worker (it shows as RERUN, with the
-  crash, in the report); if the worker dies in it again, it fails and is not run again.
+  crash, in the report); if the worker dies in it again, it fails and is not run again;
+- each worker's faulthandler writes to a file of its own (pytest's writes to a stderr that
+  xdist drops), and a crash report ends with the dead worker's Python stacks from that file.
 """
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 from xdist.scheduler import LoadFileScheduling
+
+FAULTS_ENV = "POSTTRAIN_TEST_FAULTS"  # the folder of the workers' fault files, set by the controller
 
 RETRIES = 1  # fresh workers a test may take down before it fails
 
@@ -31,6 +41,7 @@ class CrashSafeLoadFileScheduling(LoadFileScheduling):
         self.crashes: dict[str, int] = {}
 
     def remove_node(self, node):
+        self.last_dead = node.gateway.id
         workload = self.assigned_work.pop(node)
         pending = [(scope, nodeid) for scope, unit in workload.items() for nodeid, done in unit.items() if not done]
         if not pending:  # a node that finished its work
@@ -78,6 +89,45 @@ def pytest_handlecrashitem(crashitem, report, sched):
         terminal = sched.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:  # named in the log, whatever the verbosity
             terminal.write_line(f"\n{report.longrepr}")
+            stacks = dead_worker_stacks(getattr(sched, "last_dead", None))
+            if stacks:
+                terminal.write_line(stacks)
+
+
+def dead_worker_stacks(worker: str | None) -> str:
+    """What the dead worker's faulthandler wrote (the newest file of that worker id), or ''."""
+    folder = os.environ.get(FAULTS_ENV)
+    if not worker or not folder:
+        return ""
+    files = sorted(Path(folder).glob(f"{worker}-*.txt"), key=lambda f: f.stat().st_mtime)
+    text = files[-1].read_text(errors="replace").strip() if files else ""
+    return f"{worker}'s Python stacks at the crash ({files[-1]}):\n{text}" if text else ""
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own faulthandler plugin, whose file this replaces
+def pytest_configure(config):
+    workerinput = getattr(config, "workerinput", None)  # xdist's mark of a worker
+    if workerinput is None:  # the controller: one folder for its workers, which inherit the variable
+        if config.getoption("dist", "no") != "no" and FAULTS_ENV not in os.environ:
+            os.environ[FAULTS_ENV] = config.stash[OWN_FOLDER] = tempfile.mkdtemp(prefix="posttrain-test-faults-")
+        return
+    folder = os.environ.get(FAULTS_ENV)
+    if folder:
+        handle = open(Path(folder) / f"{workerinput['workerid']}-{os.getpid()}.txt", "w")  # noqa: SIM115 (open for the process's life)
+        config.stash[FAULT_FILE] = handle
+        faulthandler.enable(file=handle, all_threads=True)
+
+
+FAULT_FILE = pytest.StashKey()
+OWN_FOLDER = pytest.StashKey()
+
+
+def pytest_unconfigure(config):
+    """The controller removes the folder it made once the run has reported (a crash's stacks
+    were printed when it happened)."""
+    folder = config.stash.get(OWN_FOLDER, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_report_teststatus(report, config):
