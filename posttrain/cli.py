@@ -231,22 +231,29 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         config = load_pipeline(args.pipeline, args.override)
         if args.command == "validate":
-            from posttrain.pipeline import preflight
+            from posttrain.pipeline import model_line, preflight
+            from posttrain.runtime.memory import plan_lines
 
-            preflight(config, args.pipeline)
-            from posttrain.pipeline import model_line
-
+            lines, _ = plan_lines(config)
+            try:
+                preflight(config, args.pipeline)
+            except ConfigError:
+                print("\n".join(lines), file=sys.stderr)  # what the refusal is about
+                raise
             print(f"# {model_line(config, args.pipeline)}")  # a YAML comment: stdout stays the resolved YAML
+            print("\n".join(f"# {line}" for line in lines))
             print(dump_config(config), end="")
             return 0
         if args.command == "run" and args.dry_run:
             from posttrain.pipeline import preflight
             from posttrain.runtime.dryrun import dry_run
+            from posttrain.runtime.memory import plan_lines
             from posttrain.stages.registry import dry_run_lines
 
-            preflight(config, args.pipeline)
             plan, problems = dry_run(config, dry_run_lines, Path(args.run_dir or Path("runs") / config.name))
-            print(plan)
+            memory, _ = plan_lines(config)
+            print(plan + "\n" + "\n".join(memory))
+            preflight(config, args.pipeline)  # a memory plan that does not fit: refused here, after the plan
             if problems:  # a placement that would wait forever: one line, exit 2
                 print(f"{args.pipeline}: {problems[0]}", file=sys.stderr)
                 return 2

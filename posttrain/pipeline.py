@@ -58,6 +58,16 @@ def preflight(config: PipelineConfig, source: str) -> None:
                 except ValueError as exc:
                     raise ConfigError(f"{source}: stages[{i}].{where}.families[{j}]: {exc}") from None
     _preflight_held_out(config, source)
+    check_memory(config, source)
+
+
+def check_memory(config: PipelineConfig, source: str) -> None:
+    """A plan whose GPU actors cannot fit (runtime/memory.py) is refused in one line."""
+    from posttrain.runtime.memory import plan_lines
+
+    _, problems = plan_lines(config)
+    if problems:
+        raise ConfigError(f"{source}: memory plan: {problems[0]}")
 
 
 def _preflight_held_out(config: PipelineConfig, source: str) -> None:

@@ -209,6 +209,15 @@ class TrainerConfig(Base):
         description="Compute a group's prompt once per row (a 4-D attention mask), not once per sample.",
     )
 
+    @model_validator(mode="after")
+    def _whole_gpus_per_rank(self) -> TrainerConfig:
+        if 0 < self.num_gpus < 1 and self.workers > 1:
+            raise ValueError(
+                f"num_gpus {self.num_gpus:g} with workers {self.workers}: two ranks could land on one GPU, which "
+                "NCCL refuses (Duplicate GPU); give each rank a whole GPU (num_gpus: 1), or use one worker"
+            )
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _muon_clip_default(cls, data: Any) -> Any:
@@ -269,6 +278,13 @@ class RayConfig(Base):
     )
     node_cpus: float | None = Field(
         None, ge=0, description="Ray CPUs of each node of that cluster (nodes alike); checked like node_gpus."
+    )
+    gpu_memory_gib: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        description="Memory of one GPU of the cluster; the memory plan checks every GPU actor against it "
+        "(unset: this machine's GPUs, or unchecked without any).",
     )
 
 
