@@ -379,7 +379,7 @@ def test_buckets_round_trip_over_a_gloo_group():
 
     import torch
 
-    from posttrain.rollout.collective import ALIGN, SyncGroup, manifest_of, send
+    from posttrain.rollout.collective import ALIGN, SyncGroup, bucket_groups, manifest_of, send
 
     torch.manual_seed(0)
     embed = torch.randn(300, 16)
@@ -389,7 +389,9 @@ def test_buckets_round_trip_over_a_gloo_group():
         "model.layers.0.mlp.down_proj.weight": torch.randn(16, 40),
         "lm_head.weight": embed,  # tied: the same tensor under a second name
     }
-    manifest = manifest_of(state, bucket_bytes=4096, tied_embeddings=True)
+    entries = [(k, v) for k, v in state.items() if k != "lm_head.weight"]
+    aliases = [("lm_head.weight", "model.embed_tokens.weight")]
+    manifest = manifest_of(entries, aliases, bucket_bytes=4096, tied_embeddings=True)
     assert manifest.aliases == (("lm_head.weight", "model.embed_tokens.weight"),)
     # the embedding is larger than a bucket: one of its own; the rest share one, each tensor aligned
     assert manifest.buckets == (300 * 16 * 4, ALIGN + 16 * 40 * 4)
@@ -402,7 +404,8 @@ def test_buckets_round_trip_over_a_gloo_group():
     for peer in peers:
         peer.start()
     try:
-        assert send(SyncGroup(store, 0, 3, "gloo", 30), state, manifest, 7) == manifest.nbytes
+        buckets = (dict(group) for group in bucket_groups(manifest, entries))  # one bucket at a time
+        assert send(SyncGroup(store, 0, 3, "gloo", 30), buckets, manifest, 7, torch.device("cpu")) == manifest.nbytes
         for _ in peers:
             got = torch.load(io.BytesIO(out.get(timeout=60)))
             assert set(got) == set(state)

@@ -65,23 +65,31 @@ def plan_manifest(
     return WeightManifest(tuple(slots), tuple(buckets), tuple(aliases))
 
 
-def manifest_of(state_dict: dict, bucket_bytes: int, tied_embeddings: bool) -> WeightManifest:
-    """The manifest of a state dict. A tensor that another name already holds (a tied
-    lm_head: the state dict lists it under both names) is sent once and named twice; a tied
-    head the state dict leaves out is named too (vLLM's in-place reload leaves it on its old
-    values otherwise, see weights.py)."""
-    tensors, aliases, seen = [], [], {}
-    for name, t in state_dict.items():
-        key = (t.data_ptr(), tuple(t.shape), t.dtype) if t.numel() else None
-        if key in seen:
-            aliases.append((name, seen[key]))
-            continue
-        if key is not None:
-            seen[key] = name
-        tensors.append((name, str(t.dtype).removeprefix("torch."), tuple(t.shape), t.numel() * t.element_size()))
-    if tied_embeddings and "lm_head.weight" not in state_dict and "model.embed_tokens.weight" in state_dict:
+def manifest_of(entries: list, aliases: list, bucket_bytes: int, tied_embeddings: bool) -> WeightManifest:
+    """The manifest of a model's weights: `entries` (name, tensor) each tensor once (its
+    whole shape, even where ZeRO-3 holds a partition), `aliases` (name, name it repeats: a
+    tied lm_head, sent once and named twice). A tied head the state dict leaves out is named
+    too (vLLM's in-place reload leaves it on its old values otherwise, see weights.py)."""
+    from posttrain.train.export import full_shape
+
+    tensors = []
+    for name, t in entries:
+        shape, nbytes = full_shape(t)
+        tensors.append((name, str(t.dtype).removeprefix("torch."), shape, nbytes))
+    aliases = list(aliases)
+    names = {name for name, _ in entries} | {alias for alias, _ in aliases}
+    if tied_embeddings and "lm_head.weight" not in names and "model.embed_tokens.weight" in names:
         aliases.append(("lm_head.weight", "model.embed_tokens.weight"))
     return plan_manifest(tensors, bucket_bytes, tuple(aliases))
+
+
+def bucket_groups(manifest: WeightManifest, entries: list) -> list[list[tuple[str, object]]]:
+    """The entries of each bucket of `manifest`, in bucket order (what one gather holds)."""
+    by_name = dict(entries)
+    groups: list[list[tuple[str, object]]] = [[] for _ in manifest.buckets]
+    for slot in manifest.slots:
+        groups[slot.bucket].append((slot.name, by_name[slot.name]))
+    return groups
 
 
 def backend_for(device_ids: list[str]) -> str:
@@ -166,27 +174,40 @@ def _header(group: SyncGroup, version: int, manifest: WeightManifest, device):
     return [int(x) for x in header.tolist()]
 
 
-def send(group: SyncGroup, state_dict: dict, manifest: WeightManifest, version: int) -> int:
-    """Rank 0: broadcast `state_dict`, laid out as `manifest` says. Returns bytes sent."""
+def send(group: SyncGroup, buckets, manifest: WeightManifest, version: int, device) -> int:
+    """Rank 0: broadcast the weights bucket by bucket, laid out as `manifest` says;
+    `buckets` yields each bucket's {name: tensor} in order (under ZeRO-3 each item is a
+    gather the other trainer ranks take part in, so it is read to its end even after a
+    failure, which is raised then). Returns bytes sent."""
     import torch
 
-    by_bucket: dict[int, list[TensorSlot]] = {}
-    for slot in manifest.slots:
-        by_bucket.setdefault(slot.bucket, []).append(slot)
-    device = next(iter(state_dict.values())).device
-    _header(group, version, manifest, device)
-    for index, size in enumerate(manifest.buckets):
-        buffer = torch.empty(size, dtype=torch.uint8, device=device)
-        for slot in by_bucket.get(index, []):
-            tensor = state_dict[slot.name]
-            if tuple(tensor.shape) != slot.shape or str(tensor.dtype).removeprefix("torch.") != slot.dtype:
-                raise ValueError(
-                    f"weight sync: {slot.name} is {tuple(tensor.shape)} {tensor.dtype}, the engines expect "
-                    f"{slot.shape} {slot.dtype} (the model changed without a new manifest)"
-                )
-            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-            buffer[slot.offset : slot.offset + slot.nbytes].copy_(raw)
-        group.broadcast(buffer)
+    error = None
+    header_sent = False
+    for index, (size, tensors) in enumerate(zip(manifest.buckets, buckets)):
+        if error is not None:
+            continue  # keep gathering with the other ranks; nothing more is sent
+        try:
+            if not header_sent:
+                _header(group, version, manifest, device)
+                header_sent = True
+            buffer = torch.empty(size, dtype=torch.uint8, device=device)
+            for slot in manifest.slots:
+                if slot.bucket != index:
+                    continue
+                tensor = tensors[slot.name]
+                if tuple(tensor.shape) != slot.shape or str(tensor.dtype).removeprefix("torch.") != slot.dtype:
+                    raise ValueError(
+                        f"weight sync: {slot.name} is {tuple(tensor.shape)} {tensor.dtype}, the engines expect "
+                        f"{slot.shape} {slot.dtype} (the model changed without a new manifest)"
+                    )
+                raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
+                buffer[slot.offset : slot.offset + slot.nbytes].copy_(raw)
+            group.broadcast(buffer)
+            del buffer
+        except Exception as exc:  # noqa: BLE001 - raised after the last gather
+            error = exc
+    if error is not None:
+        raise error
     return manifest.nbytes
 
 

@@ -17,8 +17,7 @@ without ZeRO; 0 offloaded). Then one micro-batch's transients: activations saved
 backward pass (every layer's, or each layer's input and one layer's with gradient
 checkpointing), the logits of the response window and their gradient, the attention mask
 (a 4-D mask when rows are padded or prompts are shared: rows x L^2), and, with kl_beta,
-the reference model. Between steps, the weight export for the engines and checkpoints
-gathers the whole model on every rank, and rank 0 copies it once more (plus one bucket).
+the reference model. A weight push or a save gathers and sends one bucket at a time.
 The activation coefficients count the tensors a Hugging Face Llama-style block saves for
 backward; bench/memory_plan.py sets the predictions against measured peaks.
 """
@@ -220,7 +219,7 @@ def trainer_memory(
     freed after each step). Phases: the forward and backward passes (all activations and the
     logits' and their gradient at the start of backward; gradients build up as activations
     are freed), the optimizer step (fp32 gradients and AdamW's two temporaries of their size),
-    and the weight export (the gathered model, and rank 0's copy of it)."""
+    and the weight export for a push or a save (one bucket gathered, and its buffer)."""
     from posttrain.algo.losses import CHUNK_ELEMENTS
     from posttrain.config.pipeline import MuonOptimizer
 
@@ -250,7 +249,8 @@ def trainer_memory(
     }
     grads = 4 * p / (n if z >= 2 else 1)
     optimizer = {"gradients": grads, "optimizer step": 0.0 if trainer.offload_optimizer and z >= 2 else 2 * grads}
-    export = {"weight export": 2 * b * p + sync_mib * 2**20}
+    bucket = min(sync_mib * 2**20, b * p)  # weights leave bucket by bucket (train/export.py)
+    export = {"weight export": bucket * (2 if z == 3 else 1)}  # the bucket's buffer, and its gather under ZeRO-3
     return TrainerMemory(
         between, {"forward and backward": forward, "optimizer step": optimizer, "weight export": export}
     )

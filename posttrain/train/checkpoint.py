@@ -63,12 +63,13 @@ def write_checkpoint(
     rank: int,
     model_dir: str,
     extra: dict[str, str] | None,
-    full_state: Callable[[], dict],
+    write_weights: Callable[[Path], None],
     all_ok: Callable[[Exception | None], bool],
 ) -> str | None:
-    """Every rank calls this. `full_state` gathers the full weights (a collective: all
-    ranks), `all_ok` tells whether no rank has failed so far (a collective too). A failed
-    write removes its partial files and raises on every rank. Rank 0 returns the folder."""
+    """Every rank calls this. `write_weights(folder)` writes the Hugging Face weights there,
+    bucket by bucket (a collective: all ranks gather, rank 0 writes); `all_ok` tells whether
+    no rank has failed so far (a collective too). A failed write removes its partial files
+    and raises on every rank. Rank 0 returns the folder."""
     target = Path(folder)
     tmp = target.with_name(f".{target.name}.tmp")
     error = None
@@ -83,10 +84,11 @@ def write_checkpoint(
         with writes_recorded(engine, failures):
             engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
         error = failures[0] if failures else None
-    state = full_state() if all_ok(error) else None
-    if rank == 0 and state is not None:
+    if all_ok(error):
         try:
-            _write_rank0(engine, tmp, state, model_dir, extra)
+            write_weights(tmp)
+            if rank == 0:
+                _write_rank0(engine, tmp, model_dir, extra)
         except Exception as exc:
             error = exc
     if not all_ok(error):
@@ -104,8 +106,15 @@ def write_checkpoint(
     return str(target)
 
 
-def _write_rank0(engine, tmp: Path, state: dict, model_dir: str, extra: dict[str, str] | None) -> None:
-    engine.module.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+def _write_rank0(engine, tmp: Path, model_dir: str, extra: dict[str, str] | None) -> None:
+    """The model's config (its dtype: the weights' as written) and generation config, the
+    tokenizer files and the driver's extra files, beside the weights."""
+    module = engine.module
+    config = module.config
+    config.dtype = str(next(module.parameters()).dtype).removeprefix("torch.")
+    config.save_pretrained(tmp)
+    if getattr(module, "generation_config", None) is not None:
+        module.generation_config.save_pretrained(tmp)
     for name in TOKENIZER_FILES:
         if (Path(model_dir) / name).is_file():
             shutil.copy2(Path(model_dir) / name, tmp / name)

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 
 class WeightSender:
-    """Mixed into TrainerWorker; uses its `rank`, `tied` and `_full_state_dict`."""
+    """Mixed into TrainerWorker; uses its `rank`, `tied`, `engine` and `config.zero_stage`."""
 
     sync_group = None
     sync_store = None
     sync_manifest_ = None
 
     def sync_manifest(self, bucket_bytes: int):
-        """Every rank (a ZeRO-3 gather); rank 0 returns the layout of every push."""
+        """Every rank keeps the layout of every push (read from the parameters' shapes: no
+        gather); rank 0 returns it."""
         from posttrain.rollout.collective import manifest_of
+        from posttrain.train.export import weight_entries
 
-        state = self._full_state_dict()
-        if self.rank != 0:
-            return None
-        self.sync_manifest_ = manifest_of(state, bucket_bytes, self.tied)
-        return self.sync_manifest_
+        entries, aliases = weight_entries(self.engine.module)
+        self.sync_manifest_ = manifest_of(entries, aliases, bucket_bytes, self.tied)
+        return self.sync_manifest_ if self.rank == 0 else None
 
     def sync_device_id(self) -> str:
         from posttrain.rollout.collective import device_id
@@ -52,16 +52,23 @@ class WeightSender:
         return 0
 
     def sync_send(self, version: int) -> int:
-        """Every rank (a ZeRO-3 gather); rank 0 broadcasts. Returns bytes sent (0 elsewhere)."""
-        from posttrain.rollout.collective import send
+        """Every rank, bucket by bucket (under ZeRO-3 each bucket is a gather on every rank);
+        rank 0 broadcasts each one. Returns bytes sent (0 elsewhere)."""
+        from posttrain.rollout.collective import bucket_groups, send
+        from posttrain.train.export import gathered, weight_entries
 
-        state = self._full_state_dict()
+        entries, _ = weight_entries(self.engine.module)
+        buckets = gathered(bucket_groups(self.sync_manifest_, entries), self.config.zero_stage)
         if self.rank != 0:
+            for _ in buckets:  # take part in each gather
+                pass
             return 0
         if self.sync_group is None:
+            for _ in buckets:
+                pass
             raise RuntimeError("weight sync: rank 0 is in no weight-sync group")
         try:
-            return send(self.sync_group, state, self.sync_manifest_, version)
+            return send(self.sync_group, buckets, self.sync_manifest_, version, self.device)
         except Exception:
             self.sync_close()  # a broken group is never reused: the driver forms a new one
             raise

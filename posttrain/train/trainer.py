@@ -389,26 +389,28 @@ class TrainerWorker(WeightSender):
 
     # ------------------------------------------------------------ weights out
 
-    def _full_state_dict(self) -> dict:
-        """The full (unpartitioned) state dict on rank 0; every rank must call it under ZeRO-3."""
-        return export.full_state_dict(self.engine, self.rank, self.config.zero_stage)
+    def _export_bucket(self) -> int:
+        """Bytes of weights one export step gathers (rollout.sync_bucket_mib, set by the group)."""
+        return getattr(self, "bucket_bytes", 256 * 2**20)
 
     def get_weights(self, version: int):
-        """Rank 0 returns a WeightPacket of the full weights (in the engine dtype); others None."""
-        state = self._full_state_dict()
+        """Rank 0 returns a WeightPacket of the full weights (in the engine dtype), gathered
+        bucket by bucket; others None. Every rank must call it."""
+        state = export.host_state_dict(self.engine, self.rank, self.config.zero_stage, self._export_bucket())
         return export.weight_packet(state, version, self.tied) if self.rank == 0 else None
 
     def save(self, folder: str, extra: dict[str, str] | None = None) -> str | None:
         """A checkpoint folder (train/checkpoint.py); every rank writes its part, rank 0
         returns the folder, and a failed write raises on every rank."""
-        return checkpoint.write_checkpoint(
-            folder, self.engine, self.rank, self.model_dir, extra, self._full_state_dict, self._all_ok
-        )
+
+        def weights(target) -> None:
+            export.write_shards(self.engine, self.rank, self.config.zero_stage, self._export_bucket(), target)
+
+        return checkpoint.write_checkpoint(folder, self.engine, self.rank, self.model_dir, extra, weights, self._all_ok)
 
     def _all_ok(self, error: Exception | None) -> bool:
         """True when no rank has failed so far (a collective, so every rank must call it)."""
         return not self._max_over_ranks(int(error is not None))
 
     def parameter_checksum(self) -> float:
-        state = self._full_state_dict()
-        return export.parameter_checksum(state) if self.rank == 0 else 0.0
+        return export.parameter_checksum(self.engine, self.rank, self.config.zero_stage, self._export_bucket())
