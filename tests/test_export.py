@@ -35,7 +35,8 @@ SCRIPT = textwrap.dedent("""
     worker.load(model_dir, "float32", lr=1e-2, warmup_steps=0)
     worker.bucket_bytes = bucket
     rng = random.Random(0)
-    seqs = [TrainSequence(tuple(rng.randrange(3, 300) for _ in range(40)), 20, (1.0,) * 20, (1.0,) * 20) for _ in range(4)]
+    ids = [tuple(rng.randrange(3, 300) for _ in range(40)) for _ in range(4)]
+    seqs = [TrainSequence(t, 20, (1.0,) * 20, (1.0,) * 20) for t in ids]
     worker.train_step(seqs, loss_spec("pg"), 80)  # the weights move away from the folder's
     gathers.clear()
     checksum = worker.parameter_checksum()
