@@ -80,3 +80,53 @@ def test_zero3_weights_leave_bucket_by_bucket_and_the_checkpoint_is_the_model(ti
     assert abs(sum(float(p.double().sum()) for p in unique) - got["checksum"]) < 1e-6 * abs(got["checksum"])
     config = json.loads((folder / "config.json").read_text())
     assert config["dtype"] == "float32" and (folder / "generation_config.json").is_file()
+
+
+def test_the_kl_reference_is_partitioned_under_zero3_and_stays_the_stages_start_after_a_resume(
+    ray_session, tiny_dir, tmp_path
+):
+    """kl_beta > 0 with ZeRO-3 over 2 ranks: each rank holds half of the reference model
+    (it was a whole copy per rank); resuming from a checkpoint keeps the reference at the
+    stage's starting weights (it became the checkpoint's)."""
+    import math
+    import random
+
+    import ray
+
+    from posttrain.config import GRPOConfig, TrainerConfig
+    from posttrain.train.group import TrainerGroup
+    from posttrain.train.spec import loss_spec
+    from posttrain.types import TrainSequence
+
+    def facts(worker):
+        import deepspeed
+
+        ref = worker.ref_model.module
+        params = list(ref.parameters())
+        local = sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel() for p in params)
+        whole = sum(getattr(p, "ds_numel", p.numel()) for p in params)
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            ref_sum = float(sum(p.double().sum() for p in params))
+        return local, whole, ref_sum
+
+    group = TrainerGroup(TrainerConfig(workers=2, zero_stage=3, micro_batch_tokens=512), seed=0)
+    try:
+        group.load(str(tiny_dir), "float32", lr=1e-2, warmup_steps=0, kl_beta=0.1)
+        start = ray.get([w.__ray_call__.remote(facts) for w in group.workers])  # a gather: every rank at once
+        for local, whole, _ in start:
+            assert local <= whole / 2 + 1024  # a half (ZeRO pads partitions a little), not a copy
+        rng = random.Random(0)
+        ids = [tuple(rng.randrange(3, 300) for _ in range(40)) for _ in range(4)]
+        seqs = [TrainSequence(t, 20, (1.0,) * 20, (1.0,) * 20) for t in ids]
+        group.train_step(seqs, loss_spec("pg"))
+        folder = group.save(str(tmp_path / "ckpt"))
+        trained = ray.get([w.parameter_checksum.remote() for w in group.workers])[0]
+        group.load(folder, "float32", lr=1e-2, warmup_steps=0, kl_beta=0.1, resume=True, ref_dir=str(tiny_dir))
+        resumed = ray.get([w.__ray_call__.remote(facts) for w in group.workers])
+        assert ray.get([w.parameter_checksum.remote() for w in group.workers])[0] == trained  # the checkpoint
+        assert resumed[0][2] == start[0][2] != trained  # the reference is still the stage's start
+        # the partitioned reference runs: the resumed policy is a step away from it, so KL > 0
+        kl_step = group.train_step(seqs, loss_spec("pg", GRPOConfig(kl_beta=0.1)))
+        assert 0 < kl_step.sums.kl / kl_step.sums.tokens < 1 and math.isfinite(kl_step.sums.loss)  # per-token k3
+    finally:
+        group.shutdown()

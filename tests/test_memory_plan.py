@@ -181,6 +181,9 @@ def test_zero_3_and_more_ranks_shrink_what_a_rank_holds():
     assert ckpt.phases["forward and backward"]["activations"] < one.phases["forward and backward"]["activations"] / 5
     kl = trainer_memory(SMOLLM2, trainer, "bfloat16", 4096, 512, 64, True, 256)
     assert kl.between["reference model"] == 2 * SMOLLM2.params
+    kl3 = trainer_memory(SMOLLM2, trainer.model_copy(update={"workers": 8, "zero_stage": 3}), "bfloat16", 4096, 512,
+                         64, True, 256)  # fmt: skip
+    assert kl3.between["reference model"] == 2 * SMOLLM2.params / 8  # partitioned like the policy
 
 
 def test_a_cpu_pipeline_is_planned_on_the_host_and_never_refused():

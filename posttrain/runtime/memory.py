@@ -232,7 +232,7 @@ def trainer_memory(
         "optimizer state": 0.0
         if trainer.offload_optimizer and z >= 2
         else (4 if isinstance(trainer.optimizer, MuonOptimizer) else 8) * p / shard,
-        "reference model": b * p if kl else 0.0,
+        "reference model": (b * p / (n if z == 3 else 1)) if kl else 0.0,  # partitioned like the policy
     }
     act = activation_bytes(shape, tokens, b)
     inputs = b * shape.hidden * tokens  # one layer's input (and the embeddings' output)

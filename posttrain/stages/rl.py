@@ -465,6 +465,7 @@ def train_and_save(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -
         stage.warmup_steps * stage.algo.minibatches * stage.algo.epochs,  # warm-up counts RL steps
         stage.algo.kl_beta,
         resume=resume_dir is not None,
+        ref_dir=str(init_dir),  # the KL reference stays the stage's start after a resume
     )
     run.verifier.start()  # a judge engine loads while the first rollouts run
     if resume_dir is not None:

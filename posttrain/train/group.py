@@ -185,7 +185,14 @@ class TrainerGroup:
         ]
 
     def load(
-        self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0, resume: bool = False
+        self,
+        model_dir: str,
+        dtype: str,
+        lr: float,
+        warmup_steps: int,
+        kl_beta: float = 0.0,
+        resume: bool = False,
+        ref_dir: str | None = None,
     ) -> LoadedModel:
         """Build the model and optimizer on every rank. A load after the first starts fresh
         rank processes (`restart_on_load`; auto: for models over 256 MB): a DeepSpeed engine
@@ -197,7 +204,9 @@ class TrainerGroup:
             self.restart()
         for attempt in range(PORT_TRIES):
             try:
-                refs = [w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume) for w in self.workers]
+                refs = [
+                    w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume, ref_dir) for w in self.workers
+                ]
                 facts = get_all(refs)
                 break
             except RayActorError as exc:

@@ -15,7 +15,6 @@ tensors live there.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
 import time
@@ -77,19 +76,27 @@ class TrainerWorker(WeightSender):
     # ------------------------------------------------------------ setup
 
     def load(
-        self, model_dir: str, dtype: str, lr: float, warmup_steps: int, kl_beta: float = 0.0, resume: bool = False
+        self,
+        model_dir: str,
+        dtype: str,
+        lr: float,
+        warmup_steps: int,
+        kl_beta: float = 0.0,
+        resume: bool = False,
+        ref_dir: str | None = None,
     ) -> LoadedModel:
         """(Re)build the DeepSpeed engine from a model folder; with `resume`, the folder is a
-        checkpoint of ours and its optimizer and schedule state are restored too."""
+        checkpoint of ours and its optimizer and schedule state are restored too. With
+        `kl_beta`, the reference model is `ref_dir` (the stage's starting weights: after a
+        resume, not the checkpoint), else `model_dir`."""
         import deepspeed
         import torch
         from transformers import AutoModelForCausalLM
 
         self.engine = self.ref_model = None
-        torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         if kl_beta > 0:
-            self.ref_model = copy.deepcopy(model).to(self.device, torch_dtype).eval().requires_grad_(False)
+            self.ref_model = self._reference(ref_dir or model_dir, dtype)
         self.model_dir, self.dtype = model_dir, dtype
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.additive_mask = self._check_shared_prompts(model)
@@ -115,6 +122,28 @@ class TrainerWorker(WeightSender):
             if path is None:
                 raise FileNotFoundError(f"no DeepSpeed state in {model_dir}/deepspeed")
         return LoadedModel(parameters=sum(p.numel() for p in model.parameters()), tied_embeddings=self.tied)
+
+    def _reference(self, folder: str, dtype: str):
+        """The frozen reference model, read in the training dtype (no fp32 copy) and, under
+        ZeRO-3, partitioned over the ranks like the policy (a DeepSpeed engine without an
+        optimizer: each rank holds 1/N of it and gathers a layer to run it)."""
+        import deepspeed
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+        ref = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype).eval().requires_grad_(False)
+        if self.config.zero_stage != 3:
+            return ref.to(self.device)
+        config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {"stage": 3},
+            "bf16": {"enabled": dtype == "bfloat16"},
+            "steps_per_print": 10**9,
+        }
+        engine, *_ = deepspeed.initialize(model=ref, config=config)
+        engine.eval()  # DeepSpeed's eval() returns None
+        return engine
 
     def _check_shared_prompts(self, model) -> bool:
         """`share_prompts` gives the model a 4-D mask: boolean for SDPA, additive for eager
