@@ -183,15 +183,16 @@ def main() -> int:
         )
     print("\n| case | between steps, measured (MiB) | plan | ratio | step peak, measured (MiB) | plan | ratio |")
     print("|---|---|---|---|---|---|---|")
-    worst = 0.0
+    worst, worst_between = 0.0, 0.0
     for r in rows:
         m, p = r["measured"], r["plan"]
         ra, rb = p["resident_mib"] / m["resident_mib"], p["peak_mib"] / m["peak_mib"]
-        worst = max(worst, abs(ra - 1), abs(rb - 1))
+        worst, worst_between = max(worst, abs(rb - 1)), max(worst_between, abs(ra - 1))
         cells = [r["case"], f"{m['resident_mib']:.0f}", f"{p['resident_mib']:.0f}", f"{ra:.2f}"]
         cells += [f"{m['peak_mib']:.0f}", f"{p['peak_mib']:.0f} ({p['worst']})", f"{rb:.2f}"]
         print("| " + " | ".join(cells) + " |")
-    print(f"\nworst deviation of the plan from the measured figure: {worst:.0%} (target: within 20%)")
+    print(f"\npeak: the plan's worst deviation from the measured peak: {worst:.0%} (target: within 20%)")
+    print(f"between steps (not what the plan checks): worst deviation {worst_between:.0%}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0
