@@ -234,12 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             from posttrain.pipeline import model_line, preflight
             from posttrain.runtime.memory import plan_lines
 
+            preflight(config, args.pipeline)  # a refusal is one line on stderr, the memory plan's too
             lines, _ = plan_lines(config)
-            try:
-                preflight(config, args.pipeline)
-            except ConfigError:
-                print("\n".join(lines), file=sys.stderr)  # what the refusal is about
-                raise
             print(f"# {model_line(config, args.pipeline)}")  # a YAML comment: stdout stays the resolved YAML
             print("\n".join(f"# {line}" for line in lines))
             print(dump_config(config), end="")
