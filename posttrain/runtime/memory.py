@@ -337,12 +337,16 @@ def _rows(stage, config) -> tuple[int, int, bool]:
     an SFT conversation (its whole length predicts), or a prompt with one response, or with
     shared prompts a prompt and its group's responses."""
     cap = config.trainer.micro_batch_tokens
-    if hasattr(stage, "max_len"):
-        return min(stage.max_len, cap), min(stage.max_len, cap), False
-    response = getattr(stage, "max_tokens", 0)
+    max_len = getattr(stage, "max_len", None)
+    if isinstance(max_len, int):
+        return min(max_len, cap), min(max_len, cap), False
+    response = getattr(stage, "max_tokens", None)
+    if not isinstance(response, int):  # a stage type that says neither: a full micro-batch, all predicted
+        return cap, cap, False
     prompt = max(config.rollout.max_model_len - response, 0)
-    if config.trainer.share_prompts:
-        window = stage.group_size * (response + 1)
+    group = getattr(stage, "group_size", 1)
+    if config.trainer.share_prompts and isinstance(group, int) and group > 1:
+        window = group * (response + 1)
         return min(prompt + window, cap), min(window, cap), True
     return min(prompt + response, cap), min(response, cap), False
 
