@@ -384,7 +384,7 @@ def plan(config) -> tuple[list[ActorPlan], list[str]]:
                     rank.fit_hint = _trainer_hint(mem, budget * (1 - MARGIN) - GPU_RUNTIME, lambda t: trainer_memory(
                         shape, t, config.model.dtype, t.micro_batch_tokens, min(row, t.micro_batch_tokens),
                         min(window, t.micro_batch_tokens), kl, rollout.sync_bucket_mib, shared, gpu=True,
-                    ), trainer)  # fmt: skip
+                    ), trainer, GPU_RUNTIME)  # fmt: skip
                 out.append(rank)
             if stage.samples_policy and not seen_engines:  # the same engines serve every stage
                 seen_engines = True
@@ -397,11 +397,12 @@ def plan(config) -> tuple[list[ActorPlan], list[str]]:
     return out, head
 
 
-def _trainer_hint(mem: TrainerMemory, limit: float, replan, trainer) -> str:
+def _trainer_hint(mem: TrainerMemory, limit: float, replan, trainer, shown: float = 0.0) -> str:
     """What does not fit in a trainer rank, and a setting found (by planning it) to fit:
     the forward pass's parts that grow with the micro-batch and a micro_batch_tokens that
     fits (with checkpointing turned on first if that is what it takes); otherwise the
-    largest part of the phase or of what is held between steps, and its fix."""
+    largest part of the phase or of what is held between steps, and its fix. `shown`: what
+    the rank holds besides the plan's parts (its runtime), added to the peaks named."""
     fixes = trainer_fixes(trainer)
     if mem.worst == "forward and backward":
         forward = mem.phases["forward and backward"]
@@ -410,7 +411,7 @@ def _trainer_hint(mem: TrainerMemory, limit: float, replan, trainer) -> str:
         setting = {} if trainer.gradient_checkpointing else {"gradient_checkpointing": True}
         with_ckpt = replan(trainer.model_copy(update=setting)) if setting else mem
         if setting and with_ckpt.peak <= limit:
-            fits = f"trainer.gradient_checkpointing: true fits ({_gib(with_ckpt.peak)})"
+            fits = f"trainer.gradient_checkpointing: true fits ({_gib(with_ckpt.peak + shown)})"
             return f"{grow} grow with the micro-batch: {fits}"
         tokens = trainer.micro_batch_tokens
         while tokens > 256:
@@ -420,7 +421,7 @@ def _trainer_hint(mem: TrainerMemory, limit: float, replan, trainer) -> str:
                 ckpt = "trainer.gradient_checkpointing: true and " if setting else ""
                 return (
                     f"{grow} grow with the micro-batch: {ckpt}trainer.micro_batch_tokens: {tokens} fits "
-                    f"({_gib(smaller.peak)})"
+                    f"({_gib(smaller.peak + shown)})"
                 )
         return f"{grow} grow with the micro-batch, but no micro-batch of 256 tokens fits: {fixes['optimizer state']}"
     parts = {**mem.between, **mem.phases[mem.worst]}
