@@ -1,5 +1,7 @@
 """The same stack on a CUDA device: an NCCL rank and a GPU vLLM engine sharing one GPU,
-weights pushed by both modes. Skipped without a GPU (conftest); `bash bench/gpu_check.sh`
+weights pushed by both modes: the steps change the weights, the engine is stale by more than
+the tolerance before the push, at the trainer's version and within the tolerance after it
+(a push that does nothing fails). Skipped without a GPU (conftest); `bash bench/gpu_check.sh`
 runs the wider GPU check."""
 
 import numpy as np
@@ -30,7 +32,7 @@ def test_weight_push_and_logprob_agreement_on_gpu(ray_session, tiny_dir, dtype, 
         rollout=RolloutConfig(weight_sync=weight_sync),  # collective: gloo on device tensors (one GPU)
     )
     try:
-        group.load(str(tiny_dir), dtype, lr=1e-3, warmup_steps=0)
+        group.load(str(tiny_dir), dtype, lr=1e-2, warmup_steps=0)
         (outs,) = ray.get(engine.generate.remote([GenerationRequest((1, 40, 41), 8, 12)], SamplingSettings()))
         seqs = [
             TrainSequence(
@@ -38,8 +40,17 @@ def test_weight_push_and_logprob_agreement_on_gpu(ray_session, tiny_dir, dtype, 
             )
             for c in outs
         ]
-        group.train_step(seqs, loss_spec("pg"))
+        before = ray.get(group.workers[0].parameter_checksum.remote())
+        for _ in range(3):  # lr 1e-2: a move well above the bf16 tolerance
+            group.train_step(seqs, loss_spec("pg"))
+        assert ray.get(group.workers[0].parameter_checksum.remote()) != before  # the steps changed the weights
+        # before the push the engine still holds the old weights: its logprobs are stale
+        stale = group.logprobs(seqs)
+        gap = [abs(a - b) for s, lp in zip(seqs, stale) for a, b in zip(lp, s.logp_engine)]
+        assert float(np.mean(gap)) > 2 * tolerance, "a step moved the policy less than the tolerance: no teeth"
+        assert ray.get(engine.info.remote())["version"] != group.version
         assert group.sync_weights([engine])["sync/collective"] == float(weight_sync == "collective")
+        assert ray.get(engine.info.remote())["version"] == group.version  # the push reached the engine
         (fresh,) = ray.get(engine.generate.remote([GenerationRequest((1, 40, 41), 8, 12)], SamplingSettings()))
         fresh_seqs = [
             TrainSequence(

@@ -1,6 +1,7 @@
 """The trainer's own path on a CUDA device (skipped without one, conftest): a rank with a
 GPU puts its model, reference model and inputs there and trains PPO minibatches in bf16
-with the KL term and the fresh-token correction. Never run yet: no GPU here."""
+with the KL term and the fresh-token correction, and its loss, KL and gradient norm agree
+with the same step on CPU within bf16 tolerance. Never run yet: no GPU here."""
 
 import pytest
 import ray
@@ -18,8 +19,10 @@ SEQS = [
 ]
 
 
-def test_a_gpu_rank_trains_with_everything_on_its_device(ray_session, tiny_dir):
-    group = TrainerGroup(TrainerConfig(workers=1, zero_stage=2, num_gpus=0.5, num_cpus=0), seed=0)
+def _step(tiny_dir, num_gpus: float):
+    """One PPO step (two minibatches, KL, fresh-token correction) of a bf16 rank: its sums,
+    grad norm, and where its tensors live."""
+    group = TrainerGroup(TrainerConfig(workers=1, zero_stage=2, num_gpus=num_gpus, num_cpus=0), seed=0)
     try:
         group.load(str(tiny_dir), "bfloat16", lr=1e-3, warmup_steps=0, kl_beta=0.1)
 
@@ -32,10 +35,23 @@ def test_a_gpu_rank_trains_with_everything_on_its_device(ray_session, tiny_dir):
             }
 
         facts = ray.get(group.workers[0].__ray_call__.remote(devices))
-        assert facts == {"rank": "cuda:0", "model": "cuda:0", "ref": "cuda:0", "inputs": ["cuda:0"]}
         spec = loss_spec("pg", GRPOConfig(kl_beta=0.1, minibatches=2), TISCorrection(fresh=True))
         out = group.train_step(SEQS, spec)
-        assert not out.skipped and out.sums.tokens == 4 and out.sums.kl >= 0
-        assert group.version == 1
+        return facts, out, group.version
     finally:
         group.shutdown()
+
+
+def test_a_gpu_rank_trains_with_everything_on_its_device_as_a_cpu_rank_does(ray_session, tiny_dir):
+    facts, gpu, version = _step(tiny_dir, 0.5)
+    assert facts == {"rank": "cuda:0", "model": "cuda:0", "ref": "cuda:0", "inputs": ["cuda:0"]}
+    assert not gpu.skipped and gpu.sums.tokens == 4 and version == 1
+    # the second minibatch runs after one optimizer step: the policy has left its reference
+    assert gpu.sums.kl > 0
+    _, cpu, _ = _step(tiny_dir, 0)  # the same step on CPU, bf16 too
+    for name, a, b in (
+        ("loss", gpu.sums.loss, cpu.sums.loss),
+        ("kl", gpu.sums.kl, cpu.sums.kl),
+        ("grad norm", gpu.grad_norm, cpu.grad_norm),
+    ):
+        assert abs(a - b) <= 0.05 * max(abs(a), abs(b)) + 5e-3, (name, a, b)  # bf16 tolerance (loss ~0.01)
