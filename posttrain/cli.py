@@ -22,6 +22,7 @@ A bad pipeline file prints one line (`FILE: key.path: problem`) and exits with 2
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -356,12 +357,24 @@ def _sandbox(args) -> int:
 
 
 def _rewards(args) -> int:
-    import signal
+    """`rewards show ... | head` ends quietly when the reader leaves: a BrokenPipeError is
+    caught here. Never by SIGPIPE's default action: that is process-wide, and a process that
+    called this in-process (a test worker) was later killed outright by its own HTTP server
+    writing to a socket a client had closed."""
+    try:
+        return _rewards_command(args)
+    except BrokenPipeError:
+        try:  # the reader is gone: what is left to print goes nowhere, and exit flushes nothing
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
 
+
+def _rewards_command(args) -> int:
     from posttrain.config.files import ConfigError
     from posttrain.rewards.debug import DebugError
 
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `rewards show ... | head` ends quietly
     try:
         if args.action == "try":
             return _try(args)

@@ -522,3 +522,27 @@ def test_the_reward_debugger_filters_by_verifier_and_opens_on_the_newest_rl_stag
     assert found["sources"] == {"grm": 10, "rg": 10} and found["verifiers"] == {"grm": 20}
     assert c.get("/api/samples?stage=grpo&verifier=grm").json()["matched"] == 20
     assert c.get("/api/samples?stage=grpo&verifier=code").json()["matched"] == 0
+
+
+def test_rewards_show_into_a_closed_pipe_ends_quietly_and_leaves_sigpipe_alone(tmp_path):
+    """`posttrain rewards show RUN | head -1` exits 0 with nothing on stderr, and calling the
+    CLI in-process leaves the process's SIGPIPE disposition as Python set it (ignored):
+    with SIGPIPE at its default, this test process was later killed outright when an HTTP
+    server thread of another test wrote to a socket its client had closed."""
+    import signal
+    import subprocess
+    import sys
+
+    from posttrain.cli import main
+
+    folder = rollouts_folder(tmp_path, steps=3, per_step=400)
+    (folder / "config.resolved.yaml").write_text("name: r\nstages: [{name: grpo, type: rl}]\n")
+    before = signal.getsignal(signal.SIGPIPE)
+    assert main(["rewards", "show", str(folder), "--worst", "1"]) == 0
+    assert signal.getsignal(signal.SIGPIPE) == before == signal.SIG_IGN
+    piped = subprocess.run(
+        f"{sys.executable} -m posttrain.cli rewards show {folder} --worst 1200 | head -1",  # ~200 kB, past the buffer
+        shell=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert piped.returncode == 0 and piped.stdout.startswith("=== grpo step"), piped.stdout
+    assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr[-2000:]

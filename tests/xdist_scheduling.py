@@ -13,9 +13,8 @@ same way, issue 1327). Here:
 - a worker is given files until it holds two tests at least (a worker runs a test only once
   it holds the next), and one that takes the last file of the queue is told at once that no
   more will come, so it runs its last test instead of waiting for a next one;
-- the test a worker died in is run again on a fresh worker (it shows as RERUN, with the
-  crash, in the report), up to RETRIES times; if the worker dies in it once more, it fails
-  and is not run again;
+- the test a worker died in is run once more on a fresh worker (it shows as RERUN, with the
+  crash, in the report); if the worker dies in it again, it fails and is not run again;
 - each worker's faulthandler writes to a file of its own (pytest's writes to a stderr that
   xdist drops), and a crash report ends with the dead worker's Python stacks from that file.
 """
@@ -33,11 +32,7 @@ from xdist.scheduler import LoadFileScheduling
 
 FAULTS_ENV = "POSTTRAIN_TEST_FAULTS"  # the folder of the workers' fault files, set by the controller
 
-# Fresh workers a test may take down before it fails. 2, not 1: about once per full run a
-# worker dies with its Ray processes at once, in a test that runs no Ray (a judge HTTP test
-# after the long files); no fault handler output, so not a signal it catches; see
-# docs/testing.md. A test that takes down three workers in a row still fails.
-RETRIES = 2
+RETRIES = 1  # fresh workers a test may take down before it fails
 
 
 class CrashSafeLoadFileScheduling(LoadFileScheduling):

@@ -172,27 +172,29 @@ def print_sample(row: dict, entry: dict | None) -> None:
 
 
 def print_entry(entry: dict) -> None:
-    """The GRM procedure of one sample: rubric, verdicts with reasons, final score."""
+    """The GRM procedure of one sample: rubric, verdicts with reasons, final score. A field an
+    entry lacks (one written by another version) shows as `?`, never as a crash."""
     print(
-        f"GRM {entry['status']}  judge {entry['judge_model']}  procedure {entry['procedure_version']}  "
-        f"latency {entry.get('latency_s', 0):.2f}s{'  (cache hit)' if entry.get('cache_hit') else ''}"
+        f"GRM {entry.get('status', '?')}  judge {entry.get('judge_model', '?')}  "
+        f"procedure {entry.get('procedure_version', '?')}  "
+        f"latency {entry.get('latency_s') or 0:.2f}s{'  (cache hit)' if entry.get('cache_hit') else ''}"
     )
-    if not entry["rubric"]:
-        print(f"  {entry['reason']}")
+    if not entry.get("rubric"):
+        print(f"  {entry.get('reason', '')}")
         for raw in entry.get("rubric_raw", []):
             print(f"  rubric reply: {_one_line(raw, 200)}")
         return
     print(f"  {'#':>2} {'kind':<9} {'w':>3} {'verdict':<7} {'c_j':>5}  criterion / reason")
-    verdicts = {v["criterion"]: v for v in entry["verdicts"]}
+    verdicts = {v.get("criterion"): v for v in entry.get("verdicts") or []}
     for j, c in enumerate(entry["rubric"]):
         v = verdicts.get(j, {})
         score = f"{v['score']:.2f}" if v.get("score") is not None else "-"
         print(f"  {j:>2} {c['kind']:<9} {c['weight']:>3g} {v.get('verdict') or 'none':<7} {score:>5}  {c['text']}")
         print(f"  {'':>30}  reason: {_one_line(v.get('reason', ''), 100)}")
-    if entry["status"] == "scored":
+    if entry.get("status") == "scored" and isinstance(entry.get("score"), (int, float)):
         print(f"  score = 2 * (sum w*c over criteria + sum w*(1-c) over pitfalls) / sum w - 1 = {entry['score']:.3f}")
     else:
-        print(f"  {entry['reason']}")
+        print(f"  {entry.get('reason', '')}")
 
 
 def _asked(source: str | None, verifier: str | None) -> str:
