@@ -116,6 +116,75 @@ def sequences(rows: int, prompt: int, response: int, group: int, vocab: int):
     return out
 
 
+def step_check(worker, meter: Meter, shape, model_dir: Path, case, gpu: bool, peak_tflops: float):
+    """(ok, line) of one measured train step: `case` is (checkpointing, rows, prompt,
+    response, group, shared); the rank is reloaded with that case's settings first."""
+    from posttrain.config import TrainerConfig
+    from posttrain.runtime.memory import GIB, trainer_memory
+    from posttrain.train.spec import loss_spec
+
+    ckpt, rows, prompt, response, group, shared = case
+    window = group * (response + 1) if shared else response
+    row = prompt + window
+    cap = rows * row
+    config = TrainerConfig(
+        workers=1, zero_stage=3, micro_batch_tokens=cap, gradient_checkpointing=ckpt, share_prompts=shared,
+        num_gpus=1 if gpu else 0, threads=4,
+    )  # fmt: skip
+    worker.config = config
+    meter.reset()
+    base = meter.now()
+    worker.load(str(model_dir), "bfloat16", lr=1e-5, warmup_steps=0)
+    seqs = sequences(rows, prompt, response, group, shape.vocab)
+    tokens = sum(s.response_len for s in seqs)
+    worker.train_step(seqs, loss_spec("pg"), tokens)  # warm-up: the optimizer's state
+    between = meter.now() - base
+    meter.reset()
+    t0 = time.perf_counter()
+    out = worker.train_step(seqs, loss_spec("pg"), tokens)
+    seconds = time.perf_counter() - t0
+    peak = meter.peak() - base
+    mem = trainer_memory(shape, config, "bfloat16", cap, row, window, False, 256, shared, gpu=gpu)
+    mem.phases.pop("weight export")
+    planned = mem.peak
+    ratio = planned / peak
+    rate = sum(len(s.token_ids) for s in seqs) / seconds
+    mfu = 6 * shape.params * rate / (peak_tflops * 1e12) if gpu else None
+    finite = out.sums.loss == out.sums.loss and abs(out.sums.loss) != float("inf")
+    # on a GPU the plan must hold within TOLERANCE; on CPU (the rehearsal, tiny shapes) the
+    # process's own memory outweighs the model's and the ratio is only shown
+    ok = finite and (abs(ratio - 1) <= TOLERANCE or not gpu)
+    return ok, (
+        f"peak {peak / GIB:.2f} GiB, plan {planned / GIB:.2f} GiB ({ratio:.2f}x, peak in the {mem.worst}); "
+        f"between steps {between / GIB:.2f} GiB, plan {sum(mem.between.values()) / GIB:.2f}; "
+        f"{cap} tokens per micro-batch, {rate:.0f} tokens/s"
+        + (f", MFU {mfu:.1%}" if mfu is not None else "")
+        + ("" if finite else "; loss not finite")
+    )
+
+
+def export_check(worker, meter: Meter, shape, gpu: bool):
+    """(ok, line) of the export of the last model loaded: about one bucket above the weights."""
+    from posttrain.train import export
+
+    bucket = 256 * 2**20
+    worker.bucket_bytes = bucket
+    meter.reset()
+    base = meter.now()
+    t0 = time.perf_counter()
+    state = export.host_state_dict(worker.engine, 0, 3, bucket)
+    seconds = time.perf_counter() - t0
+    rise = meter.peak() - base
+    whole = sum(t.numel() * t.element_size() for t in {id(t): t for t in state.values()}.values())
+    limit = 3 * bucket + 64 * 2**20  # a bucket gathered, its copy on the way out, and slack
+    within = rise <= limit or not gpu  # on CPU the host copy it makes is in the same memory
+    return within and abs(whole - 2 * shape.params) < 0.01 * whole, (
+        f"{whole / 2**30:.2f} GiB of weights out in {seconds:.1f} s; device peak {rise / 2**20:.0f} MiB "
+        f"above the weights (a bucket is {bucket / 2**20:.0f} MiB; the old export gathered all "
+        f"{whole / 2**20:.0f} MiB and copied it)"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -135,9 +204,7 @@ def main() -> int:
         import torch
 
         from posttrain.config import TrainerConfig
-        from posttrain.runtime.memory import GIB, ModelShape, trainer_memory
-        from posttrain.train import export
-        from posttrain.train.spec import loss_spec
+        from posttrain.runtime.memory import ModelShape
         from posttrain.train.trainer import TrainerWorker
     except Exception as exc:  # noqa: BLE001 - one line: what is missing
         report("imports", False, f"{type(exc).__name__}: {exc}")
@@ -164,73 +231,17 @@ def main() -> int:
         ("no_checkpoint", False, 4, 256, 256, 1, False),
     ]
     worker = None
-    for name, ckpt, rows, prompt, response, group, shared in cases:
-        row = prompt + (group * (response + 1) if shared else response)
-        cap = rows * row
-        config = TrainerConfig(
-            workers=1, zero_stage=3, micro_batch_tokens=cap, gradient_checkpointing=ckpt, share_prompts=shared,
-            num_gpus=1 if gpu else 0, threads=4,
-        )  # fmt: skip
+    for name, *case in cases:
         try:
-            if worker is None:
-                worker = TrainerWorker(0, 1, free_port(), config, seed=0)
-            worker.config = config
-            meter.reset()
-            base = meter.now()
-            worker.load(str(model_dir), "bfloat16", lr=1e-5, warmup_steps=0)
-            seqs = sequences(rows, prompt, response, group, vocab)
-            tokens = sum(s.response_len for s in seqs)
-            worker.train_step(seqs, loss_spec("pg"), tokens)  # warm-up: the optimizer's state
-            between = meter.now() - base
-            meter.reset()
-            t0 = time.perf_counter()
-            out = worker.train_step(seqs, loss_spec("pg"), tokens)
-            seconds = time.perf_counter() - t0
-            peak = meter.peak() - base
-            window = group * (response + 1) if shared else response
-            mem = trainer_memory(shape, config, "bfloat16", cap, row, window, False, 256, shared, gpu=gpu)
-            mem.phases.pop("weight export")
-            planned = mem.peak
-            ratio = planned / peak
-            positions = sum(len(s.token_ids) for s in seqs)
-            rate = positions / seconds
-            mfu = 6 * shape.params * rate / (args.peak_tflops * 1e12) if gpu else None
-            finite = out.sums.loss == out.sums.loss and abs(out.sums.loss) != float("inf")
-            # on a GPU the plan must hold within TOLERANCE; on CPU (the rehearsal, tiny shapes) the
-            # process's own memory outweighs the model's and the ratio is only shown
-            ok = finite and (abs(ratio - 1) <= TOLERANCE or not gpu)
-            report(
-                name,
-                ok,
-                f"peak {peak / GIB:.2f} GiB, plan {planned / GIB:.2f} GiB ({ratio:.2f}x, peak in the {mem.worst}); "
-                f"between steps {between / GIB:.2f} GiB, plan {sum(mem.between.values()) / GIB:.2f}; "
-                f"{cap} tokens per micro-batch, {rate:.0f} tokens/s"
-                + (f", MFU {mfu:.1%}" if mfu is not None else "")
-                + ("" if finite else "; loss not finite"),
-            )
+            first = TrainerConfig(workers=1, num_gpus=1 if gpu else 0, threads=4)  # the rank's device and threads
+            worker = worker or TrainerWorker(0, 1, free_port(), first, seed=0)
+            report(name, *step_check(worker, meter, shape, model_dir, case, gpu, args.peak_tflops))
         except Exception as exc:  # noqa: BLE001 - one line per check
             report(name, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             traceback.print_exc(file=sys.stderr)
     if worker is not None and worker.engine is not None:
-        try:  # the export of the last model loaded: about one bucket above the weights
-            bucket = 256 * 2**20
-            worker.bucket_bytes = bucket
-            meter.reset()
-            base = meter.now()
-            t0 = time.perf_counter()
-            state = export.host_state_dict(worker.engine, 0, 3, bucket)
-            seconds = time.perf_counter() - t0
-            rise = meter.peak() - base
-            whole = sum(t.numel() * t.element_size() for t in {id(t): t for t in state.values()}.values())
-            limit = 3 * bucket + 64 * 2**20  # a bucket gathered, its copy on the way out, and slack
-            within = rise <= limit or not gpu  # on CPU the host copy it makes is in the same memory
-            report(
-                "export",
-                within and abs(whole - 2 * shape.params) < 0.01 * whole,
-                f"{whole / GIB:.2f} GiB of weights out in {seconds:.1f} s; device peak {rise / 2**20:.0f} MiB "
-                f"above the weights (a bucket is {bucket / 2**20:.0f} MiB; the old export gathered all "
-                f"{whole / 2**20:.0f} MiB and copied it)",
-            )
+        try:
+            report("export", *export_check(worker, meter, shape, gpu))
         except Exception as exc:  # noqa: BLE001
             report("export", False, f"{type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stderr)
