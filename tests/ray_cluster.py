@@ -227,3 +227,18 @@ def expert_job_nodes(run_dir: Path, cluster: LocalCluster, stage: str = "experts
     run_state.json records (None for a node that is not one of the cluster's)."""
     state = json.loads((Path(run_dir) / "run_state.json").read_text())
     return {job: cluster.node_name(entry.get("node", "")) for job, entry in state["stages"][stage]["jobs"].items()}
+
+
+def cli(*args, env=None, timeout=60) -> subprocess.CompletedProcess:
+    """`posttrain` in a subprocess, with no Ray token of the caller's unless `env` gives one."""
+    root = Path(__file__).resolve().parents[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "posttrain.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**base, **(env or {})},
+        check=False,
+    )

@@ -7,14 +7,12 @@ The cluster tests are marked `cluster` (deselect with `-m "not cluster"`)."""
 import http.server
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 import yaml
-from ray_cluster import LocalCluster, expert_job_nodes
+from ray_cluster import LocalCluster, cli, expert_job_nodes
 
 from posttrain.runtime import cluster as cl
 
@@ -52,20 +50,6 @@ PIPELINE = {
         },
     ],
 }
-
-
-def cli(*args, env=None, timeout=60):
-    """The CLI in a subprocess, with no Ray token of the caller's unless `env` gives one."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "posttrain.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**base, **(env or {})},
-        check=False,
-    )
 
 
 # ---------------------------------------------------------------- units, no cluster

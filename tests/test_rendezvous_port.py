@@ -1,5 +1,5 @@
 """Trainer ranks whose rendezvous port is taken between picking it and binding it (another
-group starting on the same machine) start again on another port, instead of failing."""
+group starting on the same node) start again on another port, instead of failing."""
 
 import socket
 
@@ -14,18 +14,18 @@ def test_ranks_start_again_on_another_port_when_theirs_was_taken(ray_session, ti
         taken.listen()
         busy = taken.getsockname()[1]
         picked = []
-        real = group.free_port
+        real = group.TrainerGroup._address
 
-        def first_taken() -> int:
-            port = busy if not picked else real()
-            picked.append(port)
-            return port
+        def first_taken(self, rank0):
+            address = ("127.0.0.1", busy) if not picked else real(self, rank0)
+            picked.append(address)
+            return address
 
-        monkeypatch.setattr(group, "free_port", first_taken)
+        monkeypatch.setattr(group.TrainerGroup, "_address", first_taken)
         trainers = group.TrainerGroup(TrainerConfig(workers=2, zero_stage=2), seed=0)
         try:
             facts = trainers.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
         finally:
             trainers.shutdown()
-    assert picked[0] == busy and len(picked) == 2 and picked[1] != busy
+    assert picked[0] == ("127.0.0.1", busy) and len(picked) == 2 and picked[1] != picked[0]
     assert facts

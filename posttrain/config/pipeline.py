@@ -208,6 +208,23 @@ class TrainerConfig(Base):
         True,
         description="Compute a group's prompt once per row (a 4-D attention mask), not once per sample.",
     )
+    share_prompts_max_len: int = Field(
+        8192,
+        ge=16,
+        description=(
+            "Longest row (positions) that shares a prompt. Its attention bias costs row_len^2 x 2 bytes "
+            "(bf16; 128 MiB at 8192); longer groups train in the plain layout, one sample per row, with no "
+            "L^2 mask."
+        ),
+    )
+    span_nodes: bool = Field(
+        False,
+        description=(
+            "Let a slot's trainer ranks (and engines) span nodes, so that one job can use more GPUs than one "
+            "node has: the slot's placement group is PACK (as few nodes as fit) instead of STRICT_PACK (one "
+            "node), the ranks meet on rank 0's node address, and checkpoints must be on storage every node sees."
+        ),
+    )
 
     @model_validator(mode="after")
     def _whole_gpus_per_rank(self) -> TrainerConfig:

@@ -147,6 +147,34 @@ def first_fit(free: list[dict[str, float]], need: dict[str, float]) -> int | Non
     return None
 
 
+def slot_strategy(config: PipelineConfig) -> str:
+    """The Ray placement strategy of a slot: one node (STRICT_PACK), or as few as fit (PACK)
+    when its trainer ranks may span nodes (`trainer.span_nodes`)."""
+    return "PACK" if config.trainer.span_nodes else "STRICT_PACK"
+
+
+def take_slot(free: list[dict[str, float]], config: PipelineConfig) -> list[int] | None:
+    """Where a slot's bundles would go on nodes with `free` room (that room is taken): the
+    node index of each bundle, or None (nothing taken) when it cannot be placed. One node
+    holds it all when one can (what both strategies try first); with `trainer.span_nodes`
+    the bundles are otherwise packed onto as few nodes as fit, largest first."""
+    bundles = slot_bundles(config)
+    whole = first_fit(free, total(bundles))
+    if whole is not None:
+        return [whole] * len(bundles)
+    if not config.trainer.span_nodes:
+        return None
+    trial = [dict(room) for room in free]
+    where = [0] * len(bundles)
+    for i in sorted(range(len(bundles)), key=lambda i: (-bundles[i].get("GPU", 0.0), -bundles[i]["CPU"])):
+        spot = first_fit(trial, bundles[i])
+        if spot is None:
+            return None
+        where[i] = spot
+    free[:] = trial
+    return where
+
+
 def declared_nodes(ray: RayConfig) -> list[dict[str, float]] | None:
     """The cluster the file declares (`ray.nodes` nodes of `node_gpus` GPUs and `node_cpus`
     CPUs; an undeclared size is unbounded), or None when it declares no node size."""
@@ -170,11 +198,19 @@ def placement_problems(config: PipelineConfig, nodes: list[dict[str, float]], wh
     problems = []
     need = slot_need(config)
     largest = {k: max((n.get(k, 0.0) for n in nodes), default=0.0) for k in ("CPU", "GPU")}
-    if not any(fits(n, need) for n in nodes):
+    if take_slot([dict(n) for n in nodes], config) is None:
+        if config.trainer.span_nodes:
+            problems.append(
+                f"rollout, trainer: one slot needs {_shown(need)} ({slot_parts(config)}), and its bundles do not fit "
+                f"on the {len(nodes)} node(s) even spread across them; it would wait for Ray forever: add nodes, "
+                "or lower rollout.engines, trainer.workers or their num_gpus/num_cpus"
+            )
+            return problems
         problems.append(
             f"rollout, trainer: one slot (a placement group on one node) needs {_shown(need)} "
             f"({slot_parts(config)}), more than any node has (largest: {_shown(largest)}); it would wait for Ray "
-            "forever: lower rollout.engines, trainer.workers or their num_gpus/num_cpus"
+            "forever: lower rollout.engines, trainer.workers or their num_gpus/num_cpus, or let the trainer "
+            "ranks span nodes (trainer.span_nodes: true)"
         )
         return problems
     for index, pool, count, one in teacher_actors(config):
@@ -187,7 +223,7 @@ def placement_problems(config: PipelineConfig, nodes: list[dict[str, float]], wh
         if not whole:
             continue
         free = [dict(n) for n in nodes]
-        first_fit(free, need)  # slot 0 stays while MOPD runs (the experts' extra slots are gone)
+        take_slot(free, config)  # slot 0 stays while MOPD runs (the experts' extra slots are gone)
         placed = sum(first_fit(free, one) is not None for _ in range(count))
         if placed < count:
             fix = f"set teacher_pool.max_resident: {placed} (teachers are then swapped), " if placed else ""

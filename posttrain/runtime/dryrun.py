@@ -178,7 +178,8 @@ def dry_run(config: PipelineConfig, stage_lines: StageLines, run_dir: Path | Non
     lines = [f"placement plan for pipeline '{config.name}' on {where}:"]
     for n in nodes:
         lines.append(f"  node {n['node']}: free {n['resources']}")
-    lines.append(f"a slot = one placement group on one node (STRICT_PACK): {slot_parts(config)} = {slot_need(config)}")
+    spread = "on as few nodes as fit (PACK)" if config.trainer.span_nodes else "on one node (STRICT_PACK)"
+    lines.append(f"a slot = one placement group {spread}: {slot_parts(config)} = {slot_need(config)}")
     wanted = max(s.job_slots() for s in config.stages)
     placed = plan(config, nodes, wanted)
     granted = [p for p in placed if p["node"] is not None]
@@ -220,13 +221,13 @@ def expert_job_lines(stage, view: PlanView) -> list[str]:
 
 def teacher_lines(stage, view: PlanView) -> list[str]:
     """MOPD: slot 0, and where its teacher actors would go beside it."""
-    from posttrain.config.resources import first_fit, slot_need, teacher_actors
+    from posttrain.config.resources import first_fit, take_slot, teacher_actors
 
     config, nodes = view.config, view.nodes
     pool, count, one = next((p, c, o) for index, p, c, o in teacher_actors(config) if index == view.index)
     kind = "one shared hf worker actor" if pool.backend == "hf" else f"{count} vllm engine actor(s) at once"
     free = [dict(n["resources"]) for n in nodes]
-    first_fit(free, slot_need(config))  # slot 0 stays; the experts' extra slots are gone by then
+    take_slot(free, config)  # slot 0 stays; the experts' extra slots are gone by then
     spots = [first_fit(free, one) for _ in range(count)]
     on = ", ".join(f"{nodes[k]['node']} x{spots.count(k)}" for k in sorted({s for s in spots if s is not None}))
     return [

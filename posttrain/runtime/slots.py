@@ -2,8 +2,9 @@
 
 A slot is reserved whole or not at all (Ray placement groups are atomic), so jobs that
 wait for resources hold nothing while they wait and can never deadlock each other. Its
-bundles are packed on one node (STRICT_PACK): the trainer ranks talk over loopback, and
-the weights go from rank 0 to the engines within the node (a collective, or its object store).
+bundles are packed on one node (STRICT_PACK), or, with `trainer.span_nodes`, on as few nodes
+as fit (PACK): the trainer ranks meet on rank 0's node address, and the weights go from
+rank 0 to the engines by a collective or Ray's object store, within a node or across.
 
 Bundle layout: engines first, then trainer ranks, then the GRM judge when a stage needs one.
 """
@@ -23,6 +24,8 @@ from posttrain.config.resources import (  # noqa: F401 - the slot arithmetic liv
     slot_bundles,
     slot_need,
     slot_parts,
+    slot_strategy,
+    take_slot,
 )
 
 
@@ -78,7 +81,7 @@ def reserve(config: PipelineConfig, index: int):
     """Ask for a slot's placement group; it is ready when `pg.ready()` resolves."""
     from ray.util.placement_group import placement_group
 
-    return placement_group(slot_bundles(config), strategy="STRICT_PACK", name=f"posttrain-slot-{index}")
+    return placement_group(slot_bundles(config), strategy=slot_strategy(config), name=f"posttrain-slot-{index}")
 
 
 def open_slot(config: PipelineConfig, model_dir: Path, index: int, pg) -> Slot:
@@ -174,8 +177,9 @@ def plan(config: PipelineConfig, nodes: list[dict], slots: int) -> list[dict]:
     need = slot_need(config)
     out = []
     for index in range(slots):
-        where = first_fit(free, need)
-        out.append({"slot": index, "node": nodes[where]["node"] if where is not None else None, "resources": need})
+        where = take_slot(free, config)
+        names = [] if where is None else [nodes[k]["node"] for k in sorted(set(where))]
+        out.append({"slot": index, "node": " + ".join(names) or None, "resources": need})
     return out
 
 

@@ -135,8 +135,13 @@ def wait_sync(refs: list, timeout: float) -> list:
             ray.get(done[0])
         except RayActorError:
             raise
-        except Exception:
+        except Exception as exc:
             _raise_death_first(pending)  # a broken collective: a peer that died is the cause to report
+            if isinstance(exc, TimeoutError):  # a member's collective timed out: a peer is stuck
+                cause = getattr(exc, "cause", None) or exc  # the member's own error, not Ray's traceback
+                raise GetTimeoutError(
+                    f"weight sync: a collective timed out ({cause}); an engine or rank is stuck"
+                ) from exc
             raise
     return ray.get(refs)
 
@@ -176,13 +181,38 @@ class TrainerGroup:
         self.sync_members: tuple | None = None  # the engines of the current weight-sync group
 
     def _start(self) -> list:
-        port = free_port()
-        return [
+        """Start the ranks; they meet at an address rank 0 picks on its own node (so a group
+        can span nodes). Nothing here waits: `load` waits for the rendezvous."""
+        workers = [
             TrainerWorker.remote_actor(
-                r, self.config.workers, port, self.config, self.seed, self.env, self.placement[r]
+                r, self.config.workers, None, self.config, self.seed, self.env, self.placement[r]
             )
             for r in range(self.config.workers)
         ]
+        address = self._address(workers[0])
+        self.joining = [w.join.remote(address) for w in workers]
+        self.ranks: list[dict] = []
+        return workers
+
+    def _address(self, rank0):
+        """Where the ranks meet: (host, port) from rank 0's node, as a ref that Ray resolves
+        before any rank's `join` runs."""
+        return rank0.rendezvous.remote()
+
+    def _joined(self) -> None:
+        """Wait for the rendezvous; the first time, say where the ranks run if on several nodes."""
+        if self.ranks:
+            return
+        self.ranks = get_all(self.joining)
+        nodes = [r["node_id"] for r in self.ranks]
+        if len(set(nodes)) > 1:
+            named = {n["NodeID"]: f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}" for n in ray.nodes()}
+            where = ", ".join(f"rank {r['rank']} on {named.get(r['node_id'], r['node_id'])}" for r in self.ranks)
+            print(
+                f"[trainer] {len(self.ranks)} ranks on {len(set(nodes))} nodes, meeting at "
+                f"{self.ranks[0]['address']}: {where}",
+                flush=True,
+            )
 
     def load(
         self,
@@ -204,17 +234,16 @@ class TrainerGroup:
             self.restart()
         for attempt in range(PORT_TRIES):
             try:
-                refs = [
-                    w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume, ref_dir) for w in self.workers
-                ]
-                facts = get_all(refs)
+                self._joined()
                 break
-            except RayActorError as exc:
+            except Exception as exc:
                 # the rendezvous port was free when picked and taken before rank 0 bound it
-                # (another group starting on this machine): new ranks on another port
+                # (another group starting on that node): new ranks on another port
                 if "EADDRINUSE" not in str(exc) or attempt == PORT_TRIES - 1:
                     raise
                 self.restart()
+        refs = [w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume, ref_dir) for w in self.workers]
+        facts = get_all(refs)
         self.sync_manifest = self.sync_members = None  # another model: a new layout, a new group
         self.loaded = True
         self.dtype = dtype

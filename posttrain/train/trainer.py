@@ -36,32 +36,62 @@ SUM_KEYS = tuple(f.name for f in fields(TrainSums))  # what `sums` accumulates, 
 class TrainerWorker(WeightSender):
     """Create with `TrainerWorker.remote_actor(...)`; all ranks must get the same calls."""
 
-    additive_mask = False  # the model's shared-prompt masks are additive (eager attention); set by `load`
+    bias_dtype = None  # the dtype of shared-prompt attention biases (the model's); set by `load`
 
-    def __init__(self, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int):
-        os.environ.update(
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(master_port),
-            RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            LOCAL_RANK="0" if config.num_gpus else str(rank),
-        )
+    def __init__(self, rank: int, world_size: int, master_port: int | None, config: TrainerConfig, seed: int):
+        """With `master_port`, the rank joins its group at once on this machine (127.0.0.1);
+        without, it waits for `join` (a group whose ranks may sit on several nodes)."""
         self.cores = pin_to_cores(config.cores)  # before torch starts its threads
-        import deepspeed
         import torch
 
         torch.set_num_threads(config.threads)
         torch.manual_seed(seed + rank)
         self.device = rank_device(config.num_gpus)
-        prepare_device(self.device)
-        deepspeed.init_distributed(dist_backend=group_backend(self.device))
         self.rank, self.world_size, self.config, self.seed = rank, world_size, config, seed
         self.engine = None
         self.ref_model = None
+        if master_port is not None:
+            self.join(("127.0.0.1", master_port))
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0: the address the group meets at, this node's IP and a port free on it
+        (picked here: the driver may be another machine)."""
+        import socket
+
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            return host, sock.getsockname()[1]
+
+    def join(self, address: tuple[str, int]) -> dict:
+        """Join the process group at rank 0's `address` (host, port); returns where this rank
+        runs (its node, for the log and the tests)."""
+        import deepspeed
+
+        host, port = address
+        os.environ.update(
+            MASTER_ADDR=host,
+            MASTER_PORT=str(port),
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world_size),
+            LOCAL_RANK="0" if self.config.num_gpus else str(self.rank),
+        )
+        prepare_device(self.device)
+        deepspeed.init_distributed(dist_backend=group_backend(self.device))
+        return {"rank": self.rank, "node_id": _node_id(), "address": host}
 
     @classmethod
     def remote_actor(
-        cls, rank: int, world_size: int, master_port: int, config: TrainerConfig, seed: int, env: dict, placement=None
+        cls,
+        rank: int,
+        world_size: int,
+        master_port: int | None,
+        config: TrainerConfig,
+        seed: int,
+        env: dict,
+        placement=None,
     ):
         import ray
 
@@ -99,7 +129,8 @@ class TrainerWorker(WeightSender):
             self.ref_model = self._reference(ref_dir or model_dir, dtype)
         self.model_dir, self.dtype = model_dir, dtype
         self.keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
-        self.additive_mask = self._check_shared_prompts(model)
+        self._check_shared_prompts(model)
+        self.bias_dtype = getattr(torch, dtype)  # what the attention computes in: its mask's dtype
         if self.config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
@@ -145,15 +176,14 @@ class TrainerWorker(WeightSender):
         engine.eval()  # DeepSpeed's eval() returns None
         return engine
 
-    def _check_shared_prompts(self, model) -> bool:
-        """`share_prompts` gives the model a 4-D mask: boolean for SDPA, additive for eager
-        attention; other kernels (flash attention) take no such mask. True: additive."""
+    def _check_shared_prompts(self, model) -> None:
+        """`share_prompts` gives the model a 4-D additive mask, which SDPA and eager attention
+        take; other kernels (flash attention) take no such mask."""
         attention = getattr(model.config, "_attn_implementation", "sdpa")
         if self.config.share_prompts and attention not in ("sdpa", "eager"):
             raise ValueError(
                 f"trainer.share_prompts needs sdpa or eager attention (4-D masks); the model uses {attention}"
             )
-        return attention == "eager"
 
     def _ds_config(self, dtype: str) -> dict:
         zero = {"stage": self.config.zero_stage, **zero_settings(self.config)}
@@ -233,7 +263,9 @@ class TrainerWorker(WeightSender):
         nonfinite = False
         for k, index_mb in enumerate(plan):
             old = olds[k] if olds is not None else None
-            batch = old["batch"] if old else self._collate([shard[i] for i in index_mb] or [PAD_SEQUENCE])
+            # collated again, not kept from the no-grad pass: one micro-batch's inputs and mask
+            # on the device at a time, not the whole minibatch's
+            batch = self._collate([shard[i] for i in index_mb] or [PAD_SEQUENCE])
             loss, old = self._loss(batch, spec, sums, old)
             if olds is None:
                 self._record(batch, index_mb, shard, old, record)
@@ -259,8 +291,8 @@ class TrainerWorker(WeightSender):
         return skipped, float(grad_norm) if grad_norm is not None and not skipped else float("nan")
 
     def _policy_before(self, shard: list[TrainSequence], plan: list[list[int]], spec: LossSpec, sums, record) -> list:
-        """The no-grad pass before the first minibatch step: per micro-batch its batch,
-        logp_old, off-policy weights (and reference logprobs); token sums and records."""
+        """The no-grad pass before the first minibatch step: per micro-batch its logp_old,
+        off-policy weights (and reference logprobs); token sums and records."""
         import torch
 
         self.engine.eval()
@@ -269,7 +301,7 @@ class TrainerWorker(WeightSender):
             for index_mb in plan:
                 batch = self._collate([shard[i] for i in index_mb] or [PAD_SEQUENCE])
                 logp, entropy = self._forward_logp(self.engine, batch, spec.temperature)
-                old = {"batch": batch, "logp": logp, "weights": self._token_weights(batch, logp, spec)}
+                old = {"logp": logp, "weights": self._token_weights(batch, logp, spec)}
                 if self.ref_model is not None and spec.kl_beta > 0:
                     old["ref"] = self._forward_logp(self.ref_model, batch, spec.temperature)[0]
                 self._add_token_sums(batch, old["weights"], entropy, sums)
@@ -375,13 +407,16 @@ class TrainerWorker(WeightSender):
     def _aligned_micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
         """Micro-batches padded with empty ones to the largest count over ranks: ZeRO reduces
         gradients inside every backward, so all ranks must run the same number of them."""
-        batches = micro_batches(shard, self.config.micro_batch_tokens, self.config.share_prompts)
+        c = self.config
+        batches = micro_batches(shard, c.micro_batch_tokens, c.share_prompts, c.share_prompts_max_len)
         count = self._max_over_ranks(len(batches))
         return batches + [[] for _ in range(count - len(batches))]
 
     def _collate(self, seqs: list[TrainSequence]) -> dict:
-        cap, share = self.config.micro_batch_tokens, self.config.share_prompts
-        return collate_micro_batch(seqs, self.device, cap, share, self.additive_mask)
+        c = self.config
+        return collate_micro_batch(
+            seqs, self.device, c.micro_batch_tokens, c.share_prompts, c.share_prompts_max_len, self.bias_dtype
+        )
 
     def _forward_logp(self, model, batch: dict, temperature: float):
         """Logprobs of the batch's target tokens (differentiable) and the policy's entropy
@@ -443,3 +478,13 @@ class TrainerWorker(WeightSender):
 
     def parameter_checksum(self) -> float:
         return export.parameter_checksum(self.engine, self.rank, self.config.zero_stage, self._export_bucket())
+
+
+def _node_id() -> str:
+    """The Ray node this process runs on ('' outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # noqa: BLE001 - informative only
+        return ""
