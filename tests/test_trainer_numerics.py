@@ -10,7 +10,7 @@ import torch
 import posttrain.algo.losses as losses
 from posttrain.algo.losses import token_logprobs_entropy
 from posttrain.config import TrainerConfig
-from posttrain.train.batching import collate, collate_shared, prompt_rows
+from posttrain.train.batching import collate, collate_micro_batch, collate_shared, micro_batches, prompt_rows
 from posttrain.train.distributed import group_backend, rank_device
 from posttrain.train.trainer import TrainerWorker
 from posttrain.types import TrainSequence
@@ -223,7 +223,7 @@ def test_shared_prompt_rows_give_the_same_logprobs_entropy_and_gradient(tiny_dir
     worker.device, worker.keeps_logits = torch.device("cpu"), True
     seqs = _group_batch()
     results = []
-    for batch in (collate(seqs, worker.device), collate_shared(seqs, worker.device, 14, attention == "eager")):
+    for batch in (collate(seqs, worker.device), collate_shared(seqs, worker.device, 14)):
         model.zero_grad()
         logp, entropy = worker._forward_logp(model, batch, 0.8)
         (logp * batch["advantages"] * batch["loss_mask"]).sum().backward()
@@ -248,3 +248,61 @@ def test_shared_prompt_rows_give_the_same_logprobs_entropy_and_gradient(tiny_dir
         assert h_b == pytest.approx(h_a, abs=tolerance * math.log(vocab))
     assert torch.allclose(grad_shared, grad_padded, atol=tolerance * float(grad_padded.abs().max()), rtol=1e-4)
     assert pos_shared[1] < pos_padded[1]  # fewer real positions: the first prompt twice, not three times
+
+
+def _saved_square_masks(model, batch) -> tuple[int, int]:
+    """(tensors of shape [..., L, L] autograd saved in a forward, distinct storages among them)."""
+    length = batch["input_ids"].shape[1]
+    saved = []
+
+    def pack(t):
+        if t.dim() >= 2 and t.shape[-2:] == (length, length):
+            saved.append(t.untyped_storage().data_ptr())
+        return t
+
+    worker = TrainerWorker.__new__(TrainerWorker)
+    worker.device, worker.keeps_logits = torch.device("cpu"), True
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp, _ = worker._forward_logp(model, batch, 1.0)
+    logp.sum().backward()
+    return len(saved), len(set(saved))
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_a_shared_prompt_mask_is_one_bias_for_every_layer(tiny_dir, attention):
+    """The 4-D mask reaches the model as one additive bias in the model's dtype; the layers
+    share it (a boolean mask became a new bias in every layer's attention, each one kept
+    for the backward pass: rows x L^2 x layers)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir, attn_implementation=attention)
+    assert model.config.num_hidden_layers >= 2
+    batch = collate_shared(_group_batch(), torch.device("cpu"), 14)
+    assert batch["attention_mask"].dtype == torch.float32 and batch["attention_mask"].dim() == 4
+    count, storages = _saved_square_masks(model, batch)
+    assert storages <= 1 + (attention == "eager") * model.config.num_hidden_layers, (count, storages)
+    assert collate_shared(_group_batch(), torch.device("cpu"), 14, torch.bfloat16)["attention_mask"].dtype == (
+        torch.bfloat16
+    )
+
+
+def test_rows_longer_than_share_prompts_max_len_take_the_plain_layout():
+    """A row longer than `max_shared` positions is not shared: its micro-batch is plain rows
+    (a 2-D mask, no L^2 bias), packed apart from the shared rows even where the cap fits both."""
+    a = (11, 12, 13, 14)  # two samples of one prompt: a shared row of 3 + 3 + 3 = 9 positions
+    b = (21, 22, 23, 24)  # one sample of 12 tokens: 16 positions alone
+    seqs = [
+        TrainSequence(a + (5, 6), 4, (1.0, 1.0), (1.0, 1.0)),
+        TrainSequence(a + (7, 8), 4, (1.0, 1.0), (1.0, 1.0)),
+        TrainSequence(b + tuple(range(30, 42)), 4, (1.0,) * 12, (1.0,) * 12),
+    ]
+    assert micro_batches(seqs, cap=64, share_prompts=True) == [[0, 1, 2]]  # unbounded: one micro-batch
+    batches = micro_batches(seqs, cap=64, share_prompts=True, max_shared=12)
+    assert batches == [[0, 1], [2]]
+    cpu = torch.device("cpu")
+    layouts = [collate_micro_batch([seqs[i] for i in mb], cpu, 64, True, max_shared=12) for mb in batches]
+    assert [batch["attention_mask"].dim() for batch in layouts] == [4, 2]
+    assert layouts[0]["attention_mask"].shape[-1] == 9
+    # the whole batch at once: one sequence is over the limit, so nothing is shared
+    assert collate_micro_batch(seqs, cpu, 64, True, max_shared=12)["attention_mask"].dim() == 2
+    assert collate_micro_batch(seqs, cpu, 64, True, max_shared=64)["attention_mask"].dim() == 4

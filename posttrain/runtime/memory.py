@@ -16,7 +16,7 @@ below it, plus the b*P gradients of bf16) and a reduce bucket; Adam's two moment
 without ZeRO; 0 offloaded). Then one micro-batch's transients: activations saved for the
 backward pass (every layer's, or each layer's input and one layer's with gradient
 checkpointing), the logits of the response window and their gradient, the attention mask
-(a 4-D mask when rows are padded or prompts are shared: rows x L^2), and, with kl_beta,
+(a 4-D bias when prompts are shared, rows x L^2, up to trainer.share_prompts_max_len), and, with kl_beta,
 the reference model. A weight push or a save gathers and sends one bucket at a time.
 The activation coefficients count the tensors a Hugging Face Llama-style block saves for
 backward; bench/memory_plan.py sets the predictions against measured peaks.
@@ -243,7 +243,7 @@ def trainer_memory(
     forward = {
         "activations": act,
         "logits": float(logits),
-        "attention mask": float(rows * row_len**2 * (1 + b)) if shared else 0.0,  # the bool mask and its bias
+        "attention mask": float(rows * row_len**2 * b) if shared else 0.0,  # one additive bias, all layers
         "ZeRO-3 gathered": b * min(p, ZERO3_LIVE) if z == 3 else 0.0,
         "reduce bucket": b * min(p, ZERO_BUCKET) if z >= 2 and gpu else 0.0,
     }
@@ -264,7 +264,8 @@ def trainer_fixes(trainer) -> dict[str, str]:
         if trainer.gradient_checkpointing
         else "set trainer.gradient_checkpointing: true",
         "logits": f"lower trainer.micro_batch_tokens ({cap})",
-        "attention mask": f"lower trainer.micro_batch_tokens ({cap}) or set trainer.share_prompts: false",
+        "attention mask": f"lower trainer.share_prompts_max_len ({trainer.share_prompts_max_len}) or "
+        f"trainer.micro_batch_tokens ({cap})",
         "optimizer state": "raise trainer.workers or set trainer.offload_optimizer: true"
         if z >= 1
         else "set trainer.zero_stage: 2 and raise trainer.workers",
@@ -345,9 +346,10 @@ def _rows(stage, config) -> tuple[int, int, bool]:
         return cap, cap, False
     prompt = max(config.rollout.max_model_len - response, 0)
     group = getattr(stage, "group_size", 1)
-    if config.trainer.share_prompts and isinstance(group, int) and group > 1:
-        window = group * (response + 1)
-        return min(prompt + window, cap), min(window, cap), True
+    limit = min(cap, config.trainer.share_prompts_max_len)
+    if config.trainer.share_prompts and isinstance(group, int) and group > 1 and prompt + 2 * (response + 1) <= limit:
+        row = min(prompt + group * (response + 1), limit)  # as many of the group's responses as fit
+        return row, row - prompt, True
     return min(prompt + response, cap), min(response, cap), False
 
 

@@ -13,19 +13,33 @@ from posttrain.types import TrainSequence
 PAD_SEQUENCE = TrainSequence(token_ids=(0, 0), prompt_len=1, advantages=(0.0,), loss_mask=(0.0,))
 
 
-def micro_batches(shard: list[TrainSequence], cap: int, share_prompts: bool) -> list[list[int]]:
+def micro_batches(
+    shard: list[TrainSequence], cap: int, share_prompts: bool, max_shared: int | None = None
+) -> list[list[int]]:
     """Indices of `shard` in micro-batches of at most `cap` positions (rows x the longest
     row, padding included), filled shortest row first. A row is one sequence, or with
-    `share_prompts` a shared-prompt row (`prompt_rows`: a group's sequences together,
-    listed in row order, which `collate_shared` rebuilds)."""
+    `share_prompts` a shared-prompt row (`prompt_rows`: a group's sequences together, at most
+    `max_shared` positions, listed in row order, which `collate_shared` rebuilds). A row
+    longer than `max_shared` (a sequence alone) never shares a micro-batch with shared rows:
+    its micro-batch takes the plain layout, with no L^2 mask."""
     if share_prompts:
+        limit = shared_row_cap(cap, max_shared)
         order = sorted(range(len(shard)), key=lambda i: shard[i].token_ids[: shard[i].prompt_len])
-        rows = [[order[k] for k in row] for row in prompt_rows([shard[i] for i in order], cap)]
+        rows = [[order[k] for k in row] for row in prompt_rows([shard[i] for i in order], limit)]
         sizes = [len(shard[row[0]].token_ids) + sum(shard[i].response_len + 1 for i in row[1:]) for row in rows]
-    else:
-        rows = [[i] for i in range(len(shard))]
-        sizes = [len(s.token_ids) for s in shard]
+        short = [k for k in range(len(rows)) if sizes[k] <= limit]
+        long = [k for k in range(len(rows)) if sizes[k] > limit]
+        return _pack([rows[k] for k in short], [sizes[k] for k in short], cap) + _pack(
+            [rows[k] for k in long], [sizes[k] for k in long], cap
+        )
+    rows = [[i] for i in range(len(shard))]
+    sizes = [len(s.token_ids) for s in shard]
     return _pack(rows, sizes, cap)
+
+
+def shared_row_cap(cap: int, max_shared: int | None) -> int:
+    """The most positions a shared-prompt row may hold."""
+    return cap if max_shared is None else min(cap, max_shared)
 
 
 def _pack(rows: list[list[int]], sizes: list[int], cap: int) -> list[list[int]]:
@@ -45,13 +59,22 @@ def _pack(rows: list[list[int]], sizes: list[int], cap: int) -> list[list[int]]:
 
 
 def collate_micro_batch(
-    seqs: list[TrainSequence], device, cap: int, share_prompts: bool, additive_mask: bool = False
+    seqs: list[TrainSequence],
+    device,
+    cap: int,
+    share_prompts: bool,
+    max_shared: int | None = None,
+    bias_dtype=None,
 ) -> dict:
     """With `share_prompts`, the shared-prompt layout where a micro-batch has a prompt to
-    share; otherwise (SFT, and always without it) one padded row per sequence, whose
-    2-D mask lets attention skip masking when nothing is padded."""
-    if share_prompts and any(len(row) > 1 for row in prompt_rows(seqs, cap)):
-        return collate_shared(seqs, device, cap, additive_mask)
+    share and every row fits `max_shared`; otherwise (SFT, long rows, and always without
+    it) one padded row per sequence, whose 2-D mask lets attention skip masking when
+    nothing is padded."""
+    if share_prompts:
+        limit = shared_row_cap(cap, max_shared)
+        rows = prompt_rows(seqs, limit)
+        if any(len(row) > 1 for row in rows) and all(len(seqs[i].token_ids) <= limit for i in range(len(seqs))):
+            return collate_shared(seqs, device, limit, bias_dtype)
     return collate(seqs, device)
 
 
@@ -111,12 +134,18 @@ def prompt_rows(seqs: list[TrainSequence], cap: int) -> list[list[int]]:
     return rows
 
 
-def collate_shared(seqs: list[TrainSequence], device, cap: int, additive_mask: bool = False) -> dict:
+def collate_shared(seqs: list[TrainSequence], device, cap: int, bias_dtype=None) -> dict:
     """The layout of `collate` (same keys), with each group's prompt computed once: a row
     holds the prompt but its last token, then per sequence its last prompt token and its
     response. Each such segment attends to the shared part and causally to itself (a 4-D
     mask), with the positions it would have alone, so every logprob is the separate
-    sequence's. The window starts at the earliest segment of any row."""
+    sequence's. The window starts at the earliest segment of any row.
+
+    The mask goes to the device once, as an additive bias in `bias_dtype` (the model's
+    compute dtype; float32 by default): SDPA would otherwise turn a boolean mask into a
+    new bias in every layer, each kept for the backward pass (rows x L^2 x layers). On a
+    GPU rows are padded to a multiple of 16 positions, the alignment its memory-efficient
+    kernel wants of a bias (else it pads a copy in every layer)."""
     import torch
 
     rows = prompt_rows(seqs, cap)
@@ -128,7 +157,8 @@ def collate_shared(seqs: list[TrainSequence], device, cap: int, additive_mask: b
             offsets.append((i, at))
             at += seqs[i].response_len + 1
         layouts.append((shared, offsets, at))
-    length = max(end for _, _, end in layouts)
+    align = 16 if getattr(device, "type", "cpu") == "cuda" else 1
+    length = -(-max(end for _, _, end in layouts) // align) * align
     lo = min(shared for shared, _, _ in layouts)
     hi = length - 1
     ids = torch.zeros(len(rows), length, dtype=torch.long)
@@ -154,9 +184,9 @@ def collate_shared(seqs: list[TrainSequence], device, cap: int, additive_mask: b
             _fill_per_token(per_token, b, col, s)
             where[i] = (b, col)
         allowed[b, end:, end:] = torch.eye(length - end, dtype=torch.bool)  # padding sees itself: no empty row
-    mask = allowed.unsqueeze(1)
-    if additive_mask:  # eager attention adds its mask to the scores
-        mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+    dtype = bias_dtype or torch.float32
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min).unsqueeze(1)
+    del allowed
     per_token = per_token.to(device)
     return {
         "input_ids": ids.to(device),
