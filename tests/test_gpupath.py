@@ -266,6 +266,89 @@ def test_a_stuck_peer_is_a_timeout_error_not_a_hang(ray_session):
     ray.kill(peer)
 
 
+def test_a_member_whose_collective_timed_out_is_a_stuck_peer_for_the_pool(ray_session):
+    """Trainer rank 0's broadcast timing out (NCCL blocks on an engine that hangs) reaches the
+    driver as GetTimeoutError, which the pool answers by replacing the hung engine and pushing
+    again; before, it was the rank's TimeoutError, which ended the run."""
+    from ray.exceptions import GetTimeoutError
+
+    from posttrain.train.group import wait_sync
+
+    @ray.remote(num_cpus=0)
+    class Rank0:
+        def sync_send(self, version):
+            raise TimeoutError("weight sync: a bucket broadcast took more than 1 s (NCCL group aborted)")
+
+    @ray.remote(num_cpus=0)
+    class Stuck:
+        def receive_weights(self, version):
+            time.sleep(60)
+            return version
+
+    rank0, engine = Rank0.remote(), Stuck.remote()
+    started = time.monotonic()
+    with pytest.raises(
+        GetTimeoutError, match="a collective timed out .*NCCL group aborted.*an engine or rank is stuck"
+    ):
+        wait_sync([rank0.sync_send.remote(1), engine.receive_weights.remote(1)], timeout=120)
+    assert time.monotonic() - started < 40  # the grace for a peer's death, not the whole timeout
+    ray.kill(engine)
+    ray.kill(rank0)
+
+
+class _Work:
+    """NCCL's work as the caller sees it: `wait` returns at once (it only orders the CUDA
+    stream), `is_completed` says whether the collective finished."""
+
+    def __init__(self, done: bool):
+        self.done, self.waited = done, 0
+
+    def is_completed(self) -> bool:
+        return self.done
+
+    def wait(self, timeout=None) -> bool:
+        self.waited += 1
+        return True
+
+
+class _NcclGroup:
+    def __init__(self):
+        self.aborted = 0
+
+    def abort(self):
+        self.aborted += 1
+
+
+def test_an_nccl_broadcast_that_never_completes_aborts_its_group_and_raises_in_time():
+    from posttrain.rollout.collective import SyncGroup
+
+    group = SyncGroup.__new__(SyncGroup)
+    pg = _NcclGroup()
+    group.pg, group.store, group.backend, group.timeout_s = pg, object(), "nccl", 0.3
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="more than 0 s .*NCCL group aborted"):
+        group.wait(_Work(done=False))
+    assert 0.3 <= time.monotonic() - started < 5 and pg.aborted == 1 and group.pg is None
+    group.pg, done = _NcclGroup(), _Work(done=True)
+    group.wait(done)
+    assert done.waited == 1 and group.pg.aborted == 0
+
+
+def test_an_nccl_group_is_made_with_failures_raising_not_killing(monkeypatch):
+    import os
+
+    from posttrain.rollout.collective import nccl_failure_raises
+
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+    with nccl_failure_raises():
+        assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"  # abort the communicators only
+    assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+    with nccl_failure_raises():
+        pass
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in os.environ
+
+
 @pytest.mark.slow
 @pytest.mark.system
 def test_teachers_get_their_own_resources_and_at_most_max_resident(ray_session, tiny_dir):

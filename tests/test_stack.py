@@ -48,6 +48,13 @@ def mean_abs_diff(seqs, logp):
 
 
 def test_engine_returns_tokens_text_and_logprobs(engine):
+    # the V1 runner, pinned on every device: the class the GPU runner of vLLM 0.32 also is
+    runner = ray.get(engine.info.remote())["model_runner"]
+    assert runner == "vllm.v1.worker.cpu_model_runner.CPUModelRunner", runner
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    assert issubclass(CPUModelRunner, GPUModelRunner)
     seqs = sample(engine)
     assert len(seqs) == 12
     for s in seqs:

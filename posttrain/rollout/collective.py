@@ -14,7 +14,10 @@ timeout: a peer that died or hangs makes the others fail, never wait forever.
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -116,6 +119,30 @@ def device_id() -> str:
     return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
 
 
+WATCHDOG_SLACK_S = 60.0  # NCCL's watchdog fires this long after our own deadline, never before it
+POLL_S = 0.005
+
+
+@contextmanager
+def nccl_failure_raises():
+    """Around the creation of an NCCL group: a failed or timed-out operation of it raises in
+    its caller instead of tearing the process down. torch's default (async error handling
+    3) kills a process whose NCCL work times out: trainer rank 0 would die for an engine
+    that hung, and the run with it. Mode 2 only aborts the group's communicators; the
+    caller's TimeoutError then lets the pool replace the engine. torch reads the variable
+    when it makes a group, so only this group is affected."""
+    key = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+    before = os.environ.get(key)
+    os.environ[key] = "2"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
 class SyncGroup:
     """One member of the weight-sync process group."""
 
@@ -126,8 +153,9 @@ class SyncGroup:
         prefixed = dist.PrefixStore("posttrain-weights", store)
         if backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
-            options._timeout = timeout
-            self.pg = dist.ProcessGroupNCCL(prefixed, rank, size, options)
+            options._timeout = timedelta(seconds=timeout_s + WATCHDOG_SLACK_S)  # our deadline comes first
+            with nccl_failure_raises():
+                self.pg = dist.ProcessGroupNCCL(prefixed, rank, size, options)
         else:
             self.pg = dist.ProcessGroupGloo(prefixed, rank, size, timeout)
         self.store, self.rank, self.size, self.backend, self.timeout_s = store, rank, size, backend, timeout_s
@@ -157,11 +185,33 @@ class SyncGroup:
         options.rootRank = 0
         options.timeout = timedelta(seconds=self.timeout_s)
         work = self.pg.broadcast([tensor], options)
-        if not work.wait(timedelta(seconds=self.timeout_s)):
-            raise TimeoutError(f"weight sync: a bucket broadcast took more than {self.timeout_s:.0f} s")
+        self.wait(work)
+
+    def wait(self, work) -> None:
+        """Wait for `work` until the deadline, then raise TimeoutError. gloo's `wait` blocks
+        until then; NCCL's only orders the caller's CUDA stream after the work and returns
+        at once, so its completion is polled here, and on the deadline the group is aborted
+        (unblocking the stream) before raising: the process lives on."""
+        timeout = timedelta(seconds=self.timeout_s)
+        if self.backend != "nccl":
+            if not work.wait(timeout):
+                raise TimeoutError(f"weight sync: a bucket broadcast took more than {self.timeout_s:.0f} s")
+            return
+        deadline = time.monotonic() + self.timeout_s
+        while not work.is_completed():
+            if time.monotonic() > deadline:
+                self.close()
+                raise TimeoutError(
+                    f"weight sync: a bucket broadcast took more than {self.timeout_s:.0f} s (NCCL group aborted)"
+                )
+            time.sleep(POLL_S)
+        work.wait(timeout)  # raises the work's own error, if it failed
 
     def close(self) -> None:
-        shutdown = getattr(self.pg, "shutdown", None) or getattr(self.pg, "abort", None)
+        if self.pg is None:
+            return
+        shutdown = getattr(self.pg, "abort", None) if self.backend == "nccl" else None
+        shutdown = shutdown or getattr(self.pg, "shutdown", None) or getattr(self.pg, "abort", None)
         try:
             if shutdown is not None:
                 shutdown()

@@ -32,6 +32,10 @@ def engine_env(config: RolloutConfig) -> dict[str, str]:
         "VLLM_HOST_IP": "127.0.0.1",
         "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
         "VLLM_NO_USAGE_STATS": "1",
+        # The model runner is pinned to V1 on every device: vLLM 0.32 would pick Model Runner V2 on
+        # GPU for dense Llama/Qwen/Mistral, which the CPU suite never runs. V1's GPUModelRunner is the
+        # class the CPU runner subclasses, with the `reload_weights` that weight sync calls.
+        "VLLM_USE_V2_MODEL_RUNNER": "0",
         "VLLM_CONFIGURE_LOGGING": os.environ.get("VLLM_CONFIGURE_LOGGING", "1"),
         "TOKENIZERS_PARALLELISM": "false",
     }
@@ -63,6 +67,12 @@ def vllm_args(
 def _reload(worker, packet: WeightPacket) -> int:
     worker.reload_weights(weights_iterator=unpack_tensors(packet))
     return packet.version
+
+
+def _runner(worker) -> str:
+    """The class of a worker's model runner, module-qualified (V1 is pinned: `engine_env`)."""
+    runner = type(worker.model_runner)
+    return f"{runner.__module__}.{runner.__qualname__}"
 
 
 def _device_id(worker) -> str:
@@ -161,7 +171,13 @@ class RolloutEngine:
             "start_seconds": self.start_seconds,
             "busy_seconds": self.busy_seconds,
             "cores": self.cores,
+            "model_runner": self._runner_name(),
         }
+
+    def _runner_name(self) -> str:
+        if getattr(self, "runner_name", None) is None:
+            self.runner_name = self.llm.collective_rpc(_runner)[0]
+        return self.runner_name
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[list[Completion]]:
         from vllm import SamplingParams
