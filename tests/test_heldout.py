@@ -17,18 +17,19 @@ from posttrain.types import Message
 
 def test_chain_scratchpads_are_the_running_sums():
     # 3 + 5 + 7 + 2: 3+5=8, 8+7=15, 15+2=17
-    assert chain_work([3, 5, 7, 2]) == ("3+5=8 8+7=15 15+2=17", "8 15 17", 17)
+    assert chain_work([3, 5, 7, 2]) == ("3+5=8 8+7=15 15+2=17", "3+5=8 +7=15 +2=17", 17)
     rng = random.Random(3)
     for _ in range(2000):
         terms = [rng.randint(1, 9) for _ in range(rng.randint(2, 8))]
         full, short, total = chain_work(terms)
-        assert total == sum(terms) and short.split()[-1] == str(total)
+        assert total == sum(terms) and short.split()[-1].split("=")[1] == str(total)
+        assert [int(step.split("+")[-1].split("=")[0]) for step in short.split()] == terms[1:]
         assert [int(step.split("+")[1].split("=")[0]) for step in full.split()] == terms[1:]
 
 
 def test_offset_scratchpad_finds_k_from_the_example():
     full, short = offset_work([3, 5, 2], 4)  # solve([3, 5, 2]) == 14
-    assert full == "3+5=8 8+2=10 14-10=4" and short == "8 10 4"
+    assert full == "3+5=8 8+2=10 14-10=4" and short == "3+5=8 +2=10 14-10=4"
 
 
 @pytest.mark.parametrize(

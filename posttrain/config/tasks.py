@@ -79,6 +79,11 @@ class CodingTasks(Base):
         description="Which part of the problem space: `train` and `eval` are disjoint by construction (an eval "
         "stage's held-out sources take `eval`); `all` both.",
     )
+    held_out: Literal["phrasings", "problems"] = Field(
+        "phrasings",
+        description="`offset`: what its eval part holds out, its phrasings (templates never trained on) or its "
+        "problems (the example and k, by hash, in any phrasing).",
+    )
     on_bad_row: Literal["skip", "fail"] = Field(
         "skip", description="`path`: skip and report bad rows, or reject the whole file."
     )

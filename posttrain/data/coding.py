@@ -150,7 +150,7 @@ def offset_tasks(source: CodingTasks) -> list[Task]:
     from posttrain.data.reasoning import offset_tasks as problems
 
     tasks = []
-    for i, (prompt, entry, code) in enumerate(problems(source.size or 500, source.seed, source.part)):
+    for i, (prompt, entry, code) in enumerate(problems(source.size or 500, source.seed, source.part, source.held_out)):
         instruction = f"{source.instruction} " if source.instruction else ""
         task_id = f"coding/offset/{source.part}/{source.seed}/{i}"
         tasks.append(_task(source, task_id, "offset_code", instruction + prompt, code, entry))

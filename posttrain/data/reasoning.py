@@ -2,8 +2,9 @@
 by code, and a train/eval split of each problem space that is disjoint by construction.
 
 - `chain_sum`: add a chain of single-digit numbers (`3 + 5 + 7 + 2 + 4`). The full
-  scratchpad keeps a running sum term by term (`3+5=8 8+7=15 ...`), the short one the
-  running sums alone (`8 15 ...`); without one the model must add them all at once. The
+  scratchpad keeps a running sum term by term (`3+5=8 8+7=15 ...`), the short one the same
+  additions without restating the sum so far (`3+5=8 +7=15 ...`); without one the model
+  must add them all at once. The
   quickstart's 4-layer model after its SFT gets 11 % answering directly and 75 % with the
   full scratchpad on held-out chains (bench/RESULTS.md).
 - `offset_code`: write `solve(xs) = sum(xs) + k` given one example; finding k takes the
@@ -45,11 +46,18 @@ def running_sum(terms: list[int]) -> tuple[list[str], list[int]]:
     return steps, sums
 
 
+def compact(steps: list[str]) -> list[str]:
+    """The running sum without restating the sum so far: `3+5=8 8+7=15` -> `3+5=8 +7=15`.
+    Every addition is still written (the term, its result), next to the sum it adds to."""
+    return steps[:1] + ["+" + step.split("+", 1)[1] for step in steps[1:]]
+
+
 def chain_work(terms: list[int]) -> tuple[str, str, int]:
     """(full scratchpad, short scratchpad, total): for 3 + 5 + 7 + 2,
-    `3+5=8 8+7=15 15+2=17`, `8 15 17`, 17."""
+    `3+5=8 8+7=15 15+2=17`, `3+5=8 +7=15 +2=17`, 17. The short one is about 3/4 of the full
+    one's tokens, and it fits the high budget for shorter chains only."""
     steps, sums = running_sum(terms)
-    return " ".join(steps), " ".join(map(str, sums)), sums[-1]
+    return " ".join(steps), " ".join(compact(steps)), sums[-1]
 
 
 def chain_problems(size: int, seed: int, part: str, min_terms: int, max_terms: int) -> list[tuple[int, ...]]:
@@ -102,22 +110,26 @@ def offset_work(xs: list[int], k: int) -> tuple[str, str]:
     """(full, short) scratchpads: the running sum of the example, then k = y - sum."""
     steps, sums = running_sum(xs)
     y = sums[-1] + k
-    return " ".join([*steps, f"{y}-{sums[-1]}={k}"]), " ".join(map(str, [*sums, k]))
+    last = f"{y}-{sums[-1]}={k}"
+    return " ".join([*steps, last]), " ".join([*compact(steps), last])
 
 
 def offset_code(k: int) -> str:
     return f"def solve(xs): return sum(xs) + {k}"
 
 
-def offset_tasks(size: int, seed: int, part: str) -> list[tuple[str, dict, str]]:
-    """(prompt, entry, reference code) of `size` distinct problems of the part."""
+def offset_tasks(size: int, seed: int, part: str, held_out: str = "phrasings") -> list[tuple[str, dict, str]]:
+    """(prompt, entry, reference code) of `size` distinct problems of the part. `held_out`:
+    what the eval part keeps from training, its phrasings (templates never trained on) or its
+    problems (the example and k, by hash, as the chains; any phrasing)."""
     rng, seen, out = random.Random(seed), set(), []
-    templates = [i for i in range(len(OFFSET_TEMPLATES)) if keep(part, i in OFFSET_EVAL_TEMPLATES)]
+    by_phrasing = held_out == "phrasings"
+    templates = [i for i in range(len(OFFSET_TEMPLATES)) if not by_phrasing or keep(part, i in OFFSET_EVAL_TEMPLATES)]
     while len(out) < size:
         xs = [rng.randint(1, 9) for _ in range(rng.randint(3, 5))]
         k, t = rng.randint(0, 9), rng.choice(templates)
         key = f"{t}:{xs}:{k}"
-        if key in seen:
+        if key in seen or (not by_phrasing and not keep(part, in_eval_part(f"{xs}:{k}"))):
             continue
         seen.add(key)
         y = sum(xs) + k
