@@ -78,10 +78,11 @@ def generate(model, tok, prompt_ids: list[int], opening_text: str, first_tokens:
 def episode(model, tok, task, form: str, first_tokens, limit: int):
     """The agent task's episode: model turns, each tool call run by the environment."""
     from posttrain.data import builtin_env as env
-    from posttrain.data.chat import render_prompt
+    from posttrain.data.chat import render_prompt, with_effort
     from posttrain.types import Message
 
-    state, messages, used = env.initial_state(task.entry), list(task.messages), 0
+    # the effort line, as every other domain's prompt here and as SFT trained (effort_lines)
+    state, messages, used = env.initial_state(task.entry), list(with_effort(task.messages, "max")), 0
     for turn in range(task.entry["max_turns"]):
         text = generate(
             model,

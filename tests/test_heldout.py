@@ -37,6 +37,7 @@ def test_offset_scratchpad_finds_k_from_the_example():
     [
         lambda part: ArithmeticTasks(type="arithmetic", size=400, seed=1, part=part),
         lambda part: CodingTasks(type="coding", split="offset", size=300, seed=1, part=part),
+        lambda part: CodingTasks(type="coding", split="constant", size=300, seed=1, part=part),
         lambda part: CodingTasks(type="coding", size=300, seed=1, part=part),
         lambda part: AgentTasks(type="agent", size=300, seed=1, part=part),
     ],
@@ -55,6 +56,21 @@ def test_offset_code_eval_uses_templates_never_trained_on():
         }
 
     assert not shapes("train") & shapes("eval")
+
+
+def test_constant_code_needs_the_chain_sum_and_holds_out_chains():
+    from posttrain.data.reasoning import chain_problems, chain_work, in_eval_part
+
+    tasks = load_tasks(CodingTasks(type="coding", split="constant", size=200, seed=4))
+    for t in tasks:
+        chain = t.messages[-1].content.split("k = ")[-1].split("(")[-1].rstrip(".)")
+        terms = [int(x) for x in chain.split(" + ")]
+        assert 4 <= len(terms) <= 6 and not in_eval_part("+".join(map(str, terms)))  # a training chain
+        assert t.answer == f"def solve(xs): return sum(xs) + {sum(terms)}"
+        assert t.entry["scratchpads"]["full"] == chain_work(terms)[0]
+        assert f"assert solve([7]) == {7 + sum(terms)}" in t.entry["tests"]
+    held = chain_problems(50, 4, "eval", 4, 6)
+    assert all(in_eval_part("+".join(map(str, c))) for c in held)
 
 
 def test_sft_forms_do_not_depend_on_the_stated_effort():

@@ -48,10 +48,11 @@ class CodingTasks(Base):
     one task per row in any of the three test formats; README, Tasks)."""
 
     type: Literal["coding"]
-    split: Literal["train", "offset", "humaneval"] = Field(
+    split: Literal["train", "offset", "constant", "humaneval"] = Field(
         "train",
         description="Generated function tasks (`train`), `solve(xs) = sum(xs) + k` from one example (`offset`: a "
-        "scratchpad finds k; eval phrasings are held out), or HumanEval.",
+        "scratchpad finds k; eval phrasings are held out) or with k written as a chain of digits (`constant`: the "
+        "scratchpad's running sum is the program's constant; eval chains are held out), or HumanEval.",
     )
     path: str | None = Field(
         None, description="JSONL (.jsonl) or Parquet (.parquet) file of coding tasks, instead of generated ones."
@@ -78,11 +79,6 @@ class CodingTasks(Base):
         "train",
         description="Which part of the problem space: `train` and `eval` are disjoint by construction (an eval "
         "stage's held-out sources take `eval`); `all` both.",
-    )
-    held_out: Literal["phrasings", "problems"] = Field(
-        "phrasings",
-        description="`offset`: what its eval part holds out, its phrasings (templates never trained on) or its "
-        "problems (the example and k, by hash, in any phrasing).",
     )
     on_bad_row: Literal["skip", "fail"] = Field(
         "skip", description="`path`: skip and report bad rows, or reject the whole file."

@@ -150,10 +150,23 @@ def offset_tasks(source: CodingTasks) -> list[Task]:
     from posttrain.data.reasoning import offset_tasks as problems
 
     tasks = []
-    for i, (prompt, entry, code) in enumerate(problems(source.size or 500, source.seed, source.part, source.held_out)):
+    for i, (prompt, entry, code) in enumerate(problems(source.size or 500, source.seed, source.part)):
         instruction = f"{source.instruction} " if source.instruction else ""
         task_id = f"coding/offset/{source.part}/{source.seed}/{i}"
         tasks.append(_task(source, task_id, "offset_code", instruction + prompt, code, entry))
+    return tasks
+
+
+def constant_tasks(source: CodingTasks) -> list[Task]:
+    """`solve(xs) = sum(xs) + k` with k written as a chain of digits
+    (posttrain/data/reasoning.py): the scratchpad's running sum is the program's constant."""
+    from posttrain.data.reasoning import constant_tasks as problems
+
+    tasks = []
+    for i, (prompt, entry, code) in enumerate(problems(source.size or 500, source.seed, source.part)):
+        instruction = f"{source.instruction} " if source.instruction else ""
+        task_id = f"coding/constant/{source.part}/{source.seed}/{i}"
+        tasks.append(_task(source, task_id, "constant_code", instruction + prompt, code, entry))
     return tasks
 
 

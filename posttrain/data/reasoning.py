@@ -8,7 +8,9 @@ by code, and a train/eval split of each problem space that is disjoint by constr
   quickstart's 4-layer model after its SFT gets 11 % answering directly and 75 % with the
   full scratchpad on held-out chains (bench/RESULTS.md).
 - `offset_code`: write `solve(xs) = sum(xs) + k` given one example; finding k takes the
-  same running sum, then one subtraction.
+  same running sum, then one subtraction (which the tiny model gets wrong).
+- `constant_code`: write `solve(xs) = sum(xs) + k` where k is written as a chain; the
+  running sum of the chain is the program's constant.
 
 A task carries its scratchpads in `entry["scratchpads"]` (`{"full": ..., "short": ...}`);
 SFT chooses a form per conversation (`think.forms`), and the experts' token budgets then
@@ -118,18 +120,15 @@ def offset_code(k: int) -> str:
     return f"def solve(xs): return sum(xs) + {k}"
 
 
-def offset_tasks(size: int, seed: int, part: str, held_out: str = "phrasings") -> list[tuple[str, dict, str]]:
-    """(prompt, entry, reference code) of `size` distinct problems of the part. `held_out`:
-    what the eval part keeps from training, its phrasings (templates never trained on) or its
-    problems (the example and k, by hash, as the chains; any phrasing)."""
+def offset_tasks(size: int, seed: int, part: str) -> list[tuple[str, dict, str]]:
+    """(prompt, entry, reference code) of `size` distinct problems of the part."""
     rng, seen, out = random.Random(seed), set(), []
-    by_phrasing = held_out == "phrasings"
-    templates = [i for i in range(len(OFFSET_TEMPLATES)) if not by_phrasing or keep(part, i in OFFSET_EVAL_TEMPLATES)]
+    templates = [i for i in range(len(OFFSET_TEMPLATES)) if keep(part, i in OFFSET_EVAL_TEMPLATES)]
     while len(out) < size:
         xs = [rng.randint(1, 9) for _ in range(rng.randint(3, 5))]
         k, t = rng.randint(0, 9), rng.choice(templates)
         key = f"{t}:{xs}:{k}"
-        if key in seen or (not by_phrasing and not keep(part, in_eval_part(f"{xs}:{k}"))):
+        if key in seen:
             continue
         seen.add(key)
         y = sum(xs) + k
@@ -139,4 +138,33 @@ def offset_tasks(size: int, seed: int, part: str, held_out: str = "phrasings") -
         tests = [f"assert solve({c}) == {sum(c) + k}" for c in cases]
         entry = {"entry_point": "solve", "tests": tests, "scratchpads": {"full": full, "short": short}}
         out.append((prompt, entry, offset_code(k)))
+    return out
+
+
+# ---------------------------------------------------------------- a constant the program needs
+
+CONSTANT_TEMPLATES = (
+    "Write solve(xs) = sum(xs) + k, where k = {chain}.",
+    "Write solve(xs) that returns sum(xs) + k with k = {chain}.",
+    "Write solve(xs): the sum of xs plus k, for k = {chain}.",
+    "Write solve(xs) returning sum(xs) + ({chain}).",
+)
+CODE_CASES = ([], [7], [1, 2, 3, 4, 5, 6], [40, -3])
+
+
+def constant_tasks(size: int, seed: int, part: str) -> list[tuple[str, dict, str]]:
+    """(prompt, entry, reference code): `solve(xs) = sum(xs) + k` where k is written as a
+    chain of 4-6 single-digit terms, which the program needs as one number. Thinking finds
+    it as in the general domain (the same running sums), and the scratchpad's result
+    becomes the program's constant; without one the model adds the chain at once. Chains
+    are split between train and eval by the chains' own hash, so no eval chain is in any
+    training part."""
+    rng = random.Random(seed + 7919)
+    out = []
+    for terms in chain_problems(size, seed, part, 4, 6):
+        full, short, total = chain_work(list(terms))
+        prompt = rng.choice(CONSTANT_TEMPLATES).format(chain=" + ".join(map(str, terms)))
+        tests = [f"assert solve({c}) == {sum(c) + total}" for c in CODE_CASES]
+        entry = {"entry_point": "solve", "tests": tests, "scratchpads": {"full": full, "short": short}}
+        out.append((prompt, entry, offset_code(total)))
     return out

@@ -126,11 +126,18 @@ def _generate(source) -> list[Task]:
 
         return user_tasks(source)
     if isinstance(source, CodingTasks):
-        from posttrain.data.coding import coding_file_tasks, generated_tasks, humaneval_tasks, offset_tasks
+        from posttrain.data.coding import (
+            coding_file_tasks,
+            constant_tasks,
+            generated_tasks,
+            humaneval_tasks,
+            offset_tasks,
+        )
 
         if source.path is not None:
             return coding_file_tasks(source)
-        return {"train": generated_tasks, "offset": offset_tasks, "humaneval": humaneval_tasks}[source.split](source)
+        splits = {"train": generated_tasks, "offset": offset_tasks, "constant": constant_tasks}
+        return {**splits, "humaneval": humaneval_tasks}[source.split](source)
     return _bring_your_own(source)
 
 
