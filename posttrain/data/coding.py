@@ -149,12 +149,7 @@ def offset_tasks(source: CodingTasks) -> list[Task]:
     where a scratchpad helps; eval prompts use templates never trained on."""
     from posttrain.data.reasoning import offset_tasks as problems
 
-    tasks = []
-    for i, (prompt, entry, code) in enumerate(problems(source.size or 500, source.seed, source.part)):
-        instruction = f"{source.instruction} " if source.instruction else ""
-        task_id = f"coding/offset/{source.part}/{source.seed}/{i}"
-        tasks.append(_task(source, task_id, "offset_code", instruction + prompt, code, entry))
-    return tasks
+    return _reasoning_tasks(source, "offset", problems)
 
 
 def constant_tasks(source: CodingTasks) -> list[Task]:
@@ -162,11 +157,16 @@ def constant_tasks(source: CodingTasks) -> list[Task]:
     (posttrain/data/reasoning.py): the scratchpad's running sum is the program's constant."""
     from posttrain.data.reasoning import constant_tasks as problems
 
+    return _reasoning_tasks(source, "constant", problems)
+
+
+def _reasoning_tasks(source: CodingTasks, split: str, problems) -> list[Task]:
+    """Tasks of the (prompt, entry, reference code) problems a reasoning.py generator draws."""
     tasks = []
     for i, (prompt, entry, code) in enumerate(problems(source.size or 500, source.seed, source.part)):
         instruction = f"{source.instruction} " if source.instruction else ""
-        task_id = f"coding/constant/{source.part}/{source.seed}/{i}"
-        tasks.append(_task(source, task_id, "constant_code", instruction + prompt, code, entry))
+        task_id = f"coding/{split}/{source.part}/{source.seed}/{i}"
+        tasks.append(_task(source, task_id, f"{split}_code", instruction + prompt, code, entry))
     return tasks
 
 
