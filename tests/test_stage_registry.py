@@ -17,7 +17,7 @@ from pydantic import Field
 from posttrain.cli import main
 from posttrain.config import PipelineConfig, StageBase, TaskSource
 from posttrain.config.files import ConfigError, validate_pipeline
-from posttrain.config.stages import STAGE_SCHEMAS
+from posttrain.config.stage_union import STAGE_SCHEMAS
 from posttrain.data.heldout import HeldOutError, check_held_out
 from posttrain.stages import registry
 from posttrain.stages.registry import StageRun, StageType, made_checkpoint, restore_checkpoint

@@ -1,12 +1,12 @@
 """Pipeline configuration: the pydantic schemas of the pipeline YAML.
 
-A pipeline YAML parses into `PipelineConfig` (`pipeline.py`); its stages (`stages.py`), task
-sources (`tasks.py`), reward settings (`rewards.py`), the algorithm settings the RL stages
-share (`algo.py`) and the synthesis stage's parts (`synthesis.py`) have modules of their
-own, and `files.py` reads files and turns any problem into one line naming the file, the
-key path and the problem. `jobs.py` derives the RL job of each expert cell. Every schema
-is exported here. This package imports no heavy library (torch, ray, vllm, deepspeed); a
-test checks that.
+A pipeline YAML parses into `PipelineConfig` (`pipeline.py`); its stages (`stages.py`,
+`recipe_stages.py`; the union of every registered type in `stage_union.py`), task sources
+(`tasks.py`), reward settings (`rewards.py`), the algorithm settings the RL stages share
+(`algo.py`) and the synthesis stage's parts (`synthesis.py`) have modules of their own, and
+`files.py` reads files and turns any problem into one line naming the file, the key path and
+the problem. `jobs.py` derives the RL job of each expert cell. Every schema is exported here.
+This package imports no heavy library (torch, ray, vllm, deepspeed); a test checks that.
 """
 
 from posttrain.config.algo import (  # noqa: F401
@@ -38,16 +38,8 @@ from posttrain.config.pipeline import (  # noqa: F401
     TrainerConfig,
     WandbConfig,
 )
-from posttrain.config.rewards import (  # noqa: F401
-    GRMConfig,
-    HTTPJudge,
-    Judge,
-    RewardConfig,
-    VLLMJudge,
-)
-from posttrain.config.stages import (  # noqa: F401
+from posttrain.config.recipe_stages import (  # noqa: F401
     DOMAIN_NAME,
-    CheckpointlessStage,
     Domain,
     Effort,
     EffortAnneal,
@@ -56,17 +48,27 @@ from posttrain.config.stages import (  # noqa: F401
     ExpertsStage,
     JudgeRL,
     JudgeStage,
-    KeepBest,
     MOPDStage,
+    TeacherPoolConfig,
+    TeacherSpec,
+)
+from posttrain.config.rewards import (  # noqa: F401
+    GRMConfig,
+    HTTPJudge,
+    Judge,
+    RewardConfig,
+    VLLMJudge,
+)
+from posttrain.config.stage_union import Stage  # noqa: F401
+from posttrain.config.stages import (  # noqa: F401
+    CheckpointlessStage,
+    KeepBest,
     RLStage,
     RolloutStage,
     SFTStage,
-    Stage,
     StageBase,
     StageSchema,
     SynthesisStage,
-    TeacherPoolConfig,
-    TeacherSpec,
     ThinkConfig,
     stage_name,
 )

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from posttrain.config.pipeline import PipelineConfig
-from posttrain.config.stages import STAGE_SCHEMAS
+from posttrain.config.stage_union import STAGE_SCHEMAS
 
 
 class ConfigError(Exception):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from posttrain.config.algo import AnnealConfig, BudgetConfig
-from posttrain.config.stages import EFFORT_ORDER, ExpertsStage, RLStage
+from posttrain.config.recipe_stages import EFFORT_ORDER, ExpertsStage
+from posttrain.config.stages import RLStage
 
 
 @dataclass

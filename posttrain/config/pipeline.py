@@ -13,15 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from posttrain.config.base import Base, model_name
-from posttrain.config.stages import (
-    STAGE_SCHEMAS,
-    RLStage,
-    SFTStage,
-    Stage,
-    StageSchema,
-    add_stage_schema,
-    stage_union,
-)
+from posttrain.config.stage_union import STAGE_SCHEMAS, Stage, add_stage_schema, stage_union
+from posttrain.config.stages import RLStage, SFTStage, StageSchema
 
 # ---------------------------------------------------------------- model
 

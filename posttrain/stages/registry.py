@@ -32,7 +32,7 @@ from posttrain.config import (
     SynthesisStage,
 )
 from posttrain.config.pipeline import register_stage_schema, unregister_stage_schema
-from posttrain.config.stages import STAGE_SCHEMAS
+from posttrain.config.stage_union import STAGE_SCHEMAS
 from posttrain.runtime.dryrun import PlanView, expert_job_lines, slot0_lines, teacher_lines
 
 SFT_STATE = "sft_state.json"  # in each SFT checkpoint: its step and data order
