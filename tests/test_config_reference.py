@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 from posttrain.config.algo import GRPOConfig
-from posttrain.config.pipeline import PipelineConfig, TrainerConfig
+from posttrain.config.infra import TrainerConfig
+from posttrain.config.pipeline import PipelineConfig
 from posttrain.config.reference import _children, explain, markdown, merged, pipeline_keys
 
 

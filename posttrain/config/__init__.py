@@ -25,19 +25,17 @@ from posttrain.config.base import (  # noqa: F401
     is_hub_id,
     model_name,
 )
-from posttrain.config.pipeline import (  # noqa: F401
+from posttrain.config.infra import (  # noqa: F401
     AdamWOptimizer,
     HealthConfig,
-    ModelConfig,
     MuonOptimizer,
     Optimizer,
-    PipelineConfig,
     RayConfig,
     RolloutConfig,
-    TinyModelConfig,
     TrainerConfig,
     WandbConfig,
 )
+from posttrain.config.pipeline import ModelConfig, PipelineConfig, TinyModelConfig  # noqa: F401
 from posttrain.config.recipe_stages import (  # noqa: F401
     DOMAIN_NAME,
     Domain,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from posttrain.config.pipeline import PipelineConfig, RayConfig, RolloutConfig
+    from posttrain.config.infra import RayConfig, RolloutConfig
+    from posttrain.config.pipeline import PipelineConfig
 
 MIN_CPU = 0.01  # Ray refuses an empty bundle; an actor asking 0 CPUs still fits in this
 Device = Literal["cuda", "cpu"]

@@ -221,7 +221,7 @@ def trainer_memory(
     are freed), the optimizer step (fp32 gradients and AdamW's two temporaries of their size),
     and the weight export for a push or a save (one bucket gathered, and its buffer)."""
     from posttrain.algo.losses import CHUNK_ELEMENTS
-    from posttrain.config.pipeline import MuonOptimizer
+    from posttrain.config.infra import MuonOptimizer
 
     p, n, z, b = shape.params, trainer.workers, trainer.zero_stage, dtype_bytes(dtype)
     bf16 = dtype == "bfloat16"
