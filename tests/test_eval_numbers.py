@@ -43,6 +43,7 @@ def test_the_recipes_comparisons_by_hand():
     tasks = ["t1", "t2", "t3", "t4"]
     scores = {  # (checkpoint, domain, effort) -> per-task scores
         ("experts/general-max", "general", "max"): [1, 1, 1, 0],
+        ("experts/general-high", "general", "high"): [1, 1, 0, 0],
         ("experts/general-low", "general", "low"): [0, 1, 0, 0],
         ("sft", "general", "max"): [0, 1, 0, 0],
         ("sft", "general", "low"): [0, 0, 0, 0],
@@ -50,7 +51,13 @@ def test_the_recipes_comparisons_by_hand():
         ("mopd", "general", "low"): [0, 1, 0, 0],
     }
     per_task = {k: dict(zip(tasks, v)) for k, v in scores.items()}
-    role = {"experts/general-max": "expert", "experts/general-low": "expert", "sft": "sft", "mopd": "student"}
+    role = {
+        "experts/general-max": "expert",
+        "experts/general-high": "expert",
+        "experts/general-low": "expert",
+        "sft": "sft",
+        "mopd": "student",
+    }
     rows = [{"checkpoint": c, "role": role[c], "domain": d, "effort": e} for (c, d, e) in scores]
     found = {(c["kind"], c["a"], c["b"]): (c["diff"], c["se"], c["n"]) for c in comparisons(rows, per_task)}
 
@@ -61,6 +68,9 @@ def test_the_recipes_comparisons_by_hand():
     expected = {
         # expert max - low: 1,0,1,0 -> 0.5
         ("max_minus_low", "experts/general-max@general-max", "experts/general-low@general-low"): [1, 0, 1, 0],
+        # the ladder's two steps, where a high cell was scored: max - high 0,0,1,0; high - low 1,0,0,0
+        ("max_minus_high", "experts/general-max@general-max", "experts/general-high@general-high"): [0, 0, 1, 0],
+        ("high_minus_low", "experts/general-high@general-high", "experts/general-low@general-low"): [1, 0, 0, 0],
         # student max - low: 1,0,0,0 -> 0.25
         ("max_minus_low", "mopd@general-max", "mopd@general-low"): [1, 0, 0, 0],
         # sft max - low: 0,1,0,0

@@ -28,6 +28,8 @@ SAMPLE_LIMIT = 256 << 10  # bytes: a larger sample is sent cut, with a link to t
 CUT_CHARS = 20_000  # characters of each long text a cut sample keeps
 COMPARISONS = {
     "max_minus_low": "max − low effort",
+    "max_minus_high": "max − high effort",
+    "high_minus_low": "high − low effort",
     "expert_minus_sft": "expert − SFT",
     "student_minus_teacher": "student − teacher",
 }

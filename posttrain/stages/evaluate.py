@@ -14,7 +14,8 @@ stage's checkpoints are each scored on their own cell, any other checkpoint on a
 Every cell of a domain is scored on the same tasks (a paired design), none of whose
 prompts occurs in the run's training data (posttrain/data/heldout.py: checked here, and
 before the run starts). Each row has the score's standard error; paired differences
-(each expert's max against low, the student against its teacher) come with theirs.
+(each step of the effort ladder, expert against SFT, the student against its teacher) come
+with theirs.
 Writes RUN_DIR/eval.json ({"rows": [...], "comparisons": [...]}) and prints the table;
 every scored sample is saved in rollouts/EVAL/CHECKPOINT/CELL.jsonl.
 """
@@ -191,8 +192,8 @@ def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]
 
 def comparisons(rows: list[dict], per_task: dict[tuple[str, str, str], dict[str, float]]) -> list[dict]:
     """The differences the recipe is judged by, each paired on the same tasks: within a role,
-    max effort against low; each expert against SFT and the student against each expert,
-    on the expert's cell."""
+    each step of the effort ladder (max against low, max against high, high against low);
+    each expert against SFT and the student against each expert, on the expert's cell."""
     by_cell: dict[tuple[str, str, str], str] = {}  # (role, domain, effort) -> checkpoint
     for r in rows:
         by_cell.setdefault((r["role"], r["domain"], r["effort"]), r["checkpoint"])
@@ -218,8 +219,10 @@ def comparisons(rows: list[dict], per_task: dict[tuple[str, str, str], dict[str,
 
     domains = sorted({r["domain"] for r in rows})
     for role in ("expert", "student", "sft"):
-        for d in domains:
+        for d in domains:  # the effort ladder: low < high < max, each step and the whole
             add("max_minus_low", (role, d, "max"), (role, d, "low"))
+            add("max_minus_high", (role, d, "max"), (role, d, "high"))
+            add("high_minus_low", (role, d, "high"), (role, d, "low"))
     for r in rows:
         if r["role"] == "expert":
             add("expert_minus_sft", ("expert", r["domain"], r["effort"]), ("sft", r["domain"], r["effort"]))
