@@ -9,7 +9,7 @@ against an expected answer, in this order, each step a refusal with its reason:
 2. hedge: every other final answer the response states (tags, boxes, marker statements)
    must be the same value; the answer itself may not give two values (`\\pm`, `60 or 61`,
    "60 unless it is sixty one", two values on two lines, `5, 6` where one is expected).
-3. read the answer into a value (`answers.clean`: units go, constants, the sign and the
+3. read the answer into a value (`answer_clean.clean`: units go, constants, the sign and the
    relation stay). A relation (`x \\geq 60`) is not a value where the expected answer is one;
    words around several numbers are not one value.
 4. form: where the expected answer is a number, the answer is a number written as its
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from posttrain.rewards import answers
-from posttrain.rewards.answers import clean, final_part, same, values_of
+from posttrain.rewards.answer_clean import clean
+from posttrain.rewards.answers import final_part, same, values_of
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
 from posttrain.rewards.extract import after_final, all_boxed, box_operand, cut_turn, extract_answer, final_answers
 from posttrain.types import RewardResult, Sample
@@ -51,7 +52,7 @@ class Verdict:
 
 def read(answer: str, percent: bool = False) -> str:
     """The value an extracted answer states, as LaTeX: cleaned (units, delimiters, labels
-    gone; `percent`: as `answers.clean`), and among words the one number they state (`Jane
+    gone; `percent`: as `answer_clean.clean`), and among words the one number they state (`Jane
     started 3 hours ago`)."""
     text = clean(answer, percent)
     if answers.words(text) is None and answers.is_prose(text) and re.search(r"\d", text):
