@@ -19,15 +19,8 @@ import yaml
 
 from posttrain.rewards import attacks as lib
 from posttrain.rewards import code_attacks as code_lib
-from posttrain.rewards.audit import (
-    RAISED,
-    Probe,
-    format_table,
-    generated_tasks,
-    run_audit,
-    score_probes,
-    source_for,
-)
+from posttrain.rewards.audit import RAISED, Probe, format_table, run_audit, score_probes
+from posttrain.rewards.audit_tasks import generated_tasks, source_for
 from posttrain.types import Message, RewardResult, Task
 
 TESTS = Path(__file__).parent

@@ -78,7 +78,7 @@ def _grm_config(reward: str | None):
 
 def _plan(args) -> list[tuple[str, object, list, int | None]]:
     """(verifier, reward source, tasks, length cap) for each verifier audited."""
-    from posttrain.rewards.audit import generated_tasks
+    from posttrain.rewards.audit_tasks import generated_tasks
 
     if args.pipeline or args.stage:
         return _stage_plan(args)
@@ -131,7 +131,7 @@ def _json(args) -> dict:
 
 
 def _source(verifier: str, args, rewards: set) -> tuple[object, int | None]:
-    from posttrain.rewards.audit import source_for
+    from posttrain.rewards.audit_tasks import source_for
 
     if verifier == "grm":
         config = _grm_config(args.reward)
@@ -146,7 +146,7 @@ def _source(verifier: str, args, rewards: set) -> tuple[object, int | None]:
 
 def _stage_plan(args) -> list:
     from posttrain.config.files import load_pipeline
-    from posttrain.rewards.audit import stage_tasks
+    from posttrain.rewards.audit_tasks import stage_tasks
     from posttrain.rewards.router import reward_router
 
     if not (args.pipeline and args.stage):
