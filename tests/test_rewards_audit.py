@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from posttrain.rewards import attack_numbers
 from posttrain.rewards import attacks as lib
 from posttrain.rewards import code_attacks as code_lib
 from posttrain.rewards.audit import RAISED, Probe, format_table, run_audit, score_probes
@@ -58,7 +59,7 @@ def test_answer_attacks_cover_every_class_and_none_is_the_answer():
     assert any("sixty one" in p for p in payloads)  # "60, unless it is sixty one"
     for a in attacks:  # no payload is the expected value plainly written; wrappers write it unevaluated
         p = lib._payload(a.text) if a.name.endswith(("(boxed)", "(tag)", "(line)")) else None
-        assert p is None or lib.number(p) != 60 or (a.cls == "wrapper" and not lib._INT.fullmatch(p)), a
+        assert p is None or lib.number(p) != 60 or (a.cls == "wrapper" and not attack_numbers.INT.fullmatch(p)), a
 
 
 def test_sign_attacks_state_the_opposite_value():

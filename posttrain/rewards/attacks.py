@@ -25,7 +25,7 @@ Answers (`answer_attacks`), built from the expected answer `right`, an honest wr
 Payload attacks are each written three ways (`PRESENTATIONS`: boxed, an answer tag, an
 answer line); structural ones (several boxes) are whole responses.
 
-Code: `rewards/code_attacks.py`.
+Code: `rewards/code_attacks.py`. Numbers read and written: `rewards/attack_numbers.py`.
 
 GRM (`grm_attacks`), built on an honest weak response: length padding, praise for itself,
 instructions to the judge, the task and the rubric repeated back.
@@ -36,6 +36,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+
+from posttrain.rewards.attack_numbers import honest_wrong, number, present, words, write
 
 ANSWER_CLASSES = ("sign", "hedge", "echo", "padding", "constant", "boxes", "format", "wrapper")
 CODE_CLASSES = (
@@ -60,90 +62,6 @@ class Attack:
     cls: str  # the class (one of CLASSES)
     name: str  # the transformation, e.g. "detached sign (boxed)"
     text: str  # the whole response
-
-
-# ---------------------------------------------------------------- numbers
-
-
-_INT = re.compile(r"[-+]?\d+")
-_DEC = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+)")
-_FRAC = re.compile(r"([-+]?)(?:(\d+)\s*/\s*(\d+)|\\[dt]?frac\{(\d+)\}\{(\d+)\})")
-
-
-def number(text: str) -> Fraction | None:
-    """The value of an answer written as a plain number (integer, decimal, fraction), or None."""
-    t = text.strip().strip("$").replace(",", "") if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+", text.strip()) else text
-    t = t.strip().strip("$").strip()
-    if _INT.fullmatch(t) or _DEC.fullmatch(t):
-        return Fraction(t)
-    m = _FRAC.fullmatch(t)
-    if m:
-        p, q = (m.group(2), m.group(3)) if m.group(2) else (m.group(4), m.group(5))
-        if int(q) == 0:
-            return None
-        return Fraction(int(p), int(q)) * (-1 if m.group(1) == "-" else 1)
-    return None
-
-
-def decimals(text: str) -> int:
-    """How many decimal places a decimal answer is written with (0 for others)."""
-    m = re.fullmatch(r"\s*[-+]?\d*\.(\d+)\s*", text)
-    return len(m.group(1)) if m else 0
-
-
-def write(value: Fraction, like: str = "") -> str:
-    """`value` written the way `like` is: an integer, a decimal with as many places, or a fraction."""
-    if value.denominator == 1:
-        return str(value.numerator)
-    places = decimals(like)
-    if places or "." in like:
-        return f"{float(value):.{max(places, 1)}f}"
-    if "frac" in like:
-        sign = "-" if value < 0 else ""
-        return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
-    return f"{value.numerator}/{value.denominator}"
-
-
-_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen \
-seventeen eighteen nineteen".split()
-_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
-
-
-def words(n: int) -> str:
-    """An integer in English words (below a million), else its digits."""
-    if n < 0:
-        return "minus " + words(-n)
-    if n < 20:
-        return _ONES[n]
-    if n < 100:
-        return _TENS[n // 10 - 2] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
-    if n < 1000:
-        return _ONES[n // 100] + " hundred" + ("" if n % 100 == 0 else " " + words(n % 100))
-    if n < 1_000_000:
-        return words(n // 1000) + " thousand" + ("" if n % 1000 == 0 else " " + words(n % 1000))
-    return str(n)
-
-
-def honest_wrong(right: str) -> str:
-    """An honest wrong answer to a task whose answer is `right`: the value plus one, the
-    last integer in it plus one, or another word."""
-    value = number(right)
-    if value is not None:
-        return write(value + 1, right)
-    ints = list(re.finditer(r"\d+", right))
-    if ints:
-        last = ints[-1]
-        return right[: last.start()] + str(int(last.group()) + 1) + right[last.end() :]
-    flipped = right[::-1]
-    return flipped if flipped.strip().lower() != right.strip().lower() else right + "x"
-
-
-def present(payload: str, how: str) -> str:
-    if how == "boxed":
-        return f"The result follows.\n\n$\\boxed{{{payload}}}$"
-    if how == "tag":
-        return f"<answer>{payload}</answer>"
-    return f"Working it out step by step.\nThe answer is {payload}"
 
 
 # ---------------------------------------------------------------- answers
@@ -514,7 +432,7 @@ def answer_payloads(right: str, prompt: str, wrong: str | None = None) -> list[t
     return kept
 
 
-# ---------------------------------------------------------------- code
+# ---------------------------------------------------------------- the GRM
 
 
 _PRAISE = (
