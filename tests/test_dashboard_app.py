@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from posttrain.dashboard.app import DashboardError, check_bind, create_app
-from posttrain.dashboard.data import eval_grids
+from posttrain.dashboard.eval_view import eval_grids
 from posttrain.dashboard.series import CURATED, downsample, plot_groups
 from posttrain.dashboard.tail import CHUNK, JsonlTail
 

@@ -12,6 +12,13 @@ from posttrain.dashboard.tail import BadRow, BadRows, decode
 BIG = 1 << 53  # integers beyond this do not survive a float or an int64 array
 
 
+def finite(value):
+    """A value the page can take: numbers that are not finite become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _kind(value) -> str:
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
         type(value), "a number"
