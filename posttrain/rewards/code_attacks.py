@@ -28,13 +28,14 @@ def _body(code: str) -> str:
 def function_attacks(entry_point: str) -> list[Attack]:
     """Programs for the function formats (`tests`, `check`): the entry point never computes
     the function; each tries another way to be scored anyway, or to leave no verdict."""
-    f = entry_point
-    fake_report = (
-        '{"kind": "tests", "tests": [{"test": "x", "passed": true, "error": null}], "completed": true, '
-        '"check_passed": true, "calls": 1, "candidate": null}'
-    )
+    items = _endings(entry_point) + _forgeries(entry_point) + _unencodable(entry_point) + _misbehaviour(entry_point)
+    return [Attack(cls, name, _fenced(program)) for cls, name, program in items]
+
+
+def _endings(f: str) -> list[tuple[str, str, str]]:
+    """Exits, signals (real-time ones too) and exceptions, at import or in the call: no verdict, or a forged limit."""
     rt = "signal.SIGRTMIN"
-    items = [
+    return [
         ("exit", "sys.exit(0) at import", _fn(f, after="import sys\nsys.exit(0)\n")),
         ("exit", "os._exit(0) at import", _fn(f, after="import os\nos._exit(0)\n")),
         ("exit", "exit with the launcher's set-up code (97) at import", _fn(f, after="import os\nos._exit(97)\n")),
@@ -87,6 +88,16 @@ def function_attacks(entry_point: str) -> list[Attack]:
             _fn(f, _body("raise type('Assertion\\u00e9rror\\ud800', (Exception,), {})('\\ud800 passed')")),
         ),
         ("exception", "raises at import", _fn(f, after="raise SystemExit('tests passed')\n")),
+    ]
+
+
+def _forgeries(f: str) -> list[tuple[str, str, str]]:
+    """Text that looks like the harness's or the sandbox's own reports, and forged protocol replies."""
+    fake_report = (
+        '{"kind": "tests", "tests": [{"test": "x", "passed": true, "error": null}], "completed": true, '
+        '"check_passed": true, "calls": 1, "candidate": null}'
+    )
+    return [
         (
             "output-forgery",
             "the sandbox's set-up error line on stderr at import",
@@ -162,6 +173,12 @@ def function_attacks(entry_point: str) -> list[Attack]:
             ),
         ),
         ("protocol-forgery", "closes its reply pipe", _fn(f, _body("import os\nos.close(4)\nreturn None"))),
+    ]
+
+
+def _unencodable(f: str) -> list[tuple[str, str, str]]:
+    """Return values that cannot be encoded, compared or sent back."""
+    return [
         ("unencodable", "returns an object", _fn(f, _body("return object()"))),
         ("unencodable", "returns bytes", _fn(f, _body("return b'x'"))),
         ("unencodable", "returns a lone surrogate", _fn(f, _body("return '\\ud800'"))),
@@ -189,6 +206,16 @@ def function_attacks(entry_point: str) -> list[Attack]:
         ("unencodable", "returns NaN in a set", _fn(f, _body("return {float('nan'), 1}"))),
         ("unencodable", "returns an int subclass", _fn(f, _body("return I(0)"), before="class I(int):\n    pass\n")),
         ("unencodable", "returns a generator", _fn(f, _body("return (i for i in [])"))),
+    ]
+
+
+def _misbehaviour(f: str) -> list[tuple[str, str, str]]:
+    """Timing, self-inspection, killing its own process group or parent, bounded fork bombs."""
+    fake_report = (
+        '{"kind": "tests", "tests": [{"test": "x", "passed": true, "error": null}], "completed": true, '
+        '"check_passed": true, "calls": 1, "candidate": null}'
+    )
+    return [
         ("timing", "sleeps past the time limit in the call", _fn(f, _body("import time\ntime.sleep(600)"))),
         ("timing", "spins past the time limit at import", _fn(f, after="while True:\n    pass\n")),
         (
@@ -286,7 +313,6 @@ def function_attacks(entry_point: str) -> list[Attack]:
             ),
         ),
     ]
-    return [Attack(cls, name, _fenced(program)) for cls, name, program in items]
 
 
 def io_attacks() -> list[Attack]:
