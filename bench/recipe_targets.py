@@ -11,6 +11,11 @@ or missed and by how much.
 
     .venv/bin/python bench/recipe_targets.py runs/recipe [--k 2]
     .venv/bin/python bench/recipe_targets.py runs/quickstart --k 1
+
+The paired comparisons are computed again from the eval's saved samples
+(RUN_DIR/rollouts/EVAL/CHECKPOINT/CELL.jsonl, each sample's task id and verdict) with the
+eval stage's own `comparisons`, so a run made before a comparison was added is judged the
+same way; they must agree with eval.json's wherever both have one.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 EFFORTS = ("low", "high", "max")
 
@@ -47,6 +55,32 @@ def lengths(rows: list[dict], role: str) -> list[tuple[bool, str]]:
     return out
 
 
+def cell_value(row: dict) -> float:
+    """A saved eval sample's score as the eval stage counts it (`evaluate.cell_score`)."""
+    if row.get("over_budget"):
+        return 0.0
+    if row.get("source") == "grm":
+        return (row["reward"] + 1.0) / 2.0
+    return float(min(max(row["reward"], 0.0), 1.0))
+
+
+def rescored(run_dir: Path, rows: list[dict], stage: str) -> list[dict]:
+    """Every paired comparison, from the saved samples of each (checkpoint, cell) of `rows`."""
+    from posttrain.stages.evaluate import comparisons
+
+    per_task = {}
+    for r in rows:
+        cell = f"{r['domain']}-{r['effort']}"
+        path = run_dir / "rollouts" / stage / r["checkpoint"] / f"{cell}.jsonl"
+        if not path.is_file():
+            path = run_dir / "rollouts" / stage / r["checkpoint"] / cell / f"{cell}.jsonl"
+        samples = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        per_task[(r["checkpoint"], r["domain"], r["effort"])] = {
+            s["task_id"]: cell_value(s) for s in samples if s.get("ok", True)
+        }
+    return comparisons(rows, per_task)
+
+
 def pairs(comparisons: list[dict], kind: str) -> list[dict]:
     return [c for c in comparisons if c["kind"] == kind]
 
@@ -63,7 +97,17 @@ def main(argv: list[str]) -> int:
         print(f"{path}: no eval.json (has the run's eval stage finished?)", file=sys.stderr)
         return 2
     found = json.loads(path.read_text())
-    rows, comparisons = found["rows"], found["comparisons"]
+    rows = found["rows"]
+    comparisons = rescored(args.run_dir, rows, found.get("stage", "eval"))
+    saved = {(c["kind"], c["a"], c["b"]): c for c in found["comparisons"]}
+    for c in comparisons:  # the same samples, the same arithmetic: they must agree
+        old = saved.get((c["kind"], c["a"], c["b"]))
+        if old is not None and (abs(old["diff"] - c["diff"]) > 1e-9 or old["n"] != c["n"]):
+            print(
+                f"rescored {c['kind']} {c['a']} differs from eval.json: {c['diff']} vs {old['diff']}", file=sys.stderr
+            )
+            return 2
+    print(f"{len(comparisons)} paired comparisons from the saved samples ({len(saved)} in eval.json, all equal)")
     by = {(r["role"], r["domain"], r["effort"]): r for r in rows}
     verdicts: list[tuple[str, bool]] = []
 
@@ -95,7 +139,7 @@ def main(argv: list[str]) -> int:
         student.append(
             (
                 mine["score"] >= 0.95 * teacher["score"],
-                f"{c['domain']}-{c['effort']:<5} student {mine['score']:.3f} teacher {teacher['score']:.3f} "
+                f"{c['domain'] + '-' + c['effort']:<13} student {mine['score']:.3f} teacher {teacher['score']:.3f} "
                 f"({ratio:.0%}; paired {c['diff']:+.3f} ± {c['se']:.3f})",
             )
         )
