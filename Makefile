@@ -57,8 +57,10 @@ docs: setup
 
 # The quickstart with engine and trainer processes killed at random, resumed until done;
 # then the sample accounting and an eval of the final checkpoint are checked (bench/RESULTS.md).
+# The recipe (it has the GRM judge; the quickstart does not) at the quickstart's size.
 soak: setup
-	$(PY) bench/soak.py --run-dir runs/soak
+	$(PY) bench/soak.py --run-dir runs/soak --pipeline pipelines/recipe.yaml -o 'stages[0].steps=450' \
+		-o 'stages[1].steps=16' -o 'stages[2].steps=40' -o 'stages[3].tasks_per_cell=100'
 
 # What the benchmarks need beyond `setup` (TRL for bench/vs_trl.py); `make test` does not.
 # It leaves the environment as working as `setup` does (tests/test_bench_setup.py checks it on a

@@ -1,4 +1,6 @@
-"""Soak: the quickstart pipeline for a long time with random faults injected, then checks.
+"""Soak: a whole-recipe pipeline for a long time with random faults injected, then checks.
+By default `pipelines/recipe.yaml` at the quickstart's size (`make soak` passes the
+overrides): the quickstart's recipe with the GRM judge, whose engine the faults also kill.
 
 The pipeline runs as `posttrain run` in its own session; a fault injector SIGKILLs, at
 random times, one of that session's rollout engine actors (the pool must requeue its
@@ -131,7 +133,7 @@ def check_eval(run_dir: Path) -> tuple[int, list[str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pipeline", default="pipelines/quickstart.yaml")
+    parser.add_argument("--pipeline", default="pipelines/recipe.yaml")
     parser.add_argument("--run-dir", default="runs/soak")
     parser.add_argument(
         "-o",
