@@ -18,24 +18,23 @@ import time
 import psutil
 
 
-def tree_pss(root: psutil.Process) -> int:
+def tree_sum(root: psutil.Process, measure) -> int:
+    """`measure(process)` in bytes, summed over the process and its descendants alive now."""
     total = 0
     for proc in [root] + root.children(recursive=True):
         try:
-            total += proc.memory_full_info().pss
+            total += measure(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
     return total
+
+
+def tree_pss(root: psutil.Process) -> int:
+    return tree_sum(root, lambda proc: proc.memory_full_info().pss)
 
 
 def tree_rss(root: psutil.Process) -> int:
-    total = 0
-    for proc in [root] + root.children(recursive=True):
-        try:
-            total += proc.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return total
+    return tree_sum(root, lambda proc: proc.memory_info().rss)
 
 
 def main(argv: list[str]) -> int:
