@@ -56,12 +56,13 @@ def lengths(rows: list[dict], role: str) -> list[tuple[bool, str]]:
 
 
 def cell_value(row: dict) -> float:
-    """A saved eval sample's score as the eval stage counts it (`evaluate.cell_score`)."""
-    if row.get("over_budget"):
-        return 0.0
-    if row.get("source") == "grm":
-        return (row["reward"] + 1.0) / 2.0
-    return float(min(max(row["reward"], 0.0), 1.0))
+    """A saved eval sample's score, counted by the eval stage's own `cell_score`."""
+    from types import SimpleNamespace
+
+    from posttrain.stages.evaluate import cell_score
+
+    result = SimpleNamespace(over_budget=row.get("over_budget", False), source=row.get("source"), score=row["reward"])
+    return cell_score(None, result)
 
 
 def rescored(run_dir: Path, rows: list[dict], stage: str) -> list[dict]:
