@@ -61,7 +61,7 @@ def rl_rows(overlap: str, dtype: str, steps: int) -> tuple[list[dict], list[dict
     import ray
     from transformers import AutoTokenizer
 
-    from bench.time_to_accuracy import FAMILY, family_source, posttrain_config, split_tasks
+    from bench.tta_sides import FAMILY, family_source, posttrain_config, split_tasks
     from posttrain.config import ModelConfig
     from posttrain.data.tasks import TaskSampler
     from posttrain.models import resolve_model
@@ -71,7 +71,7 @@ def rl_rows(overlap: str, dtype: str, steps: int) -> tuple[list[dict], list[dict
     from posttrain.train.group import TrainerGroup
 
     args = argparse.Namespace(
-        overlap=overlap, pt_dtype=dtype, lr=1e-5, prompts=8, group=8, max_tokens=32, max_model_len=160
+        overlap=overlap, dtype=dtype, lr=1e-5, prompts=8, group=8, max_tokens=32, max_model_len=160
     )
     model_dir = resolve_model(ModelConfig(name="smollm2-135m-instruct"))
     config = posttrain_config(args, model_dir)

@@ -39,7 +39,7 @@ def main() -> int:
 
     from transformers import AutoTokenizer
 
-    from bench.time_to_accuracy import SYSTEM, EvalSet, family_source, split_tasks
+    from bench.tta_sides import SYSTEM, EvalSet, family_source, split_tasks
     from posttrain.config import ModelConfig, RolloutConfig
     from posttrain.models import resolve_model
     from posttrain.rollout.engine import RolloutEngine
