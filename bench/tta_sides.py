@@ -256,11 +256,13 @@ def run_posttrain(args, seed: int, model_dir: Path, train_tasks: list, evalset: 
     return {"points": clock.points, "steps": rows, "setup_s": setup, "settings": config.model_dump(mode="json")}
 
 
-def trl_config(args, seed: int):
+def trl_config(args, seed: int, dtype: str, **changes):
+    """TRL's GRPOConfig with the settings both sides share (`args`: prompts, group,
+    max_tokens, lr); `changes` override any field (bench/vs_trl.py: steps, vLLM mode)."""
     from trl import GRPOConfig
 
     batch = args.prompts * args.group
-    return GRPOConfig(
+    settings = dict(
         output_dir=tempfile.mkdtemp(prefix="tta-trl-"),
         max_steps=100_000,  # the clock ends the run
         learning_rate=args.lr,
@@ -286,7 +288,7 @@ def trl_config(args, seed: int):
         report_to=[],
         save_strategy="no",
         use_cpu=True,
-        bf16=args.dtype == "bfloat16",
+        bf16=dtype == "bfloat16",
         fp16=False,
         seed=seed,
         data_seed=seed,
@@ -294,6 +296,7 @@ def trl_config(args, seed: int):
         dataloader_num_workers=0,
         disable_dropout=True,
     )
+    return GRPOConfig(**{**settings, **changes})
 
 
 def run_trl(args, seed: int, model_dir: Path, train_tasks: list, evalset: EvalSet) -> dict:
@@ -337,7 +340,7 @@ def run_trl(args, seed: int, model_dir: Path, train_tasks: list, evalset: EvalSe
             if logs and "reward" in logs and steps:
                 steps[-1].update({k: v for k, v in logs.items() if isinstance(v, (int, float))})
 
-    config = trl_config(args, seed)
+    config = trl_config(args, seed, args.dtype)
     setup = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)  # bf16: autocast over fp32 weights
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

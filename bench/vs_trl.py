@@ -42,8 +42,9 @@ def run_trl(args, model_dir: Path) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
+    from bench.tta_sides import trl_config
     from posttrain.data.tasks import load_tasks
     from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 
@@ -77,40 +78,16 @@ def run_trl(args, model_dir: Path) -> dict:
                 logs.append(dict(entry))
 
     batch = args.prompts * args.group
-    config = GRPOConfig(
+    config = trl_config(
+        args,
+        0,
+        "float32",
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
         max_steps=args.steps,
-        learning_rate=args.lr,
-        per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1,
-        num_generations=args.group,
-        generation_batch_size=batch,
-        max_completion_length=args.max_tokens,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        beta=0.0,
-        epsilon=0.2,
-        epsilon_high=0.28,
-        loss_type="dapo",
-        scale_rewards="group",
-        num_iterations=1,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        logging_steps=1,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        seed=0,
+        data_seed=None,
         use_vllm=args.trl_mode == "vllm",
         vllm_mode="colocate",
         vllm_max_model_length=args.max_tokens + 128,
-        dataloader_num_workers=0,
-        disable_dropout=True,
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
