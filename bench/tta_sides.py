@@ -103,7 +103,7 @@ class EvalEngine:
         from posttrain.config import RolloutConfig
         from posttrain.rollout.engine import RolloutEngine
 
-        config = RolloutConfig(max_model_len=max_model_len, kv_cache_gib=0.5, num_cpus=0, threads=os.cpu_count())
+        config = RolloutConfig(max_model_len=max_model_len, kv_cache_gib=1.0, num_cpus=0, threads=os.cpu_count())
         self.actor = RolloutEngine.remote_actor(str(model_dir), config, dtype, 0)
         self.evalset, self.version = evalset, 0
 
