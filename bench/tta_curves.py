@@ -16,11 +16,13 @@ FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of TRL's best gain over the start: the lev
 
 
 def smooth(points: list[dict], window: int = 3) -> list[dict]:
-    """Centred moving average of `window` eval points (fewer at the ends): each point keeps
-    its time and step, its accuracy is the mean of its neighbourhood's."""
+    """Centred moving average of `window` eval points (fewer at the end): each point keeps
+    its time and step, its accuracy is the mean of its neighbourhood's. The first point stays
+    as measured: it is the starting model, the same on both sides, and averaging it with the
+    next would let a curve reach a level at time 0 on what it learned later."""
     half = window // 2
-    out = []
-    for i, p in enumerate(points):
+    out = [dict(points[0])] if points else []
+    for i, p in enumerate(points[1:], start=1):
         near = points[max(0, i - half) : i + half + 1]
         out.append({**p, "accuracy": statistics.fmean(q["accuracy"] for q in near)})
     return out
