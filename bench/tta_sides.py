@@ -299,29 +299,37 @@ def trl_config(args, seed: int, dtype: str, **changes):
     return GRPOConfig(**{**settings, **changes})
 
 
+def trl_data(tasks: list):
+    """TRL's dataset of `tasks` (each row its chat prompt and its index) and its reward
+    function: posttrain's reasoning-gym verifier on the task the index names."""
+    from datasets import Dataset
+
+    from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
+
+    verifier = ReasoningGymVerifier()
+    prompts = [[{"role": m.role, "content": m.content} for m in t.messages] for t in tasks]
+    data = Dataset.from_list([{"prompt": p, "idx": i} for i, p in enumerate(prompts)])
+
+    def reward(prompts, completions, idx, **_):
+        return [
+            verifier.score_one(tasks[i].family, tasks[i].entry, c[0]["content"]).score for i, c in zip(idx, completions)
+        ]
+
+    return data, reward
+
+
 def run_trl(args, seed: int, model_dir: Path, train_tasks: list, evalset: EvalSet) -> dict:
     import ray
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
-    from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
     from posttrain.rollout.weights import pack_state_dict
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     torch.set_num_threads(os.cpu_count())
     judge = EvalEngine(model_dir, evalset, args.max_model_len, args.dtype)
-    verifier = ReasoningGymVerifier()
-    prompts = [[{"role": m.role, "content": m.content} for m in t.messages] for t in train_tasks]
-    data = Dataset.from_list([{"prompt": p, "idx": i} for i, p in enumerate(prompts)])
-
-    def reward(prompts, completions, idx, **_):
-        return [
-            verifier.score_one(train_tasks[i].family, train_tasks[i].entry, c[0]["content"]).score
-            for i, c in zip(idx, completions)
-        ]
-
+    data, reward = trl_data(train_tasks)
     clock = Clock(args.minutes * 60, args.eval_every_s, len(evalset.tasks))
     steps: list[dict] = []
 

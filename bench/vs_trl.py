@@ -40,28 +40,15 @@ def task_source(args):
 
 def run_trl(args, model_dir: Path) -> dict:
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOTrainer
 
-    from bench.tta_sides import trl_config
+    from bench.tta_sides import trl_config, trl_data
     from posttrain.data.tasks import load_tasks
-    from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 
     torch.set_num_threads(os.cpu_count())
     tasks = load_tasks(task_source(args))
-    verifier = ReasoningGymVerifier()
-    data = Dataset.from_list(
-        [
-            {"prompt": [{"role": m.role, "content": m.content} for m in t.messages], "idx": i}
-            for i, t in enumerate(tasks)
-        ]
-    )
-
-    def reward(prompts, completions, idx, **_):
-        return [
-            verifier.score_one(tasks[i].family, tasks[i].entry, c[0]["content"]).score for i, c in zip(idx, completions)
-        ]
+    data, reward = trl_data(tasks)
 
     ends, logs = [], []
 
