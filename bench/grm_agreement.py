@@ -30,22 +30,6 @@ import time
 from pathlib import Path
 
 PAIRS = Path(__file__).parent / "data" / "grm_pairs.jsonl"
-LIKERT_SYSTEM = (
-    "You are a careful, strict grader of written answers. Rate how well the answer does the task, "
-    'from 1 (useless) to 10 (perfect). Reply in JSON: {"score": <1-10>, "reason": "<one short line>"}.'
-)
-
-
-def likert_schema() -> dict:
-    return {
-        "type": "object",
-        "properties": {
-            "score": {"type": "integer", "minimum": 1, "maximum": 10},
-            "reason": {"type": "string", "minLength": 1, "maxLength": 80},
-        },
-        "required": ["score", "reason"],
-        "additionalProperties": False,
-    }
 
 
 def likert_class(continuation: str) -> str | None:
@@ -105,14 +89,12 @@ def rubric_scores(grm, samples) -> tuple[list, list, float]:
 
 
 def likert(backend, pairs: list[dict]) -> tuple[list, list, float]:
+    from posttrain.data.judge_prompts import likert_messages, likert_schema
     from posttrain.rewards.grm_judge import JudgeCall
 
     calls = [
         JudgeCall(
-            (
-                {"role": "system", "content": LIKERT_SYSTEM},
-                {"role": "user", "content": f"Task:\n{p['task']}\n\nAnswer:\n{p[side]}"},
-            ),
+            likert_messages(p["task"], p[side]),
             likert_schema(),
             64,
             0.0,
@@ -175,6 +157,7 @@ def main() -> None:
     parser.add_argument("--generated", type=int, help="N held-out pairs from the judge-training generator instead")
     parser.add_argument("--seed", type=int, default=100, help="seed of the generated pairs")
     parser.add_argument("--bare", action="store_true", help="the GRM without worked examples (a trained judge)")
+    parser.add_argument("--out", help="also write every method's accuracy per kind (and its SE) to this JSON file")
     args = parser.parse_args()
 
     from posttrain.config import GRMConfig
@@ -202,9 +185,11 @@ def main() -> None:
     ]
     kinds = sorted({p["kind"] for p in pairs})
     bare = ", no worked examples" if args.bare else ""
-    print(f"judge {grm.backend.model_id}{bare}, {len(pairs)} pairs; ties and unscored count 0.5; all: ± SE\n")
+    print(f"judge {grm.backend.model_id}{bare}, {len(pairs)} pairs; ties and unscored count 0.5; all: ± SE")
+    print("each response is scored alone, so a pair's two orders agree by construction (order agreement 1.00)\n")
     print("| method | " + " | ".join(kinds) + " | all | unscored | judge s |")
     print("|---" * (len(kinds) + 4) + "|")
+    report = {"judge": grm.backend.model_id, "bare": args.bare, "pairs": len(pairs), "methods": {}}
     for name, scores, seconds in rows:
         acc = accuracy(scores, pairs)
         print(
@@ -212,6 +197,9 @@ def main() -> None:
             + " | ".join(f"{acc[k][0]:.2f}" for k in kinds)
             + f" | **{acc['all'][0]:.2f}** ± {acc['all'][1]:.2f} | {scores.count(None)} | {seconds:.0f} |"
         )
+        report["methods"][name] = {"accuracy": acc, "unscored": scores.count(None), "judge_s": seconds}
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -26,9 +26,12 @@ def reply(task: Task, text: str) -> Sample:
 
 @pytest.mark.parametrize("part", ["train", "heldout"])
 def test_every_kind_has_cases_of_both_verdicts_and_the_known_reply_scores_1(part):
-    tasks = load_tasks(JudgementTasks(type="judgements", size=60, part=part))
+    tasks = load_tasks(JudgementTasks(type="judgements", size=60, part=part, calls=["rubric", "verdict", "likert"]))
     verifier = JudgementVerifier()
     assert {t.entry["kind"] for t in tasks} == set(JUDGEMENT_KINDS)
+    likert = [t for t in tasks if t.entry["call"] == "likert"]
+    assert likert and all(t.entry["score"] == 10 for t in likert if t.entry["side"] == "good")
+    assert all(t.entry["score"] <= 5 for t in likert if t.entry["side"] == "bad")
     labels = Counter((t.entry["kind"], t.entry["label"]) for t in tasks if t.entry["call"] == "verdict")
     assert all(labels[(kind, "yes")] and labels[(kind, "no")] for kind in JUDGEMENT_KINDS)
     scores = [verifier.score_one(reply(t, t.answer)) for t in tasks]
@@ -48,6 +51,39 @@ def test_a_wrong_or_unreadable_verdict_scores_0_and_is_scored():
     # the GRM's own reading: a plain-text verdict counts as the GRM would count it
     task = tasks[0]
     assert verifier.score_one(reply(task, f"Verdict: {task.entry['label']}. It does.")).score == 1.0
+
+
+def test_every_training_reply_is_what_the_engine_lets_the_judge_write():
+    """The judge engine forces compact JSON in the schema's key order (xgrammar, no free
+    whitespace): a training reply in any other layout teaches the verdict after a prefix the
+    judge never sees when it judges (the first trained judge learned `{"verdict": "` and was
+    read after `{"verdict":"`)."""
+    import jsonschema
+
+    from posttrain.data.judge_prompts import likert_schema
+    from posttrain.rewards.grm import rubric_schema, verdict_schema
+
+    schemas = {"rubric": rubric_schema(3, 10), "verdict": verdict_schema(80), "likert": likert_schema()}
+    tasks = load_tasks(JudgementTasks(type="judgements", size=60, calls=["rubric", "verdict", "likert"]))
+    for task in tasks:
+        schema = schemas[task.entry["call"]]
+        value = json.loads(task.answer)
+        jsonschema.validate(value, schema)
+        assert task.answer == json.dumps(value, separators=(",", ":"), ensure_ascii=False), task.answer
+        assert list(value) == list(schema["properties"]), task.answer  # keys in the order the grammar writes them
+        for item in value.get("criteria", []):
+            assert list(item) == list(schema["properties"]["criteria"]["items"]["properties"]), task.answer
+
+
+def test_a_1_to_10_reply_scores_1_within_a_point_of_the_known_score():
+    tasks = load_tasks(JudgementTasks(type="judgements", size=4, calls=["likert"]))
+    verifier = JudgementVerifier()
+    for task in tasks:
+        known = task.entry["score"]
+        near = verifier.score_one(reply(task, json.dumps({"score": max(known - 1, 1), "reason": "x"})))
+        far = verifier.score_one(reply(task, json.dumps({"score": 11 - known if known != 5 else 9, "reason": "x"})))
+        assert near.score == 1.0 and far.ok and far.score == 0.0, (known, far.reason)
+        assert verifier.score_one(reply(task, "ten")).score == 0.0
 
 
 def test_a_rubric_reply_must_read_and_mark_the_mistake_as_a_pitfall():

@@ -1,5 +1,6 @@
 """What the GRM's judge is asked: the system prompts, the worked examples and the two calls'
-messages (the rubric call and a criterion's verdict call). In the data layer, so that the
+messages (the rubric call and a criterion's verdict call), and the single 1-10 prompt that
+`bench/grm_agreement.py` sets against the procedure (a judge stage can train it too). In the data layer, so that the
 judge's own training data (`data/judgements.py`) is built in exactly the formats the GRM
 (`rewards/grm.py`) asks in.
 
@@ -11,6 +12,17 @@ from __future__ import annotations
 import json
 
 JUDGE_SYSTEM = "You are a careful, strict grader of written answers."
+
+
+def reply_json(value: dict) -> str:
+    """A judge reply as the judge engine makes it write one: compact JSON, keys in the
+    schema's order (`rollout/judge.py` asks vLLM's xgrammar for no free whitespace). The
+    judge's training replies and the worked examples are written this way: a judge trained on
+    `{"verdict": "yes"}` but made to write `{"verdict":"yes"}` reads its verdict token after a
+    prefix it never saw."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 # Worked examples as earlier chat turns: a small judge copies the shape of an answer far
 # better than it follows a description of it. They open every prompt, so the engine's
 # prefix cache computes them once.
@@ -68,7 +80,7 @@ def rubric_messages(task: str, min_criteria: int, max_criteria: int, examples: b
     turns = [{"role": "system", "content": system}]
     for example, criteria in _RUBRIC_EXAMPLES if examples else ():
         rubric = {"criteria": [{"text": t, "kind": k, "weight": w} for t, k, w in criteria]}
-        turns += [{"role": "user", "content": f"Task: {example}"}, {"role": "assistant", "content": json.dumps(rubric)}]
+        turns += [{"role": "user", "content": f"Task: {example}"}, {"role": "assistant", "content": reply_json(rubric)}]
     return tuple(turns + [{"role": "user", "content": f"Task: {task}"}])
 
 
@@ -90,8 +102,34 @@ def verdict_messages(task: str, candidate: str, criterion, examples: bool = True
     for example, answer, text, kind, verdict in _VERDICT_EXAMPLES if examples else ():
         turns += [
             {"role": "user", "content": _verdict_prompt(example, answer, text, kind)},
-            {"role": "assistant", "content": json.dumps(verdict)},
+            {"role": "assistant", "content": reply_json(verdict)},
         ]
     return tuple(
         turns + [{"role": "user", "content": _verdict_prompt(task, candidate, criterion.text, criterion.kind)}]
     )
+
+
+LIKERT_SYSTEM = (
+    "You are a careful, strict grader of written answers. Rate how well the answer does the task, "
+    'from 1 (useless) to 10 (perfect). Reply in JSON: {"score": <1-10>, "reason": "<one short line>"}.'
+)
+
+
+def likert_messages(task: str, candidate: str) -> tuple[dict, ...]:
+    """The single-prompt judge: one call per response, a 1-10 score."""
+    return (
+        {"role": "system", "content": LIKERT_SYSTEM},
+        {"role": "user", "content": f"Task:\n{task}\n\nAnswer:\n{candidate}"},
+    )
+
+
+def likert_schema() -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            "score": {"type": "integer", "minimum": 1, "maximum": 10},
+            "reason": {"type": "string", "minLength": 1, "maxLength": 80},
+        },
+        "required": ["score", "reason"],
+        "additionalProperties": False,
+    }

@@ -19,7 +19,6 @@ case; `bench/grm_agreement.py` draws its pairs from `heldout`.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable
@@ -54,6 +53,24 @@ class Case:
 
     def rubric(self) -> dict:
         return {"criteria": [{"text": c.text, "kind": c.kind, "weight": c.weight} for c in self.checks]}
+
+    def likert(self, side: str) -> tuple[int, str]:
+        """The single 1-10 prompt's known reply for a side: its rubric's score (the GRM's
+        weighting of the known verdicts) on 1-10, and the reason of its first failed check."""
+        got = total = 0
+        reason = ""
+        for c in self.checks:
+            verdict, why = (c.on_good, c.why_good) if side == "good" else (c.on_bad, c.why_bad)
+            passed = not verdict if c.kind == "pitfall" else verdict
+            got, total = got + c.weight * passed, total + c.weight
+            reason = reason or ("" if passed else why)
+        return 1 + round(9 * got / total), reason or self.checks[0].why_good
+
+
+def say(rng: random.Random, *phrasings: str) -> str:
+    """One of a criterion's phrasings: the judge meets each check worded several ways, as the
+    rubrics it writes itself will word them."""
+    return rng.choice(phrasings)
 
 
 def part_of(key: str) -> str:
@@ -161,11 +178,14 @@ def _fact(rng: random.Random, part: str) -> Case | None:
         form.format(c=country, x=capital),
         form.format(c=country, x=wrong),
         (
-            Check(f"Says that the capital of {country} is {capital}", "essential", 5, True, False,
-                  f"It says {capital}.", f"It says {wrong}, not {capital}."),
-            Check(f"Names a city other than {capital}", "pitfall", 4, False, True,
-                  f"It names only {capital}.", f"It names {wrong}."),
-            Check("Answers in one short sentence", "optional", 1, True, True, "It is short.", "It is short."),
+            Check(say(rng, f"Names the correct capital of {country}", f"Gives the right capital city of {country}",
+                      f"States the actual capital of {country}"), "essential", 5, True, False,
+                  f"{capital} is the capital of {country}.", f"{wrong} is not the capital of {country}."),
+            Check(say(rng, f"Names a city that is not the capital of {country}", "Gives a wrong capital",
+                      "States a false fact"), "pitfall", 4, False, True,
+                  f"{capital} is right.", f"{wrong} is wrong."),
+            Check(say(rng, "Answers in one short sentence", "Is brief"), "optional", 1, True, True,
+                  "It is short.", "It is short."),
         ),
     )  # fmt: skip
 
@@ -187,12 +207,13 @@ def _arithmetic(rng: random.Random, part: str) -> Case | None:
         form.format(a=a, op=op, b=b, r=right),
         form.format(a=a, op=op, b=b, r=wrong),
         (
-            Check(f"Gives {right} as the result", "essential", 5, True, False,
-                  f"It gives {right}.", f"It gives {wrong}."),
-            Check(f"Gives a number other than {right}", "pitfall", 5, False, True,
-                  f"It gives {right}.", f"It gives {wrong}."),
-            Check("States one final number", "important", 2, True, True,
-                  "One number is given.", "One number is given."),
+            Check(say(rng, f"Gives the correct result of {a} {op} {b}", f"Computes {a} {word} {b} correctly",
+                      "States the right value"), "essential", 5, True, False,
+                  f"{a} {op} {b} = {right}.", f"{a} {op} {b} is {right}, not {wrong}."),
+            Check(say(rng, "Gives a wrong result", "Makes an arithmetic mistake", f"Miscalculates {a} {op} {b}"),
+                  "pitfall", 5, False, True, f"{right} is right.", f"{wrong} is wrong."),
+            Check(say(rng, "States one final number", "Gives a single number as the answer"), "important", 2,
+                  True, True, "One number is given.", "One number is given."),
         ),
     )  # fmt: skip
 
@@ -213,11 +234,13 @@ def _only_word(rng: random.Random, part: str) -> Case | None:
         word,
         chatty,
         (
-            Check(f"Replies with only the word {word}", "essential", 5, True, False,
+            Check(say(rng, f"Replies with only the word {word}", f"Is the single word {word} and nothing else",
+                      "Contains no other text"), "essential", 5, True, False,
                   f"It is just {word}.", "It adds other words."),
-            Check(f"Adds text other than {word}", "pitfall", 4, False, True,
-                  "Nothing else is added.", "It adds a sentence."),
-            Check(f"Contains the word {word}", "important", 2, True, True, f"{word} is there.", f"{word} is there."),
+            Check(say(rng, f"Adds text other than {word}", "Adds extra words or sentences", "Is chatty"),
+                  "pitfall", 4, False, True, "Nothing else is added.", "It adds a sentence."),
+            Check(say(rng, f"Contains the word {word}", f"Says {word}"), "important", 2, True, True,
+                  f"{word} is there.", f"{word} is there."),
         ),
     )  # fmt: skip
 
@@ -236,10 +259,13 @@ def _count(rng: random.Random, part: str) -> Case | None:
         good,
         bad,
         (
-            Check(f"Lists exactly {n} items", "essential", 5, True, False, f"It lists {n}.", f"It lists {n + off}."),
-            Check(f"Every item is one of the {things}", "important", 3, True, True,
-                  f"They are all {things}.", f"They are all {things}."),
-            Check("Puts one item on each line", "important", 2, True, True, "One per line.", "One per line."),
+            Check(say(rng, f"Lists exactly {n} items", f"Has {n} lines, no more and no fewer",
+                      f"Names exactly {n} {things}"), "essential", 5, True, False,
+                  f"It lists {n}.", f"It lists {n + off}."),
+            Check(say(rng, f"Lists a number of items other than {n}", f"Has more or fewer than {n} items"),
+                  "pitfall", 4, False, True, f"It lists {n}.", f"It lists {n + off}, not {n}."),
+            Check(say(rng, f"Every item is one of the {things}", "Puts one item on each line"), "important", 2,
+                  True, True, "Yes, for every item.", "Yes, for every item."),
         ),
     )  # fmt: skip
 
@@ -260,10 +286,14 @@ def _form(rng: random.Random, part: str) -> Case | None:
         "\n".join(lines),
         prose,
         (
-            Check("Is a haiku of three short lines", "essential", 5, True, False,
+            Check(say(rng, "Is a haiku of three short lines", "Is written as a three-line haiku",
+                      "Has the form of a haiku"), "essential", 5, True, False,
                   "It is three short lines.", "It is a prose paragraph."),
-            Check(f"Is about {topic}", "essential", 4, True, True, f"It is about {topic}.", f"It is about {topic}."),
-            Check("Is written as prose or an essay", "pitfall", 3, False, True, "It is a poem.", "It is an essay."),
+            Check(say(rng, f"Is about {topic}", f"Stays on {topic}"), "essential", 4, True, True,
+                  f"It is about {topic}.", f"It is about {topic}."),
+            Check(say(rng, "Is written as prose or an essay", "Ignores the requested form",
+                      "Is a paragraph, not a poem"),
+                  "pitfall", 3, False, True, "It is a poem.", "It is an essay."),
         ),
     )  # fmt: skip
 
@@ -283,10 +313,13 @@ def _off_topic(rng: random.Random, part: str) -> Case | None:
         _sentences(topic),
         _sentences(other),
         (
-            Check(f"Is about {topic}", "essential", 5, True, False, f"It is about {topic}.", f"It is about {other}."),
-            Check(f"Talks about something other than {topic}", "pitfall", 4, False, True,
-                  f"It stays on {topic}.", f"It talks about {other}."),
-            Check("Is two sentences long", "important", 2, True, True, "Two sentences.", "Two sentences."),
+            Check(say(rng, f"Is about {topic}", f"Talks about {topic}", "Answers the question asked"), "essential", 5,
+                  True, False, f"It is about {topic}.", f"It is about {other}."),
+            Check(say(rng, f"Talks about something other than {topic}", "Goes off topic",
+                      "Answers a different question"),
+                  "pitfall", 4, False, True, f"It stays on {topic}.", f"It talks about {other}."),
+            Check(say(rng, "Is two sentences long", "Has two sentences"), "important", 2, True, True,
+                  "Two sentences.", "Two sentences."),
         ),
     )  # fmt: skip
 
@@ -310,10 +343,13 @@ def _unsafe(rng: random.Random, part: str) -> Case | None:
         rng.choice(REFUSALS).format(person=person),
         f"Sure! {person}'s password is {password}.",
         (
-            Check("Refuses to reveal the password", "essential", 5, True, False,
+            Check(say(rng, "Refuses to reveal the password", f"Declines to give out {person}'s password",
+                      "Protects the other person's account"), "essential", 5, True, False,
                   "It refuses.", "It gives the password."),
-            Check("Reveals a password", "pitfall", 5, False, True, "No password is given.", f"It gives {password}."),
-            Check("Is polite", "optional", 1, True, True, "It is polite.", "It is polite."),
+            Check(say(rng, "Reveals a password", "Shares private login details", "Helps break into an account"),
+                  "pitfall", 5, False, True, "No password is given.", f"It gives {password}."),
+            Check(say(rng, "Is polite", "Has a courteous tone"), "optional", 1, True, True,
+                  "It is polite.", "It is polite."),
         ),
     )  # fmt: skip
 
@@ -332,9 +368,12 @@ def _padding(rng: random.Random, part: str) -> Case | None:
         answer,
         padded,
         (
-            Check(f"Says that a {gadget} {does}", "essential", 5, True, True, "It says so.", "It says so."),
-            Check("Is one sentence", "essential", 4, True, False, "It is one sentence.", "It runs to five sentences."),
-            Check("Pads the answer with filler", "pitfall", 3, False, True, "No filler.", "It adds filler."),
+            Check(say(rng, f"Says what a {gadget} does", f"Explains the purpose of a {gadget}"), "essential", 5,
+                  True, True, "It says so.", "It says so."),
+            Check(say(rng, "Is one sentence", "Is a single sentence", "Is brief"), "essential", 4, True, False,
+                  "It is one sentence.", "It runs to five sentences."),
+            Check(say(rng, "Pads the answer with filler", "Adds filler or pleasantries", "Is wordy"), "pitfall", 3,
+                  False, True, "No filler.", "It adds filler."),
         ),
     )  # fmt: skip
 
@@ -351,10 +390,12 @@ def _language(rng: random.Random, part: str) -> Case | None:
         form.format(w=french, n=n),
         form.format(w=english, n=n),
         (
-            Check(f"Gives the French word {french}", "essential", 5, True, False,
-                  f"It says {french}.", f"It says {english}."),
-            Check("Answers in English instead of French", "pitfall", 4, False, True, "It is French.", "It is English."),
-            Check(f"Is about the number {n}", "important", 2, True, True, f"It gives {n}.", f"It gives {n}."),
+            Check(say(rng, f"Gives the French word for {n}", f"Writes {n} in French", "Answers in French"),
+                  "essential", 5, True, False, f"{french} is French.", f"{english} is English, not French."),
+            Check(say(rng, "Answers in English instead of French", "Uses the wrong language"), "pitfall", 4,
+                  False, True, "It is French.", "It is English."),
+            Check(say(rng, f"Is about the number {n}", "Gives one word"), "important", 2, True, True,
+                  "Yes.", "Yes."),
         ),
     )  # fmt: skip
 
@@ -385,10 +426,13 @@ def _code(rng: random.Random, part: str) -> Case | None:
         show(good),
         show(bad),
         (
-            Check(f"Returns {what}", "essential", 5, True, False, f"It returns {good}.", f"It returns {bad}."),
-            Check(f"{call} returns {value}", "important", 3, True, False,
+            Check(say(rng, f"Returns {what}", "Computes what the task asks", f"Implements {name} correctly"),
+                  "essential", 5, True, False, f"It returns {good}.", f"It returns {bad}, not {what}."),
+            Check(say(rng, f"Returns something other than {what}", "Has a bug in its logic",
+                      f"Gives the wrong value for {call}"), "pitfall", 4, False, True,
                   f"{call} gives {value}.", f"{call} does not give {value}."),
-            Check(f"Defines a function named {name}", "important", 2, True, True, "It does.", "It does."),
+            Check(say(rng, f"Defines a function named {name}", "Is valid Python"), "important", 2, True, True,
+                  "It does.", "It does."),
         ),
     )  # fmt: skip
 
@@ -430,20 +474,23 @@ def cases(count: int, seed: int, part: str, kinds: tuple[str, ...] = KINDS) -> l
 
 
 def verdict_reply(verdict: bool, reason: str) -> str:
-    return json.dumps({"verdict": "yes" if verdict else "no", "reason": reason})
+    from posttrain.data.judge_prompts import reply_json
+
+    return reply_json({"verdict": "yes" if verdict else "no", "reason": reason})
 
 
 def judgement_tasks(source) -> list[Task]:
-    """The judge's calls of `source` (`config.JudgementTasks`): per case, the rubric call and a
-    verdict call per (response, criterion); verifier `judgement`, the known reply as answer."""
-    from posttrain.data.judge_prompts import rubric_messages, verdict_messages
+    """The judge's calls of `source` (`config.JudgementTasks`): per case, the rubric call, a
+    verdict call per (response, criterion) and the single 1-10 prompt per response (as asked
+    by `calls`); verifier `judgement`, the known reply as answer."""
+    from posttrain.data.judge_prompts import likert_messages, reply_json, rubric_messages, verdict_messages
 
     tasks = []
     for i, case in enumerate(cases(source.size, source.seed, source.part, tuple(source.kinds))):
         base = f"judgement/{source.part}/{source.seed}/{i}"
         if "rubric" in source.calls:
             messages = rubric_messages(case.task, source.min_criteria, source.max_criteria, source.examples)
-            tasks.append(_task(f"{base}/rubric", case, messages, json.dumps(case.rubric()), {"call": "rubric"}))
+            tasks.append(_task(f"{base}/rubric", case, messages, reply_json(case.rubric()), {"call": "rubric"}))
         if "verdict" in source.calls:
             for side, response in (("good", case.good), ("bad", case.bad)):
                 for j, check in enumerate(case.checks):
@@ -452,6 +499,12 @@ def judgement_tasks(source) -> list[Task]:
                     messages = verdict_messages(case.task, response, check, source.examples)
                     entry = {"call": "verdict", "label": "yes" if verdict else "no", "side": side}
                     tasks.append(_task(f"{base}/{side}/{j}", case, messages, verdict_reply(verdict, why), entry))
+        if "likert" in source.calls:
+            for side, response in (("good", case.good), ("bad", case.bad)):
+                score, why = case.likert(side)
+                answer = reply_json({"score": score, "reason": why})
+                entry = {"call": "likert", "score": score, "side": side}
+                tasks.append(_task(f"{base}/{side}/likert", case, likert_messages(case.task, response), answer, entry))
     random.Random(source.seed).shuffle(tasks)
     return tasks
 

@@ -1,7 +1,8 @@
 """Reward of the judge's own calls (`type: judgements` tasks): the reply is read exactly as the
 GRM reads its judge's replies (`grm_parse`), and scores 1 when it is the known answer, else 0
 with why. A verdict call's answer is its known verdict; a rubric call's is a rubric that
-reads and holds the case's criteria kinds (one essential at least, the pitfalls marked).
+reads and holds the case's criteria kinds (one essential at least, the pitfalls marked); a
+1-10 call's is its known score, within one point.
 
 A reply that cannot be read scores 0 (the policy's doing, never a void); a task without a
 known answer is unscored."""
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from posttrain.rewards.grm_parse import ParseError, parse_rubric, parse_verdict
+from posttrain.rewards.grm_parse import ParseError, extract_json, parse_rubric, parse_verdict
 from posttrain.types import RewardResult, Sample
 
 
@@ -35,6 +36,8 @@ class JudgementVerifier:
             if said != entry["label"]:
                 return RewardResult(0.0, f"said {said}, the answer is {entry['label']}", self.name, {"said": said})
             return RewardResult(1.0, f"said {said}, as known", self.name, {"said": said})
+        if entry.get("call") == "likert" and isinstance(entry.get("score"), int):
+            return self._likert(text, entry["score"])
         if entry.get("call") == "rubric" and sample.task.answer:
             return self._rubric(text, json.loads(sample.task.answer)["criteria"])
         return RewardResult(0.0, "unscored: a judgement task without a known answer", self.name, ok=False)
@@ -51,3 +54,13 @@ class JudgementVerifier:
         if pitfalls and "pitfall" not in kinds:
             return RewardResult(0.0, "scored 0: the case's mistake is not a pitfall of the rubric", self.name)
         return RewardResult(1.0, f"{len(criteria)} criteria that read", self.name)
+
+    def _likert(self, text: str, known: int) -> RewardResult:
+        """A 1-10 reply scores 1 within one point of the known score."""
+        try:
+            said = int(extract_json(text)["score"])
+        except (ParseError, KeyError, TypeError, ValueError) as exc:
+            return RewardResult(0.0, f"scored 0: the score does not read: {exc}"[:300], self.name)
+        if abs(said - known) > 1:
+            return RewardResult(0.0, f"said {said}, the answer is {known}", self.name, {"said": said})
+        return RewardResult(1.0, f"said {said}, known {known}", self.name, {"said": said})
