@@ -158,6 +158,15 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
     trial.add_argument(
         "--reward", metavar="CONFIG", help="GRM: YAML holding a grm mapping, a reward mapping or a pipeline"
     )
+    trial.add_argument(
+        "--judge",
+        metavar="MODEL",
+        help="GRM: a vLLM judge instead of the config's (a model name or a folder, e.g. a judge stage's "
+        "checkpoints/judge/rl/final)",
+    )
+    trial.add_argument(
+        "--bare", action="store_true", help="GRM: no worked examples in the prompts (a judge trained by a judge stage)"
+    )
     trial.add_argument("--tokens", type=int, help="response length for the length cap (default: counted)")
     trial.add_argument(
         "--json", action="store_true", help="print one JSON object (the last line): score, ok, reason, details"
@@ -408,7 +417,7 @@ def _try(args) -> int:
     if all(v is not None for v in texts) and not any(v is not None for v in files):
         from posttrain.rewards.try_grm import try_pair
 
-        try_pair(args.task, args.response, args.reward, args.json, args.tokens)
+        try_pair(args.task, args.response, args.reward, args.json, args.tokens, args.judge, args.bare)
         return 0
     print(
         "posttrain rewards try: give --task-file and --response-file, or --task and --response (GRM)",

@@ -168,3 +168,12 @@ def test_try_prints_one_json_object_with_the_whole_procedure(tmp_path, judge_dir
     assert len(result["rubric"]) == len(result["verdicts"]) == 3
     assert all(v["verdict"] in ("yes", "no") and v["reason"] for v in result["verdicts"])
     assert result["judge_model"].startswith(str(judge_dir))
+    assert not result["procedure_version"].endswith("/bare")
+    # a judge named on the command line (as a judge stage's checkpoint is), without worked examples
+    out = cli(
+        "rewards", "try", "--task", "Say YES.", "--response", "YES", "--judge", str(judge_dir), "--bare", "--json"
+    )
+    named = json.loads(out.strip().splitlines()[-1])
+    assert (
+        named["ok"] and named["judge_model"].startswith(str(judge_dir)) and named["procedure_version"].endswith("/bare")
+    )

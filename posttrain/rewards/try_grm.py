@@ -64,11 +64,25 @@ def count_tokens(grm, response: str) -> tuple[int, str]:
 
 
 def try_pair(
-    task: str, response: str, reward: str | None = None, as_json: bool = False, tokens: int | None = None
+    task: str,
+    response: str,
+    reward: str | None = None,
+    as_json: bool = False,
+    tokens: int | None = None,
+    judge: str | None = None,
+    bare: bool = False,
 ) -> dict:
+    """`judge`: a vLLM judge (model name or folder) in place of the config's; `bare`: no
+    worked examples (`grm.examples: false`)."""
+    from posttrain.config.rewards import VLLMJudge
     from posttrain.rewards.grm import GRM
 
     config = load_grm_config(reward)
+    if judge is not None:
+        keep = config.judge.model_dump(exclude={"type", "model"}) if isinstance(config.judge, VLLMJudge) else {}
+        config = config.model_copy(update={"judge": VLLMJudge(type="vllm", model=judge, **keep)})
+    if bare:
+        config = config.model_copy(update={"examples": False})
     grm = GRM(config)
     counted = (tokens, "tokens (given)") if tokens is not None else count_tokens(grm, response)
     n = counted[0]
