@@ -1,13 +1,15 @@
 """The judge stage end to end through the CLI, on real Ray, vLLM and DeepSpeed: a judge is
 post-trained (SFT on its calls, then RL on its verdicts) from the base model, and the next
 stage's GRM judges with that checkpoint (`model: stage:judge`), while the policy's line
-goes on from the base model; the run is killed in the judge's RL phase and resumed."""
+goes on from the base model; the run is killed in the judge's RL phase and resumed, then killed
+in the GRM stage that uses the judge and resumed again."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -57,7 +59,7 @@ def rows(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def check_run(run: Path, rl_steps: int = 3) -> None:
+def check_run(run: Path, rl_steps: int = 3, policy_steps: int = 1) -> None:
     state = json.loads((run / "run_state.json").read_text())
     judge, policy = state["stages"]["judge"], state["stages"]["grpo"]
     assert judge["status"] == policy["status"] == "done"
@@ -69,7 +71,7 @@ def check_run(run: Path, rl_steps: int = 3) -> None:
     for row in rows(run):
         steps.setdefault(row["stage"], []).append(row["step"])
     assert steps["judge/sft"] == [1, 2, 3] and steps["judge/rl"] == list(range(1, rl_steps + 1))
-    assert steps["grpo"] == [1]
+    assert steps["grpo"] == list(range(1, policy_steps + 1))
     board = [json.loads(line) for line in (run / "scoreboard.jsonl").read_text().splitlines()]
     assert board and all(e["judge_model"].startswith(f"{final}@") for e in board)
     assert all(e["procedure_version"].endswith("/bare") for e in board)
@@ -91,27 +93,40 @@ def test_a_judge_stage_trains_a_judge_that_the_next_stage_uses(tmp_path):
     assert all(0.0 <= r["reward/mean"] <= 1.0 for r in judge_rows)  # agreement with the known verdicts
 
 
-@pytest.mark.system
-@pytest.mark.timeout(1200)
-def test_a_judge_stage_killed_in_its_rl_phase_resumes_there(tmp_path):
-    # a longer RL phase than the other test's (its steps take about a second), so that the kill lands in it (under
-    # 20 steps: the tiny judge's reward is 0 throughout, and 20 such steps in a row stop a run)
-    judge = {**JUDGE, "rl": {**JUDGE["rl"], "steps": 15}}
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump({**PIPELINE, "stages": [judge, POLICY]}))
-    run = tmp_path / "run"
-    proc = start_cli("run", str(tmp_path / "p.yaml"), "--run-dir", str(run))
-    deadline = time.time() + 900
-    while time.time() < deadline:  # until the RL phase has saved a step checkpoint
-        if list((run / "checkpoints" / "judge" / "rl").glob("step_*/rollout_state.json")):
-            break
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
+def kill_when(proc, run: Path, pattern: str, deadline_s: float = 900) -> str:
+    """SIGKILL the run's process group once a checkpoint matching `pattern` is saved; return
+    what it printed (read as it goes, so that a full pipe never blocks it)."""
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.time() + deadline_s
+    while time.time() < deadline and not list(run.glob(pattern)):
+        assert proc.poll() is None, "".join(out)[-3000:]
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    resumed = start_cli("run", "--resume", str(run))
-    out, _ = resumed.communicate(timeout=900)
-    assert resumed.returncode == 0, out[-3000:]
-    assert "[judge/rl] resuming from" in out, out[-3000:]
-    check_run(run, rl_steps=15)  # each step logged once: the SFT phase was not run again, the RL one went on
+    reader.join(timeout=10)
+    return "".join(out)
+
+
+@pytest.mark.system
+@pytest.mark.timeout(1500)
+def test_a_judge_stage_and_the_grm_stage_that_uses_it_resume_after_kills(tmp_path):
+    # a longer RL phase than the other test's (its steps take about a second), so that the kill lands in it (under
+    # 20 steps: the tiny judge's reward is 0 throughout, and 20 such steps in a row stop a run); then the GRM stage
+    # is killed after its first step checkpoint and resumed with the trained judge
+    judge = {**JUDGE, "rl": {**JUDGE["rl"], "steps": 15}}
+    policy = {**POLICY, "steps": 3, "save_every": 1}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({**PIPELINE, "stages": [judge, policy]}))
+    run = tmp_path / "run"
+    kill_when(start_cli("run", str(tmp_path / "p.yaml"), "--run-dir", str(run)), run,
+              "checkpoints/judge/rl/step_*/rollout_state.json")  # fmt: skip
+    first = kill_when(start_cli("run", "--resume", str(run)), run, "checkpoints/grpo/step_*/rollout_state.json")
+    assert "[judge/rl] resuming from" in first, first[-3000:]
+    again = start_cli("run", "--resume", str(run))
+    out, _ = again.communicate(timeout=900)
+    assert again.returncode == 0, out[-3000:]
+    assert "[grpo] resuming from" in out and "[judge/" not in out, out[-3000:]  # the judge stage is not run again
+    check_run(run, rl_steps=15, policy_steps=3)  # each step logged once: no phase or stage ran twice
     state = json.loads((run / "run_state.json").read_text())["stages"]["judge"]["phases"]
     assert "resumed_from" not in state["sft"] and state["rl"]["resumed_from"]

@@ -53,13 +53,37 @@ def test_a_wrong_or_unreadable_verdict_scores_0_and_is_scored():
     assert verifier.score_one(reply(task, f"Verdict: {task.entry['label']}. It does.")).score == 1.0
 
 
+def conforms(value, schema: dict) -> bool:
+    """`value` within the JSON-schema subset the GRM's schemas use (object, array, string,
+    integer; enum, bounds, lengths, required, no extra keys)."""
+    kind = schema["type"]
+    if kind == "object":
+        props = schema["properties"]
+        return (
+            isinstance(value, dict)
+            and set(schema["required"]) <= set(value) <= set(props)
+            and all(conforms(v, props[k]) for k, v in value.items())
+        )
+    if kind == "array":
+        return (
+            isinstance(value, list)
+            and schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(value))
+            and all(conforms(v, schema["items"]) for v in value)
+        )
+    if kind == "string":
+        return (
+            isinstance(value, str)
+            and schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value))
+            and value in schema.get("enum", [value])
+        )
+    return isinstance(value, int) and schema.get("minimum", value) <= value <= schema.get("maximum", value)  # integer
+
+
 def test_every_training_reply_is_what_the_engine_lets_the_judge_write():
     """The judge engine forces compact JSON in the schema's key order (xgrammar, no free
     whitespace): a training reply in any other layout teaches the verdict after a prefix the
     judge never sees when it judges (the first trained judge learned `{"verdict": "` and was
     read after `{"verdict":"`)."""
-    import jsonschema
-
     from posttrain.data.judge_prompts import likert_schema
     from posttrain.rewards.grm import rubric_schema, verdict_schema
 
@@ -68,7 +92,7 @@ def test_every_training_reply_is_what_the_engine_lets_the_judge_write():
     for task in tasks:
         schema = schemas[task.entry["call"]]
         value = json.loads(task.answer)
-        jsonschema.validate(value, schema)
+        assert conforms(value, schema), task.answer
         assert task.answer == json.dumps(value, separators=(",", ":"), ensure_ascii=False), task.answer
         assert list(value) == list(schema["properties"]), task.answer  # keys in the order the grammar writes them
         for item in value.get("criteria", []):
