@@ -213,3 +213,28 @@ def test_replay_finds_the_reward_config_of_every_stage_that_scored():
         }  # fmt: skip
     )
     assert scoring_stage(judged, "judge/rl").tasks.calls == ["verdict"]
+
+
+def test_the_decision_token_of_a_reply_weighs_decision_weight_and_nothing_else_changes():
+    from transformers import AutoTokenizer
+
+    from posttrain.config import ModelConfig
+    from posttrain.models import resolve_model
+    from posttrain.stages.judge import decision_weigher
+    from posttrain.stages.sft import sft_sequences
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(ModelConfig(name="smollm2-135m-instruct")))
+    tasks = load_tasks(JudgementTasks(type="judgements", size=6, calls=["rubric", "verdict", "likert"], examples=False))
+    conversations = [t.messages + (Message("assistant", t.answer),) for t in tasks]
+    plain = sft_sequences(tok, conversations, 512)
+    weighted = sft_sequences(tok, conversations, 512, decision_weigher(tok, 8.0))
+    for task, a, b in zip(tasks, plain, weighted):
+        changed = [k for k, (x, y) in enumerate(zip(a.loss_mask, b.loss_mask)) if x != y]
+        if task.entry["call"] == "rubric":
+            assert changed == [], task.answer
+            continue
+        (k,) = changed  # exactly one token: the verdict's word or the score's first token
+        assert b.loss_mask[k] == 8.0 and set(a.loss_mask) == {1.0}
+        decision = tok.decode([b.token_ids[b.prompt_len + k]])
+        expected = task.entry["label"] if task.entry["call"] == "verdict" else str(task.entry["score"])
+        assert expected.startswith(decision) and decision, (decision, task.answer)

@@ -316,6 +316,13 @@ class JudgeStage(StageBase):
     )
     batch_size: int = Field(16, ge=1, description="SFT: conversations per optimizer step, over all ranks.")
     max_len: int = Field(512, ge=64, description="SFT: conversations are cut to this many tokens.")
+    decision_weight: float = Field(
+        1.0,
+        ge=1.0,
+        le=1000.0,
+        description="SFT: the loss weight of a reply's decision token (the verdict's yes/no, the 1-10 score) "
+        "against 1 for every other reply token.",
+    )
     rl: JudgeRL = Field(default_factory=JudgeRL, description="The RL phase after SFT.")
 
     def task_sources(self) -> dict[str, Any]:

@@ -36,7 +36,30 @@ def run_judge(stage: JudgeStage, init_dir: Path, infra, entry: dict, save_state:
         if resume:
             phases.setdefault(phase, {}).setdefault("resumed_from", []).append(str(resume))
             print(f"[{sub.name}] resuming from {resume} (step {step})", flush=True)
-        current = run(sub, current, infra, resume)
+        if phase == "sft" and stage.decision_weight != 1:
+            current = run_sft(sub, current, infra, resume, decision_weigher(infra.tokenizer, stage.decision_weight))
+        else:
+            current = run(sub, current, infra, resume)
         phases[phase] = {**phases.get(phase, {}), "status": "done", "checkpoint": str(current)}
         save_state()
     return current
+
+
+DECISION_PREFIXES = ('{"verdict":"', '{"score":')  # the replies' openings, as `judge_prompts.reply_json` writes them
+
+
+def decision_weigher(tokenizer, weight: float):
+    """A `sft_sequences` weigher: each trained token that opens a reply's decision (the
+    verdict's word, or the score) weighs `weight`, every other trained token as before. The
+    decision is one token of about fifteen in a verdict reply, and the rest (the format, and a
+    reason that follows from the verdict) is learned long before it."""
+
+    def weigh(response_ids: list[int], mask: list[float]) -> list[float]:
+        out, text = list(mask), ""
+        for k, piece in enumerate(tokenizer.batch_decode([[t] for t in response_ids[: len(mask)]])):
+            if mask[k] > 0 and text.endswith(DECISION_PREFIXES):
+                out[k] = mask[k] * weight
+            text += piece
+        return out
+
+    return weigh

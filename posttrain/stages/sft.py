@@ -96,10 +96,14 @@ def gold_turns(task) -> tuple[Message, ...]:
     return (Message("assistant", task.answer),)
 
 
-def sft_sequences(tokenizer, conversations, max_len: int) -> list[TrainSequence]:
+def sft_sequences(tokenizer, conversations, max_len: int, weigh=None) -> list[TrainSequence]:
+    """`weigh(response_ids, mask) -> mask`: loss weights per response token in place of the
+    0/1 mask (the loss is the weighted mean over tokens); none: the mask as it is."""
     seqs = []
     for messages in conversations:
         ids, prompt_len, mask = sft_example(tokenizer, messages, max_len)
+        if weigh is not None:
+            mask = weigh(ids[prompt_len:], mask)
         n = len(ids) - prompt_len
         if n > 0 and any(mask):
             seqs.append(
@@ -115,9 +119,10 @@ def _save(infra: Infra, folder: Path, step: int, rng: random.Random) -> str:
     return infra.trainers.save(str(folder), extra={STATE_FILE: json.dumps(state)})
 
 
-def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
-    """SFT from `init_dir`, or continued from one of its own checkpoints (same batches after)."""
-    seqs = sft_sequences(infra.tokenizer, sft_conversations(stage, infra.run_dir), stage.max_len)
+def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None, weigh=None) -> Path:
+    """SFT from `init_dir`, or continued from one of its own checkpoints (same batches after);
+    `weigh` as in `sft_sequences`."""
+    seqs = sft_sequences(infra.tokenizer, sft_conversations(stage, infra.run_dir), stage.max_len, weigh)
     rng = random.Random(infra.config.seed)
     infra.trainers.load(
         str(resume_dir or init_dir),
