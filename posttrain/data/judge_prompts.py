@@ -23,6 +23,10 @@ def reply_json(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+# How a verdict reply and a 1-10 reply open, up to their decision (the verdict's word, the score)
+DECISION_PREFIXES = (reply_json({"verdict": ""})[:-2], reply_json({"score": 0})[:-2])
+
+
 # Worked examples as earlier chat turns: a small judge copies the shape of an answer far
 # better than it follows a description of it. They open every prompt, so the engine's
 # prefix cache computes them once.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from posttrain.config import JudgeStage
@@ -21,8 +22,9 @@ def run_judge(stage: JudgeStage, init_dir: Path, infra, entry: dict, save_state:
 
     phases = entry.setdefault("phases", {})
     current = init_dir
+    weigh = decision_weigher(infra.tokenizer, stage.decision_weight) if stage.decision_weight != 1 else None
     for phase, sub, state_file, run in (
-        ("sft", stage.sft_stage(), SFT_STATE, run_sft),
+        ("sft", stage.sft_stage(), SFT_STATE, partial(run_sft, weigh=weigh)),
         ("rl", stage.rl_stage(), ROLLOUT_STATE, run_rl),
     ):
         if sub is None:
@@ -36,16 +38,10 @@ def run_judge(stage: JudgeStage, init_dir: Path, infra, entry: dict, save_state:
         if resume:
             phases.setdefault(phase, {}).setdefault("resumed_from", []).append(str(resume))
             print(f"[{sub.name}] resuming from {resume} (step {step})", flush=True)
-        if phase == "sft" and stage.decision_weight != 1:
-            current = run_sft(sub, current, infra, resume, decision_weigher(infra.tokenizer, stage.decision_weight))
-        else:
-            current = run(sub, current, infra, resume)
+        current = run(sub, current, infra, resume)
         phases[phase] = {**phases.get(phase, {}), "status": "done", "checkpoint": str(current)}
         save_state()
     return current
-
-
-DECISION_PREFIXES = ('{"verdict":"', '{"score":')  # the replies' openings, as `judge_prompts.reply_json` writes them
 
 
 def decision_weigher(tokenizer, weight: float):
@@ -53,6 +49,8 @@ def decision_weigher(tokenizer, weight: float):
     verdict's word, or the score) weighs `weight`, every other trained token as before. The
     decision is one token of about fifteen in a verdict reply, and the rest (the format, and a
     reason that follows from the verdict) is learned long before it."""
+
+    from posttrain.data.judge_prompts import DECISION_PREFIXES
 
     def weigh(response_ids: list[int], mask: list[float]) -> list[float]:
         out, text = list(mask), ""
