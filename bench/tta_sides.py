@@ -221,7 +221,7 @@ def run_posttrain(args, seed: int, model_dir: Path, train_tasks: list, evalset: 
     pool.on_restart = lambda engine: trainers.sync_weights([engine])
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     infra = Infra(config, run_dir, trainers, pool, MetricsLog(run_dir), tokenizer, live_progress=False)
-    judge = EvalEngine(model_dir, evalset, args.max_model_len, args.dtype)
+    judge = EvalEngine(model_dir, evalset, args.max_model_len, args.eval_dtype or args.dtype)
     clock = Clock(args.minutes * 60, args.eval_every_s, len(evalset.tasks))
 
     def score():
@@ -328,7 +328,7 @@ def run_trl(args, seed: int, model_dir: Path, train_tasks: list, evalset: EvalSe
 
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     torch.set_num_threads(os.cpu_count())
-    judge = EvalEngine(model_dir, evalset, args.max_model_len, args.dtype)
+    judge = EvalEngine(model_dir, evalset, args.max_model_len, args.eval_dtype or args.dtype)
     data, reward = trl_data(train_tasks)
     clock = Clock(args.minutes * 60, args.eval_every_s, len(evalset.tasks))
     steps: list[dict] = []
