@@ -92,7 +92,7 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
         f"clip 0.2/0.28, no KL, token-mean loss; {args['eval_n']} held-out problems, greedy, eval every "
         f"{args['eval_every_s']:.0f} s of training; {args['minutes']} min of training per run; both sides "
         f"{args['dtype']} (the eval engine {args.get('eval_dtype') or args['dtype']}); "
-        f"posttrain overlap {args['overlap']}, TRL HF generate",
+        f"posttrain overlap {args['overlap']} (rank cores: {args.get('trainer_cores', 'pinned')}), TRL HF generate",
         "",
         "| side | seed | steps | training s | s per step | held-out accuracy: start -> final (best) "
         "| eval points (training minutes: accuracy) |",
@@ -210,6 +210,12 @@ def main() -> int:
         "--eval-dtype", choices=["float32", "bfloat16"], help="the eval engine's dtype (default: --dtype)"
     )
     parser.add_argument("--overlap", choices=["on", "off"], default="on")
+    parser.add_argument(
+        "--trainer-cores",
+        choices=["pinned", "shared"],
+        default="pinned",
+        help="overlap on: posttrain's rank on the cores the engine does not have (pinned) or on all of them (shared)",
+    )
     parser.add_argument("--sides", default="posttrain,trl", help="run only some sides (testing the bench)")
     parser.add_argument("--out", default=str(Path(__file__).parent))
     parser.add_argument("--fresh", action="store_true", help="run again the runs already saved under OUT/tta_runs")

@@ -174,8 +174,14 @@ def posttrain_config(args, model_dir: Path, seed: int = 0):
     trainer = {"workers": 1, "zero_stage": 2, "grad_clip": 1.0, "threads": 1 if overlap else os.cpu_count()}
     trainer["micro_batch_tokens"] = 1024  # logits of 1024 positions x 49152 vocabulary: the rank stays near 3 GB
     if overlap and (os.cpu_count() or 1) >= 2:
-        rollout["cores"], trainer["cores"] = [0], list(range(1, os.cpu_count()))
-        trainer["threads"] = len(trainer["cores"])
+        # pinned: the engine on core 0, the rank on the others; shared: the rank unpinned with a thread per
+        # core, the engine's included (the engine generates for under half of each step and idles the rest)
+        rollout["cores"] = [0]
+        if getattr(args, "trainer_cores", "pinned") == "shared":
+            trainer["threads"] = os.cpu_count()
+        else:
+            trainer["cores"] = list(range(1, os.cpu_count()))
+            trainer["threads"] = len(trainer["cores"])
     stage = {
         "name": "grpo",
         "type": "rl",
