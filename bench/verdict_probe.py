@@ -28,9 +28,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from posttrain.config import ModelConfig
-from posttrain.data.judge_prompts import verdict_messages
+from posttrain.data.judge_prompts import DECISION_PREFIXES, verdict_messages
 from posttrain.data.judgements import cases
 from posttrain.models import resolve_model
+from posttrain.rewards.grm import final_score
+
+VERDICT_PREFIX = DECISION_PREFIXES[0]  # a verdict reply up to its word, as the judge engine makes it write one
 
 
 def verdict_calls(tok, case_list) -> list[dict]:
@@ -44,14 +47,12 @@ def verdict_calls(tok, case_list) -> list[dict]:
                 text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
                 out.append(
                     {
-                        "ids": tok(text + '{"verdict":"', add_special_tokens=False).input_ids,
+                        "ids": tok(text + VERDICT_PREFIX, add_special_tokens=False).input_ids,
                         "y": int(verdict),
                         "kind": case.kind,
                         "decisive": check.on_good != check.on_bad,
                         "side": side,
                         "case": n,
-                        "weight": check.weight,
-                        "pitfall": check.kind == "pitfall",
                     }
                 )
     return out
@@ -75,15 +76,13 @@ def evaluate(model, tok, calls, case_list, yes: int, no: int) -> dict:
         xs = torch.cat([margins(model, tok, calls[i : i + 16], yes, no) for i in range(0, len(calls), 16)]).tolist()
     model.train()
     decisive = [(x > 0) == bool(c["y"]) for c, x in zip(calls, xs) if c["decisive"]]
-    scores = collections.defaultdict(lambda: [0.0, 0.0])
+    p_yes = collections.defaultdict(list)  # (case, side): P(yes) of each check, in the rubric's order
     for c, x in zip(calls, xs):
-        p_yes = 1 / (1 + math.exp(-x))
-        scores[(c["case"], c["side"])][0] += c["weight"] * ((1 - p_yes) if c["pitfall"] else p_yes)
-        scores[(c["case"], c["side"])][1] += c["weight"]
+        p_yes[(c["case"], c["side"])].append(1 / (1 + math.exp(-x)))
     per_kind = collections.defaultdict(list)
     for n, case in enumerate(case_list):
-        good, bad = scores[(n, "good")], scores[(n, "bad")]
-        per_kind[case.kind].append(good[0] / good[1] > bad[0] / bad[1])
+        good, bad = (final_score(case.checks, p_yes[(n, side)]) for side in ("good", "bad"))
+        per_kind[case.kind].append(good > bad)
     pairs = [won for v in per_kind.values() for won in v]
     return {
         "decisive verdicts": round(sum(decisive) / len(decisive), 3),
@@ -107,8 +106,8 @@ def main() -> None:
     folder = resolve_model(ModelConfig(name="smollm2-135m-instruct"))
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-    yes = tok('{"verdict":"yes', add_special_tokens=False).input_ids[-1]
-    no = tok('{"verdict":"no', add_special_tokens=False).input_ids[-1]
+    yes = tok(VERDICT_PREFIX + "yes", add_special_tokens=False).input_ids[-1]
+    no = tok(VERDICT_PREFIX + "no", add_special_tokens=False).input_ids[-1]
     train, held_cases = verdict_calls(tok, cases(args.cases, 0, "train")), cases(args.heldout, 1, "heldout")
     held = verdict_calls(tok, held_cases)
     by_label = [[c for c in train if c["y"] == y] for y in (0, 1)]
