@@ -107,6 +107,19 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class TeacherTopK:
+    """A teacher's k most likely next tokens at each response position of a sequence, and
+    their logprobs: arrays of shape [response tokens, k] (numpy: int ids, float logprobs)."""
+
+    ids: Any
+    logp: Any
+
+    @property
+    def k(self) -> int:
+        return int(self.ids.shape[-1])
+
+
+@dataclass(frozen=True)
 class TrainSequence:
     """One sequence for the trainer. Per-token lists cover the response tokens only."""
 
@@ -116,6 +129,7 @@ class TrainSequence:
     loss_mask: tuple[float, ...]
     logp_engine: tuple[float, ...] = ()
     stale: tuple[float, ...] = ()  # 1 where the token came from an older policy version
+    teacher: TeacherTopK | None = field(default=None, compare=False)  # MOPD's distill_topk
 
     @property
     def response_len(self) -> int:
@@ -139,6 +153,7 @@ class LossSpec:
     mask_lo: float | None
     mask_hi: float | None
     correct_fresh: bool  # the correction also on fresh tokens (engine/trainer mismatch)
+    distill_coef: float  # weight of the top-k KL to the teacher (sequences with `teacher`)
     minibatches: int  # optimizer steps per batch (PPO); logp_old from before the first
     epochs: int  # passes over the minibatches
 
@@ -156,11 +171,12 @@ class TrainSums:
     """Sums a train step returns, in which every token counts once: over tokens (trained
     tokens, stale and fresh sampled tokens with their correction weights, entropy;
     positions through the model, padding included, and the sequences' own tokens) and
-    over optimizer steps (loss, clipped tokens, kl). Ranks' sums add (`+`)."""
+    over optimizer steps (loss, clipped tokens, kl, distill_kl). Ranks' sums add (`+`)."""
 
     loss: float = 0.0
     clip_tokens: float = 0.0
     kl: float = 0.0
+    distill_kl: float = 0.0
     tokens: float = 0.0
     stale_tokens: float = 0.0
     offpolicy_weight: float = 0.0

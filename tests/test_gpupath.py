@@ -357,7 +357,7 @@ def test_teachers_get_their_own_resources_and_at_most_max_resident(ray_session, 
 
     rollout = RolloutConfig(max_model_len=128, kv_cache_gib=0.05, num_cpus=1)
     config = TeacherPoolConfig(backend="vllm", num_cpus=0.25, max_resident=1, memory_gib=100)
-    pool = TeacherPool({"a": str(tiny_dir), "b": str(tiny_dir)}, config, "float32", rollout)
+    pool = TeacherPool({"a": str(tiny_dir), "b": str(tiny_dir)}, config, "float32", rollout, max_logprobs=64)
     try:
         first = pool.logprobs({"a": [[1, 40, 41]]})["a"]
         actor = pool.resident["a"]
@@ -366,6 +366,23 @@ def test_teachers_get_their_own_resources_and_at_most_max_resident(ray_session, 
         second = pool.logprobs({"b": [[1, 40, 41]]})["b"]
         assert list(pool.resident) == ["b"] and pool.stats["unloads"] == 1  # max_resident 1: a made room for b
         assert second[0] == pytest.approx(first[0], abs=1e-6)  # the same weights score the same
+        # MOPD's distill_topk through vLLM's prompt_logprobs: the response positions' top-k
+        # and the sampled tokens' logprobs, as transformers computes them
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        seq = [1, 40, 41, 42, 43, 44]
+        logp, ids, values = pool.topk({"b": [(seq, 3)]}, 64)["b"][0]
+        model = AutoModelForCausalLM.from_pretrained(tiny_dir).eval()
+        with torch.no_grad():
+            full = torch.log_softmax(model(torch.tensor([seq])).logits[0, 2:-1].float(), -1)
+        top = full.topk(64, -1)
+        assert ids.shape == values.shape == (3, 64)
+        assert values == pytest.approx(top.values.numpy(), abs=1e-4)
+        assert (ids[:, :8] == top.indices[:, :8].numpy()).all()  # the most likely ones, in order
+        assert logp == pytest.approx(full.gather(-1, torch.tensor(seq[3:])[:, None])[:, 0].tolist(), abs=1e-4)
+        with pytest.raises(ValueError, match="at most 64"):
+            pool.topk({"b": [(seq, 3)]}, 65)
     finally:
         pool.close()
 

@@ -6,6 +6,7 @@ import json
 import math
 import shutil
 
+import numpy as np
 import pytest
 import ray
 
@@ -20,6 +21,41 @@ def test_advantage_on_hand_computed_values():
     assert reverse_kl(lt, ls, mask) == (pytest.approx(-0.5 + 1.0 - 0.1), 3)
     with pytest.raises(ValueError, match="lengths differ"):
         mopd_advantages([0.0], [0.0, 1.0], [1, 1])
+
+
+def test_topk_kl_on_hand_computed_values():
+    """Uniform student over 4 tokens, teacher 1/2 on tokens 0 and 1: KL = log 2, gradient
+    (Q p_v - q_v) / T = -1/4 on the teacher's tokens and +1/4 off them. A padding entry
+    (zero mass) changes nothing; a top-k short of the vocabulary matches the reference
+    computed through torch's own log_softmax, value and gradient."""
+    import torch
+
+    from posttrain.algo.losses import topk_forward_kl
+    from posttrain.train.batching import NO_MASS
+
+    logits = torch.zeros(1, 4, requires_grad=True)
+    half = math.log(0.5)
+    ids, logp = torch.tensor([[0, 1, 0]]), torch.tensor([[half, half, NO_MASS]])
+    kl = topk_forward_kl(logits, ids, logp)
+    kl.sum().backward()
+    assert kl.item() == pytest.approx(math.log(2), abs=1e-6)
+    assert logits.grad.tolist() == [pytest.approx([-0.25, -0.25, 0.25, 0.25], abs=1e-6)]
+    torch.manual_seed(0)
+    teacher = torch.log_softmax(torch.randn(3, 5, 11), -1)
+    weights = torch.randn(3, 5)
+    for k in (11, 4):
+        values, top = teacher.topk(k, -1)
+        a = torch.randn(3, 5, 11, requires_grad=True)
+        b = a.detach().clone().requires_grad_()
+        ours = topk_forward_kl(a, top, values, temperature=0.7)
+        ref = (values.exp() * (values - torch.log_softmax(b / 0.7, -1).gather(-1, top))).sum(-1)
+        (ours * weights).sum().backward()
+        (ref * weights).sum().backward()
+        assert torch.allclose(ours.detach(), ref.detach(), atol=1e-5)
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
+    full = (teacher.exp() * (teacher - torch.log_softmax(a.detach() / 0.7, -1))).sum(-1)
+    exact = topk_forward_kl(a.detach(), *reversed(teacher.topk(11, -1)), 0.7)
+    assert torch.allclose(exact, full, atol=1e-5)  # k = vocabulary: the exact KL(teacher || student)
 
 
 def test_config_rejects_unknown_domains_duplicate_cells_and_other_temperatures():
@@ -163,6 +199,7 @@ def mopd_run(ray_session, student, teachers, tmp_path_factory):
         domains={"general": {"type": "reasoning_gym", "families": [{"name": "basic_arithmetic"}], "size": 40}},
         teachers=[{"domain": "general", "effort": e, "checkpoint": teachers[f"general-{e}"]} for e in ("max", "low")],
         effort_max_tokens={"low": 4},
+        distill_topk=512,  # the tiny model's whole vocabulary: the exact KL
     )
     config = PipelineConfig(
         model={"name": "tiny"},
@@ -175,7 +212,7 @@ def mopd_run(ray_session, student, teachers, tmp_path_factory):
     trainers.load(str(student), "float32", lr=stage.lr, warmup_steps=0)
     pool = EnginePool([RolloutEngine.remote_actor(str(student), config.rollout, "float32", 0)], None)
     trainers.sync_weights(pool.engines)
-    teacher_pool = TeacherPool(teacher_checkpoints(stage, student), stage.teacher_pool, "float32")
+    teacher_pool = TeacherPool(teacher_checkpoints(stage, student), stage.teacher_pool, "float32", max_logprobs=512)
     infra = Infra(config, run_dir, trainers, pool, MetricsLog(run_dir), AutoTokenizer.from_pretrained(student))
     run = MOPDRun(stage, infra, teacher_pool)
     yield run
@@ -202,6 +239,13 @@ def test_every_sample_is_scored_by_its_own_teacher(mopd_run, teachers):
             used = [run.logp_teacher[t.traj_id] for t in trajs]
             close = all(math.isclose(a, b, abs_tol=1e-4) for d, u in zip(direct, used) for a, b in zip(d, u))
             assert close == (tid == own), (own, tid)
+        for t in trajs:  # the teacher's whole next-token distribution at each response position
+            top = run.teacher_of(t)
+            assert top.ids.shape == (len(t.response_ids), 512)
+            assert np.exp(top.logp).sum(-1) == pytest.approx(np.ones(len(t.response_ids)), abs=1e-4)
+            assert (np.diff(top.logp, axis=-1) <= 0).all()  # most likely first
+            at_sampled = [row[ids == tok][0] for row, ids, tok in zip(top.logp, top.ids, t.response_ids)]
+            assert at_sampled == pytest.approx(run.logp_teacher[t.traj_id], abs=1e-5)
         if own == "general-low":
             assert all(len(t.response_ids) <= 4 for t in trajs)  # the effort's token limit
     run.queue.dropped["inspected_by_test"] += sum(len(g.trajectories) for g in groups)  # keep the books whole
@@ -216,6 +260,9 @@ def test_reverse_kl_falls_and_the_manifest_is_written(mopd_run, teachers):
     first, last = sum(kl[:3]) / 3, sum(kl[-10:]) / 10  # per-step estimates from 32 samples: noisy
     assert last < 0.65 * first, [round(k, 2) for k in kl]
     assert {"reward/general-max", "response_tokens/low", "teacher_pool/loads"} <= set(rows[-1])
+    distill = [r["loss/distill_kl"] for r in rows]  # the exact KL(teacher || student) per token
+    assert sum(distill[-10:]) / 10 < 0.5 * sum(distill[:3]) / 3, [round(k, 2) for k in distill]
+    assert all(r["mopd/topk_mass"] == pytest.approx(1.0, abs=1e-4) for r in rows)  # k = vocabulary
     folder = run.save(run.infra.run_dir / "checkpoints" / "mopd" / "final")
     manifest = json.loads((run.infra.run_dir / "checkpoints/mopd/final/mopd_manifest.json").read_text())
     assert folder.endswith("final")

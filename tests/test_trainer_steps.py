@@ -2,8 +2,10 @@
 tiny model): PPO minibatches and epochs make the clip act, with the loss derived by hand;
 the policy's entropy is summed exactly over micro-batches and ranks."""
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 import ray
 import torch
@@ -11,7 +13,7 @@ import torch
 from posttrain.config import GRPOConfig, TrainerConfig
 from posttrain.train.group import TrainerGroup, split_minibatches
 from posttrain.train.spec import loss_spec
-from posttrain.types import TrainSequence
+from posttrain.types import TeacherTopK, TrainSequence
 
 pytestmark = pytest.mark.slow
 
@@ -139,18 +141,49 @@ def test_shared_prompts_give_the_same_step_on_ranks(ray_session, tiny_dir):
                     tuple((-torch.rand(n, generator=gen)).tolist()),
                 )
             )
+    for i in range(0, len(seqs), 3):  # a teacher's top-5 on some sequences (MOPD's distill_topk), none on others
+        n = seqs[i].response_len
+        logp = torch.log_softmax(torch.randn(n, 5, generator=gen), -1).sort(-1, descending=True).values
+        teacher = TeacherTopK(ids=torch.randint(3, 300, (n, 5), generator=gen).numpy(), logp=logp.numpy())
+        seqs[i] = dataclasses.replace(seqs[i], teacher=teacher)
     results = {}
     for share in (False, True):
         config = TrainerConfig(workers=2, zero_stage=2, micro_batch_tokens=40, share_prompts=share)
         g = TrainerGroup(config, seed=0)
         try:
             g.load(str(tiny_dir), "float32", lr=1e-3, warmup_steps=0)
-            results[share] = g.train_step(seqs, loss_spec("pg", GRPOConfig(minibatches=2)))
+            results[share] = g.train_step(seqs, loss_spec("pg", GRPOConfig(minibatches=2), distill_coef=0.5))
         finally:
             g.shutdown()
     a, b = results[False], results[True]
+    assert a.sums.distill_kl > 0
     assert [x for row in b.logp for x in row] == pytest.approx([x for row in a.logp for x in row], abs=1e-5)
-    for key in ("loss", "entropy", "clip_tokens", "tokens"):
+    for key in ("loss", "entropy", "clip_tokens", "tokens", "distill_kl"):
         assert getattr(b.sums, key) == pytest.approx(getattr(a.sums, key), rel=1e-5, abs=1e-7), key
     assert b.grad_norm == pytest.approx(a.grad_norm, rel=1e-4)
     assert b.sums.sequence_tokens < a.sums.sequence_tokens  # the prompts' repeats are gone
+
+
+def test_the_topk_term_teaches_a_token_the_student_never_samples(ray_session, tiny_dir):
+    """The student samples 42 43; at both positions the teacher puts 0.9 on token 77 (and
+    0.1 on three others). The sampled tokens' advantage is 0, so the policy gradient moves
+    nothing: only the top-k KL can raise 77, a token that is in no sample. With it, 77 goes
+    from ~1/512 to most of the mass; without it (distill_coef 0), the weights do not move."""
+    q = np.log(np.array([[0.9, 0.1 / 3, 0.1 / 3, 0.1 / 3]] * 2, dtype=np.float32))
+    teacher = TeacherTopK(ids=np.array([[77, 5, 6, 7]] * 2), logp=q)
+    sampled = TrainSequence((1, 40, 41, 42, 43), 3, (0.0, 0.0), (1.0, 1.0), (-6.0, -6.0), teacher=teacher)
+    probe = [TrainSequence((1, 40, 41, 77), 3, (0.0,), (1.0,))]
+    moved = {}
+    for coef in (0.0, 1.0):
+        g = group(tiny_dir, workers=1, lr=2e-3)
+        try:
+            before = g.logprobs(probe)[0][0]
+            steps = [g.train_step([sampled] * 4, loss_spec("pg", distill_coef=coef)) for _ in range(20)]
+            moved[coef] = (before, g.logprobs(probe)[0][0], [s.sums.distill_kl / s.sums.tokens for s in steps])
+        finally:
+            g.shutdown()
+    before, after, kl = moved[1.0]
+    assert before < math.log(0.01) and after > math.log(0.5), (before, after)
+    assert kl[-1] < 0.25 * kl[0], kl
+    before, after, kl = moved[0.0]
+    assert after == pytest.approx(before, abs=1e-6) and kl == [0.0] * 20

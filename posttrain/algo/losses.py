@@ -3,6 +3,9 @@ global batch and divides by the global token count (token-level mean, docs/recip
 
 pg:  -min(ratio * A, clip(ratio, 1-eps_lo, 1+eps_hi) * A) [+ beta * k3 KL to the reference]
 nll: -logp (SFT)
+topk KL: sum over the teacher's top-k tokens v of q_v (log q_v - log p_v), the forward KL
+    from the teacher's next-token distribution q to the student's p at each position of the
+    student's sample (MOPD's `distill_topk`; exact when k covers the vocabulary)
 
 Token logprobs and entropies come from one fused, chunked log-softmax: fp32 only one chunk
 of positions at a time, never the whole [positions, vocab] logits (docs/recipe.md, RL).
@@ -68,6 +71,54 @@ class _FusedLogprob(torch.autograd.Function):
             g.scatter_add_(-1, targets[part].unsqueeze(-1), grad_logp[part].unsqueeze(-1))
             grad[part] = g / ctx.temperature
         return grad, None, None
+
+
+def topk_forward_kl(
+    logits: torch.Tensor, teacher_ids: torch.Tensor, teacher_logp: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Per position: sum_j q_j (log q_j - log softmax(logits / T)[ids_j]) over the teacher's
+    k tokens (`teacher_ids`, `teacher_logp` [..., k]; q = exp(teacher_logp), padding entries
+    carry q = 0). Differentiable in the logits, fp32, chunked like the token logprobs."""
+    shape = teacher_ids.shape[:-1]
+    k = teacher_ids.shape[-1]
+    kl = _FusedTopkKL.apply(
+        logits.reshape(-1, logits.shape[-1]),
+        teacher_ids.reshape(-1, k),
+        teacher_logp.reshape(-1, k).float(),
+        float(temperature),
+    )
+    return kl.view(shape)
+
+
+class _FusedTopkKL(torch.autograd.Function):
+    """d KL / d logits_v = (Q p_v - q_v) / T, with Q the teacher mass on its k tokens and
+    q_v 0 off them. Saves the logits as they came and one logsumexp per position."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, ids: torch.Tensor, teacher_logp: torch.Tensor, temperature: float):
+        rows, vocab = logits.shape
+        kl = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        lse = torch.empty_like(kl)
+        q = teacher_logp.exp()
+        for part in _chunks(rows, vocab):
+            x = logits[part].float() / temperature
+            lse[part] = torch.logsumexp(x, dim=-1)
+            student = x.gather(-1, ids[part]) - lse[part].unsqueeze(-1)
+            kl[part] = (q[part] * (teacher_logp[part] - student)).sum(-1)
+        ctx.save_for_backward(logits, ids, q, lse)
+        ctx.temperature = temperature
+        return kl
+
+    @staticmethod
+    def backward(ctx, grad_kl: torch.Tensor):
+        logits, ids, q, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for part in _chunks(*logits.shape):
+            g = (logits[part].float() / ctx.temperature - lse[part].unsqueeze(-1)).exp_()  # p
+            g *= q[part].sum(-1, keepdim=True)
+            g.scatter_add_(-1, ids[part], -q[part])
+            grad[part] = g * (grad_kl[part] / ctx.temperature).unsqueeze(-1)
+        return grad, None, None, None
 
 
 def policy_gradient_loss(

@@ -114,6 +114,19 @@ class MOPDStage(RolloutStage):
         0.0, ge=0, le=100, description="Weight of the outcome (verifier) advantage added to the teacher's."
     )
     teacher_pool: TeacherPoolConfig = Field(default_factory=TeacherPoolConfig, description="Where teachers run.")
+    distill_topk: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description=(
+            "Each teacher also returns its k most likely next tokens at every position of the student's "
+            "sample, and the loss adds the forward KL from that top-k to the student's distribution "
+            "(exact when k is the vocabulary size): the student learns the teacher's choice at each "
+            "position, also the tokens it never samples (an early stop, a longer form). 0: the sampled "
+            "tokens' reverse KL alone."
+        ),
+    )
+    distill_coef: float = Field(1.0, gt=0, le=100, description="Weight of the top-k KL term (with distill_topk).")
 
     @field_validator("domains")
     @classmethod
@@ -149,6 +162,9 @@ class MOPDStage(RolloutStage):
 
     def task_sources(self) -> dict[str, Any]:
         return {f"domains.{name}": source for name, source in self.domains.items()}
+
+    def distill_weight(self) -> float:
+        return self.distill_coef if self.distill_topk else 0.0
 
     def training_sources(self, config) -> list:
         if self.experts is not None:  # the experts stage's domains
@@ -280,6 +296,9 @@ class ExpertsStage(RolloutStage):
 
     def task_sources(self) -> dict[str, Any]:
         return {f"domains.{name}": source for name, source in self.domains.items()}
+
+    def distill_weight(self) -> float:
+        return self.distill_coef if self.distill_topk else 0.0
 
     def job_slots(self) -> int:
         return min(self.parallel or len(self.domains), len(self.domains))

@@ -310,6 +310,10 @@ class RolloutStage(StageBase):
     def grm(self):
         return self.reward.grm
 
+    def distill_weight(self) -> float:
+        """Weight of the loss's KL to a teacher's top-k next tokens (MOPD); 0: none."""
+        return 0.0
+
 
 class RLStage(RolloutStage):
     """RL with verifiable rewards: generate -> score -> advantage -> train -> sync."""

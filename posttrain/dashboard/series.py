@@ -29,7 +29,7 @@ CURATED = {
         "response_tokens/low",
     ],
     "policy entropy": ["policy/entropy"],
-    "loss": ["loss/nll", "loss/policy", "loss/kl"],
+    "loss": ["loss/nll", "loss/policy", "loss/kl", "loss/distill_kl"],
     "grad norm": ["grad/norm"],
     "reverse KL (MOPD)": ["mopd/reverse_kl", "mopd/reverse_kl/"],
     "logp mismatch": ["logp/mismatch"],

@@ -89,10 +89,33 @@ class TeacherHost:
 
     def prompt_logprobs(self, teacher_id: str, token_ids: list[list[int]]) -> list[list[float]]:
         """Logprob of each token given the ones before it (the first has none)."""
+        out: list[list[float] | None] = [None] * len(token_ids)
+        for i, ids, logp in self._forward(teacher_id, token_ids):
+            out[i] = logp.gather(-1, ids[1:, None])[:, 0].cpu().tolist()
+        return out  # type: ignore[return-value]
+
+    def prompt_topk(self, teacher_id: str, token_ids: list[list[int]], response_lens: list[int], k: int) -> list[tuple]:
+        """Per sequence, over its last `response_lens` tokens: each token's logprob given the
+        ones before it, and the k most likely tokens at its position with their logprobs
+        (numpy arrays [response tokens, k])."""
+        out: list[tuple | None] = [None] * len(token_ids)
+        for i, ids, logp in self._forward(teacher_id, token_ids):
+            n = response_lens[i]
+            window = logp[len(ids) - 1 - n :]
+            top = window.topk(min(k, window.shape[-1]), dim=-1)
+            out[i] = (
+                window.gather(-1, ids[len(ids) - n :, None])[:, 0].cpu().tolist(),
+                top.indices.int().cpu().numpy(),
+                top.values.cpu().numpy(),
+            )
+        return out  # type: ignore[return-value]
+
+    def _forward(self, teacher_id: str, token_ids: list[list[int]]):
+        """(index, token ids, log softmax [len - 1, vocab] in fp32) per sequence, batched
+        longest first within `micro_batch_tokens`."""
         import torch
 
         model = self.models[teacher_id]
-        out: list[list[float] | None] = [None] * len(token_ids)
         order = sorted(range(len(token_ids)), key=lambda i: -len(token_ids[i]))
         start = 0
         while start < len(order):
@@ -104,13 +127,13 @@ class TeacherHost:
             for r, i in enumerate(chunk):
                 ids[r, : len(token_ids[i])] = torch.tensor(token_ids[i])
                 attn[r, : len(token_ids[i])] = 1
+            ids = ids.to(self.device)
             with torch.no_grad():
-                logits = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float()
-                logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None].to(self.device))[..., 0]
-            for r, i in enumerate(chunk):
-                out[i] = logp[r, : len(token_ids[i]) - 1].cpu().tolist()
+                logits = model(input_ids=ids, attention_mask=attn.to(self.device)).logits
+                for r, i in enumerate(chunk):
+                    n = len(token_ids[i])
+                    yield i, ids[r, :n], torch.log_softmax(logits[r, : n - 1].float(), dim=-1)
             start += rows
-        return out  # type: ignore[return-value]
 
 
 def teacher_engine_config(pool: TeacherPoolConfig, rollout: RolloutConfig | None) -> RolloutConfig:
@@ -163,9 +186,16 @@ class TeacherPool:
     memory when more."""
 
     def __init__(
-        self, checkpoints: dict[str, str], config: TeacherPoolConfig, dtype: str, rollout: RolloutConfig | None = None
+        self,
+        checkpoints: dict[str, str],
+        config: TeacherPoolConfig,
+        dtype: str,
+        rollout: RolloutConfig | None = None,
+        max_logprobs: int = 20,
     ):
+        """`max_logprobs`: the largest top-k that `topk` will ask (vllm engines are started for it)."""
         self.checkpoints, self.config, self.dtype, self.rollout = checkpoints, config, dtype, rollout
+        self.max_logprobs = max_logprobs
         self.shared = config.backend == "hf"
         self.budget = int(config.memory_gib * GIB)
         self.weights = {tid: weights_bytes(path, dtype) for tid, path in checkpoints.items()}
@@ -203,16 +233,27 @@ class TeacherPool:
 
     def logprobs(self, requests: dict[str, list[list[int]]]) -> dict[str, list[list[float]]]:
         """Per teacher, the logprobs of its sequences; resident teachers first."""
+        return self._each(requests, lambda tid: ("prompt_logprobs", (requests[tid],)))
+
+    def topk(self, requests: dict[str, list[tuple[list[int], int]]], k: int) -> dict[str, list[tuple]]:
+        """Per teacher, for each (token ids, response length): the response tokens' logprobs
+        and the teacher's top-k at each response position (TeacherHost.prompt_topk)."""
+        if not self.shared and k > self.max_logprobs:
+            raise ValueError(f"top-{k} asked of vllm teachers started for at most {self.max_logprobs}")
+        return self._each(
+            requests,
+            lambda tid: ("prompt_topk", ([ids for ids, _ in requests[tid]], [n for _, n in requests[tid]], k)),
+        )
+
+    def _each(self, requests: dict, call) -> dict:
+        """`call(tid)` -> (method, args) run on each teacher's actor, resident ones first."""
         order = sorted(requests, key=lambda tid: tid not in self.resident)
         out = {}
         for tid in order:
             actor = self._acquire(tid)
-            call = (
-                actor.prompt_logprobs.remote(tid, requests[tid])
-                if self.shared
-                else actor.prompt_logprobs.remote(requests[tid])
-            )
-            out[tid] = ray.get(call, timeout=SCORE_TIMEOUT_S)
+            method, args = call(tid)
+            remote = getattr(actor, method).remote
+            out[tid] = ray.get(remote(tid, *args) if self.shared else remote(*args), timeout=SCORE_TIMEOUT_S)
         return out
 
     def _acquire(self, teacher_id: str):
@@ -243,7 +284,9 @@ class TeacherPool:
             return self.host
         from posttrain.rollout.engine import RolloutEngine
 
-        actor = RolloutEngine.remote_actor(path, teacher_engine_config(self.config, self.rollout), self.dtype, seed=0)
+        actor = RolloutEngine.remote_actor(
+            path, teacher_engine_config(self.config, self.rollout), self.dtype, seed=0, max_logprobs=self.max_logprobs
+        )
         measured = ray.get(actor.memory_bytes.remote(), timeout=LOAD_TIMEOUT_S)
         self.overhead = max(self.overhead, measured - self.weights[teacher_id])
         self.measured[teacher_id] = measured

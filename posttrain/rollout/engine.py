@@ -120,7 +120,7 @@ def _touched(worker) -> bool:
 class RolloutEngine:
     """Wraps `vllm.LLM`. Create with `RolloutEngine.remote_actor(...)`."""
 
-    def __init__(self, model_dir: str, config: RolloutConfig, dtype: str, seed: int):
+    def __init__(self, model_dir: str, config: RolloutConfig, dtype: str, seed: int, max_logprobs: int = 20):
         self.cores = pin_to_cores(config.cores)  # before vLLM and torch start their threads
         from vllm import LLM
 
@@ -132,6 +132,7 @@ class RolloutEngine:
             seed=seed,
             logprobs_mode="processed_logprobs",
             enable_prefix_caching=True,
+            max_logprobs=max_logprobs,  # a teacher's top-k (MOPD's distill_topk); vLLM's default 20 otherwise
             **vllm_args(
                 self.device,
                 config.max_model_len,
@@ -150,7 +151,14 @@ class RolloutEngine:
 
     @classmethod
     def remote_actor(
-        cls, model_dir: str, config: RolloutConfig, dtype: str, seed: int, name: str | None = None, placement=None
+        cls,
+        model_dir: str,
+        config: RolloutConfig,
+        dtype: str,
+        seed: int,
+        name: str | None = None,
+        placement=None,
+        max_logprobs: int = 20,
     ):
         options = dict(
             num_cpus=config.num_cpus,
@@ -161,7 +169,7 @@ class RolloutEngine:
         )
         if name:
             options["name"] = name
-        return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed)
+        return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed, max_logprobs)
 
     def info(self) -> dict:
         if self.half_loaded:
@@ -323,6 +331,30 @@ class RolloutEngine:
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_ids], params, use_tqdm=False)
         return [[d[t].logprob for d, t in zip(o.prompt_logprobs[1:], ids[1:])] for o, ids in zip(outs, token_ids)]
+
+    def prompt_topk(self, token_ids: list[list[int]], response_lens: list[int], k: int) -> list[tuple]:
+        """Per sequence, over its last `response_lens` tokens: each token's logprob given the
+        ones before it, and the k most likely tokens at its position with their logprobs
+        (arrays [response tokens, k]). The engine needs max_logprobs >= k."""
+        import numpy as np
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=k, temperature=1.0, detokenize=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_ids], params, use_tqdm=False)
+        width = min(k, self.llm.llm_engine.model_config.get_vocab_size())
+        result = []
+        for out, ids, n in zip(outs, token_ids, response_lens):
+            steps = out.prompt_logprobs[len(ids) - n :]
+            top = [sorted(d.items(), key=lambda item: -item[1].logprob)[:width] for d in steps]
+            result.append(
+                (
+                    [d[t].logprob for d, t in zip(steps, ids[len(ids) - n :])],
+                    np.array([[tok for tok, _ in row] for row in top], dtype=np.int32).reshape(n, width),
+                    np.array([[lp.logprob for _, lp in row] for row in top], dtype=np.float32).reshape(n, width),
+                )
+            )
+        return result
 
 
 def _completion(out) -> Completion:

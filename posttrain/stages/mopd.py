@@ -5,8 +5,10 @@ Each prompt belongs to a (domain, effort) cell: its domain's task, with the effo
 stated in the system prompt and the effort's token limit; its `cell` is its teacher id.
 Cells are drawn round-robin, so every batch of at least nine prompts holds all nine.
 Between rollout and training, the teacher pool scores every finished trajectory with its
-own cell's teacher. Every checkpoint carries `mopd_manifest.json`: the teachers (id,
-checkpoint path, sha256 of the weights) it was distilled from.
+own cell's teacher; with `distill_topk` the teacher also returns its k most likely next
+tokens at each position, and the loss adds the KL from them to the student. Every
+checkpoint carries `mopd_manifest.json`: the teachers (id, checkpoint path, sha256 of the
+weights) it was distilled from.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
+
 from posttrain.config import MOPDStage
 from posttrain.data.chat import with_effort
 from posttrain.data.tasks import TaskSampler, load_tasks
@@ -24,7 +28,7 @@ from posttrain.mopd.teachers import TeacherPool, same_tokenizer
 from posttrain.rollout.queue import Group
 from posttrain.runtime.infra import Infra
 from posttrain.stages.rl import RLRun, train_and_save
-from posttrain.types import Task
+from posttrain.types import Task, TeacherTopK
 
 MANIFEST_FILE = "mopd_manifest.json"
 
@@ -119,6 +123,7 @@ class MOPDRun(RLRun):
         self.teachers = teachers
         self.uses_outcome = stage.alpha > 0  # alpha = 0: the verifiers' rewards are logged, not trained on
         self.logp_teacher: dict[str, list[float]] = {}
+        self.topk_teacher: dict[str, TeacherTopK] = {}
         self.manifest = {
             "stage": stage.name,
             "alpha": stage.alpha,
@@ -129,16 +134,30 @@ class MOPDRun(RLRun):
         }
 
     def prepare(self, groups: list[Group]) -> dict:
-        """Every trajectory's tokens scored by its own cell's teacher."""
+        """Every trajectory's tokens scored by its own cell's teacher (with `distill_topk`,
+        also the teacher's top-k next tokens at each response position)."""
         started = time.perf_counter()
         by_teacher: dict[str, list] = {}
         for group in groups:
             by_teacher.setdefault(group.task.entry["cell"], []).extend(group.trajectories)
-        scored = self.teachers.logprobs(
-            {tid: [list(t.prompt_ids) + t.response_ids for t in trajs] for tid, trajs in by_teacher.items()}
-        )
-        self.logp_teacher = {}
+        self.logp_teacher, self.topk_teacher = {}, {}
         metrics = {}
+        if self.stage.distill_topk:
+            requests = {
+                tid: [(list(t.prompt_ids) + t.response_ids, len(t.response_ids)) for t in trajs]
+                for tid, trajs in by_teacher.items()
+            }
+            scored = {}
+            for tid, rows in self.teachers.topk(requests, self.stage.distill_topk).items():
+                scored[tid] = [logp for logp, _, _ in rows]
+                for traj, (_, ids, values) in zip(by_teacher[tid], rows):
+                    self.topk_teacher[traj.traj_id] = TeacherTopK(ids=ids, logp=values)
+            masses = [float(np.exp(top.logp).sum(-1).mean()) for top in self.topk_teacher.values() if len(top.logp)]
+            metrics["mopd/topk_mass"] = float(np.mean(masses)) if masses else 0.0
+        else:
+            scored = self.teachers.logprobs(
+                {tid: [list(t.prompt_ids) + t.response_ids for t in trajs] for tid, trajs in by_teacher.items()}
+            )
         for tid, trajs in by_teacher.items():
             total = count = 0
             for traj, logp in zip(trajs, scored[tid]):
@@ -150,6 +169,9 @@ class MOPDRun(RLRun):
         metrics["mopd/reverse_kl"] = sum(kls) / len(kls) if kls else 0.0
         metrics["time/teachers_s"] = time.perf_counter() - started
         return {**metrics, **self.teachers.metrics()}
+
+    def teacher_of(self, traj) -> TeacherTopK | None:
+        return self.topk_teacher.get(traj.traj_id)
 
     def token_advantages(self, group: Group, trajs: list, advs: list[float]) -> list[list[float]]:
         return [
@@ -196,7 +218,11 @@ def run_mopd(
     stage's jobs as `EXPERTS/DOMAIN-EFFORT`)."""
     stage, limits = with_experts(stage, infra.config)
     pool = TeacherPool(
-        teacher_checkpoints(stage, init_dir, stages), stage.teacher_pool, infra.config.model.dtype, infra.config.rollout
+        teacher_checkpoints(stage, init_dir, stages),
+        stage.teacher_pool,
+        infra.config.model.dtype,
+        infra.config.rollout,
+        max_logprobs=max(20, stage.distill_topk),
     )
     try:
         return train_and_save(MOPDRun(stage, infra, pool, limits), init_dir, resume_dir)

@@ -45,6 +45,7 @@ from posttrain.types import (
     RewardResult,
     Sample,
     SamplingSettings,
+    TeacherTopK,
     TrainSequence,
     TrainStepResult,
     TrainSums,
@@ -54,7 +55,7 @@ from posttrain.types import (
 def stage_loss_spec(stage: RolloutStage) -> LossSpec:
     """The trainer's loss for a rollout stage: its algo, its off-policy correction and the
     temperature its samples were drawn at, every setting as the config holds it."""
-    return loss_spec("pg", stage.algo, stage.partial.correction, stage.temperature)
+    return loss_spec("pg", stage.algo, stage.partial.correction, stage.temperature, stage.distill_weight())
 
 
 def current_budget(stage: RolloutStage, step: int) -> int | None:
@@ -206,6 +207,7 @@ class RLRun:
                         loss_mask=tuple(map(float, t.action_mask)),
                         logp_engine=tuple(t.logp_behaviour),
                         stale=tuple(float(v < version) for v in t.token_versions),
+                        teacher=self.teacher_of(t),
                     )
                 )
         staleness = [version - t.oldest_version(version) for row in rows for t, _ in row]
@@ -220,6 +222,11 @@ class RLRun:
         """Per-token advantages of a group's trained trajectories: GRPO's one value per
         response, on every token. MOPD overrides this with the teacher's dense signal."""
         return [[a] * len(t.response_ids) for t, a in zip(trajs, advs)]
+
+    def teacher_of(self, traj) -> TeacherTopK | None:
+        """A teacher's top-k next tokens at each of the trajectory's response positions, for
+        the loss's distillation term (MOPD with distill_topk); None: no such term."""
+        return None
 
     def prepare(self, groups: list[Group]) -> dict:
         """Work between rollout and scoring (MOPD: the teachers' logprobs); its metrics."""
@@ -377,6 +384,7 @@ def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, trai
         "loss/policy": sums.loss,
         "loss/clip_frac": sums.clip_tokens / max(tokens, 1.0),
         "loss/kl": sums.kl / max(tokens, 1.0),
+        "loss/distill_kl": sums.distill_kl / max(tokens, 1.0),
         "grad/norm": trained.grad_norm,
         "train/skipped_nonfinite": float(trained.skipped),
         "train/skipped_empty": float(trained.empty),

@@ -101,12 +101,14 @@ def collate(seqs: list[TrainSequence], device) -> dict:
         starts.append(start)
     per_token = per_token.to(device)
     ids, attn = ids.to(device), attn.to(device)
+    where = [(row, start) for row, start in enumerate(starts)]
     return {
+        **teacher_targets(seqs, where, per_token.shape[1:], device),
         "input_ids": ids,
         "attention_mask": attn,
         "targets": ids[:, lo + 1 : hi + 1],
         "window": (lo, hi),
-        "where": [(row, start) for row, start in enumerate(starts)],
+        "where": where,
         "advantages": per_token[0],
         "loss_mask": per_token[1],
         "logp_engine": per_token[2],
@@ -189,6 +191,7 @@ def collate_shared(seqs: list[TrainSequence], device, cap: int, bias_dtype=None)
     del allowed
     per_token = per_token.to(device)
     return {
+        **teacher_targets(seqs, where, per_token.shape[1:], device),
         "input_ids": ids.to(device),
         "attention_mask": mask.to(device),
         "position_ids": positions.to(device),
@@ -216,3 +219,31 @@ def _fill_per_token(per_token, row: int, col: int, s: TrainSequence) -> None:
         per_token[4, row, col:end] = 1.0
     if s.stale:
         per_token[3, row, col:end] = torch.tensor(s.stale, dtype=torch.float32)
+
+
+NO_MASS = -1e4  # a teacher logprob whose probability is 0 (padding), finite so 0 * logprob stays 0
+
+
+def teacher_targets(seqs: list[TrainSequence], where: list[tuple[int, int]], shape, device) -> dict:
+    """`teacher_ids`, `teacher_logp` [rows, window, k]: each sequence's teacher top-k at its
+    response positions (`where`: its row and first column), zero mass everywhere else; no
+    keys when no sequence carries a teacher."""
+    import torch
+
+    ks = {s.teacher.k for s in seqs if s.teacher is not None}
+    if not ks:
+        return {}
+    if len(ks) > 1:
+        raise ValueError(f"sequences of one micro-batch carry teachers' top-k of different sizes: {sorted(ks)}")
+    k = ks.pop()
+    ids = torch.zeros(*shape, k, dtype=torch.long)
+    logp = torch.full((*shape, k), NO_MASS, dtype=torch.float32)
+    for s, (row, col) in zip(seqs, where):
+        if s.teacher is None:
+            continue
+        if len(s.teacher.ids) != s.response_len:
+            raise ValueError(f"teacher top-k covers {len(s.teacher.ids)} positions, the response {s.response_len}")
+        end = col + s.response_len
+        ids[row, col:end] = torch.as_tensor(s.teacher.ids, dtype=torch.long)
+        logp[row, col:end] = torch.as_tensor(s.teacher.logp, dtype=torch.float32).clamp(min=NO_MASS)
+    return {"teacher_ids": ids.to(device), "teacher_logp": logp.to(device)}

@@ -21,11 +21,13 @@ def loss_spec(
     algo: GRPOConfig | None = None,
     correction: Correction | None = None,
     temperature: float = 1.0,
+    distill_coef: float = 0.0,
 ) -> LossSpec:
     """`kind`'s loss with `algo`'s clip range, KL weight, minibatches and epochs (GRPOConfig's
     defaults when None), the off-policy `correction` of stale tokens (none when None: every
     token weighs 1) and the sampling temperature the logprobs are taken at (1: the logits
-    as they are)."""
+    as they are). `distill_coef`: weight of the KL to a teacher's top-k next tokens, on
+    the sequences that carry them (MOPD's distill_topk)."""
     algo = algo if algo is not None else GRPOConfig()
     settings = {"tis_cap": None, "mask_lo": None, "mask_hi": None, "correct_fresh": False}
     if correction is not None:
@@ -39,5 +41,6 @@ def loss_spec(
         correction=correction.type if correction is not None else "none",
         minibatches=algo.minibatches,
         epochs=algo.epochs,
+        distill_coef=distill_coef,
         **settings,
     )

@@ -330,9 +330,10 @@ class TrainerWorker(WeightSender):
         which then adds the micro-batch's token sums. Returns the loss and `old`."""
         import torch
 
-        from posttrain.algo.losses import k3_kl, nll_loss, policy_gradient_loss
+        from posttrain.algo.losses import k3_kl, nll_loss, policy_gradient_loss, token_logprobs_entropy, topk_forward_kl
 
-        logp, entropy = self._forward_logp(self.engine, batch, spec.temperature)
+        logits = self._window_logits(self.engine, batch)
+        logp, entropy = token_logprobs_entropy(logits, batch["targets"], spec.temperature)
         mask = batch["loss_mask"]
         if old is None:
             old = {"logp": logp.detach(), "weights": self._token_weights(batch, logp.detach(), spec)}
@@ -352,6 +353,10 @@ class TrainerWorker(WeightSender):
             kl = k3_kl(logp, old["ref"])
             per_token = per_token + spec.kl_beta * kl
             sums["kl"] += float((kl.detach() * mask).sum()) / spec.epochs
+        if "teacher_ids" in batch and spec.distill_coef > 0:
+            distill = topk_forward_kl(logits, batch["teacher_ids"], batch["teacher_logp"], spec.temperature)
+            per_token = per_token + spec.distill_coef * distill
+            sums["distill_kl"] += float((distill.detach() * mask).sum()) / spec.epochs
         return (per_token * mask).sum(), old
 
     @staticmethod
@@ -420,11 +425,15 @@ class TrainerWorker(WeightSender):
 
     def _forward_logp(self, model, batch: dict, temperature: float):
         """Logprobs of the batch's target tokens (differentiable) and the policy's entropy
-        at those positions. Logits are computed for the response window only (HF's
-        `logits_to_keep`), and never upcast whole (token_logprobs_entropy)."""
-        import torch
-
+        at those positions, never upcasting the logits whole (token_logprobs_entropy)."""
         from posttrain.algo.losses import token_logprobs_entropy
+
+        return token_logprobs_entropy(self._window_logits(model, batch), batch["targets"], temperature)
+
+    def _window_logits(self, model, batch: dict):
+        """The logits of the response window only (HF's `logits_to_keep`), as the model
+        computes them."""
+        import torch
 
         lo, hi = batch["window"]
         keep = {"logits_to_keep": torch.arange(lo, hi, device=self.device)} if self.keeps_logits else {}
@@ -433,9 +442,7 @@ class TrainerWorker(WeightSender):
         logits = model(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False, **keep
         ).logits
-        if not self.keeps_logits:
-            logits = logits[:, lo:hi]
-        return token_logprobs_entropy(logits, batch["targets"], temperature)
+        return logits if self.keeps_logits else logits[:, lo:hi]
 
     def logprobs(self, seqs: list[TrainSequence], temperature: float = 1.0) -> list[list[float]]:
         """Logprobs of the response tokens under the current weights, no gradient."""
