@@ -60,3 +60,17 @@ def test_token_logprobs_and_nll_by_hand():
     t2 = token_logprobs(logits, torch.tensor([[0]]), temperature=2.0).item()
     assert t2 == pytest.approx(math.log(1 / (1 + math.sqrt(3))))
     assert nll_loss(torch.tensor([math.log(0.75)])).item() == pytest.approx(-math.log(0.75))
+
+
+def test_lr_schedule_by_hand():
+    """Warm-up (step + 1) / (warmup + 1), then constant, or a cosine from 1 to min_ratio at
+    `total` and min_ratio after it."""
+    from posttrain.algo.schedule import lr_factor
+
+    assert [lr_factor(s, warmup=3) for s in (0, 1, 2, 3, 100)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    cosine = [lr_factor(s, warmup=2, total=6, decay="cosine", min_ratio=0.1) for s in range(8)]
+    # after the warm-up, progress (s - 2) / 4: 0, 1/4, 1/2, 3/4, 1, then held at the end
+    expected = [1 / 3, 2 / 3, 1.0, 0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2, 0.55]
+    expected += [0.1 + 0.9 * (1 + math.cos(3 * math.pi / 4)) / 2, 0.1, 0.1]
+    assert cosine == pytest.approx(expected)
+    assert lr_factor(5, warmup=0, total=0, decay="cosine", min_ratio=0.1) == 1.0  # no horizon: constant

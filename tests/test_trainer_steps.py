@@ -187,3 +187,21 @@ def test_the_topk_term_teaches_a_token_the_student_never_samples(ray_session, ti
     assert kl[-1] < 0.25 * kl[0], kl
     before, after, kl = moved[0.0]
     assert after == pytest.approx(before, abs=1e-6) and kl == [0.0] * 20
+
+
+def test_a_cosine_schedule_reaches_the_optimizer(ray_session, tiny_dir):
+    """`lr_decay: cosine` down to 0 at step 1: the second step leaves the weights where the
+    first put them; a constant lr moves them again."""
+    probe = [TrainSequence((1, 40, 41, 77), 3, (0.0,), (1.0,))]
+    moved = {}
+    for decay in ("constant", "cosine"):
+        g = TrainerGroup(TrainerConfig(workers=1, zero_stage=2, micro_batch_tokens=64), seed=0)
+        try:
+            g.load(str(tiny_dir), "float32", lr=1e-2, warmup_steps=0, decay=decay, total_steps=1, min_lr_ratio=0.0)
+            g.train_step([S] * 2, loss_spec("nll"))
+            after_one = g.logprobs(probe)[0][0]
+            g.train_step([S] * 2, loss_spec("nll"))
+            moved[decay] = abs(g.logprobs(probe)[0][0] - after_one)
+        finally:
+            g.shutdown()
+    assert moved["cosine"] < 1e-6 < 1e-3 < moved["constant"], moved

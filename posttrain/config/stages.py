@@ -170,6 +170,11 @@ class StageBase(StageSchema):
     )
     lr: float = Field(gt=0, le=1, description="Peak learning rate.")
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
+    lr_decay: Literal["constant", "cosine"] = Field(
+        "constant",
+        description="After the warm-up: the peak lr throughout, or a cosine to lr x min_lr_ratio at the last step.",
+    )
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="With lr_decay cosine: the last step's lr over the peak.")
     steps: int = Field(ge=1, le=10_000_000, description="Optimizer steps.")
     save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0: only at the end.")
     keep_last: int | None = Field(

@@ -466,14 +466,18 @@ def run_rl(stage: RLStage, init_dir: Path, infra: Infra, resume_dir: Path | None
 def train_and_save(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -> Path:
     """Load the trainer (from `init_dir`, or a checkpoint of this stage), run, save `final`."""
     stage, infra = run.stage, run.infra
+    per_step = stage.algo.minibatches * stage.algo.epochs  # optimizer steps per RL step
     infra.trainers.load(
         str(resume_dir or init_dir),
         infra.config.model.dtype,
         stage.lr,
-        stage.warmup_steps * stage.algo.minibatches * stage.algo.epochs,  # warm-up counts RL steps
+        stage.warmup_steps * per_step,  # warm-up counts RL steps
         stage.algo.kl_beta,
         resume=resume_dir is not None,
         ref_dir=str(init_dir),  # the KL reference stays the stage's start after a resume
+        decay=stage.lr_decay,
+        total_steps=stage.steps * per_step,
+        min_lr_ratio=stage.min_lr_ratio,
     )
     run.verifier.start()  # a judge engine loads while the first rollouts run
     if resume_dir is not None:

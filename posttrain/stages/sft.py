@@ -130,6 +130,9 @@ def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | No
         stage.lr,
         stage.warmup_steps,
         resume=resume_dir is not None,
+        decay=stage.lr_decay,
+        total_steps=stage.steps,
+        min_lr_ratio=stage.min_lr_ratio,
     )
     first = 1
     if resume_dir is not None:

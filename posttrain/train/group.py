@@ -223,12 +223,15 @@ class TrainerGroup:
         kl_beta: float = 0.0,
         resume: bool = False,
         ref_dir: str | None = None,
+        decay: str = "constant",
+        total_steps: int = 0,
+        min_lr_ratio: float = 1.0,
     ) -> LoadedModel:
-        """Build the model and optimizer on every rank. A load after the first starts fresh
-        rank processes (`restart_on_load`; auto: for models over 256 MB): a DeepSpeed engine
-        dropped in place does not give its memory back (measured: SmolLM2 ranks grew from
-        3.3 to 9 GB over 5 loads and were OOM-killed); a small model's leftovers cost less
-        than the seconds of a restart."""
+        """Build the model and optimizer on every rank (the lr schedule: algo/schedule.py). A
+        load after the first starts fresh rank processes (`restart_on_load`; auto: for models
+        over 256 MB): a DeepSpeed engine dropped in place does not give its memory back
+        (measured: SmolLM2 ranks grew from 3.3 to 9 GB over 5 loads and were OOM-killed); a
+        small model's leftovers cost less than the seconds of a restart."""
         mode = self.config.restart_on_load
         if self.loaded and (mode == "always" or (mode == "auto" and weights_bytes(model_dir) > RESTART_BYTES)):
             self.restart()
@@ -242,7 +245,9 @@ class TrainerGroup:
                 if "EADDRINUSE" not in str(exc) or attempt == PORT_TRIES - 1:
                     raise
                 self.restart()
-        refs = [w.load.remote(model_dir, dtype, lr, warmup_steps, kl_beta, resume, ref_dir) for w in self.workers]
+        schedule = (decay, total_steps, min_lr_ratio)
+        args = (model_dir, dtype, lr, warmup_steps, kl_beta, resume, ref_dir, *schedule)
+        refs = [w.load.remote(*args) for w in self.workers]
         facts = get_all(refs)
         self.sync_manifest = self.sync_members = None  # another model: a new layout, a new group
         self.loaded = True

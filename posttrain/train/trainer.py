@@ -21,6 +21,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from posttrain.algo.schedule import Decay, lr_factor
 from posttrain.config import TrainerConfig
 from posttrain.rollout.cores import pin_to_cores
 from posttrain.train import checkpoint, export
@@ -114,11 +115,14 @@ class TrainerWorker(WeightSender):
         kl_beta: float = 0.0,
         resume: bool = False,
         ref_dir: str | None = None,
+        decay: Decay = "constant",
+        total_steps: int = 0,
+        min_lr_ratio: float = 1.0,
     ) -> LoadedModel:
         """(Re)build the DeepSpeed engine from a model folder; with `resume`, the folder is a
         checkpoint of ours and its optimizer and schedule state are restored too. With
         `kl_beta`, the reference model is `ref_dir` (the stage's starting weights: after a
-        resume, not the checkpoint), else `model_dir`."""
+        resume, not the checkpoint), else `model_dir`. The lr schedule: algo/schedule.py."""
         import deepspeed
         import torch
         from transformers import AutoModelForCausalLM
@@ -136,7 +140,7 @@ class TrainerWorker(WeightSender):
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
         optimizer = build_optimizer(model, self.config, lr)
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min(1.0, (step + 1) / (warmup_steps + 1)) if warmup_steps else 1.0
+            optimizer, lambda step: lr_factor(step, warmup_steps, total_steps, decay, min_lr_ratio)
         )
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=schedule, config=self._ds_config(dtype)
