@@ -17,6 +17,7 @@ from dataclasses import replace
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from posttrain.algo.schedule import Decay
 from posttrain.config import RolloutConfig, TrainerConfig
 from posttrain.config.resources import weight_sync_mode
 from posttrain.errors import TrainingDiverged
@@ -223,7 +224,7 @@ class TrainerGroup:
         kl_beta: float = 0.0,
         resume: bool = False,
         ref_dir: str | None = None,
-        decay: str = "constant",
+        decay: Decay = "constant",
         total_steps: int = 0,
         min_lr_ratio: float = 1.0,
     ) -> LoadedModel:

@@ -435,8 +435,7 @@ class TrainerWorker(WeightSender):
         return token_logprobs_entropy(self._window_logits(model, batch), batch["targets"], temperature)
 
     def _window_logits(self, model, batch: dict):
-        """The logits of the response window only (HF's `logits_to_keep`), as the model
-        computes them."""
+        """The logits of the response window only (HF's `logits_to_keep`), model dtype."""
         import torch
 
         lo, hi = batch["window"]
