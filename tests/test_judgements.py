@@ -26,7 +26,9 @@ def reply(task: Task, text: str) -> Sample:
 
 @pytest.mark.parametrize("part", ["train", "heldout"])
 def test_every_kind_has_cases_of_both_verdicts_and_the_known_reply_scores_1(part):
-    tasks = load_tasks(JudgementTasks(type="judgements", size=60, part=part, calls=["rubric", "verdict", "likert"]))
+    tasks = load_tasks(
+        JudgementTasks(type="judgements", size=60, part=part, calls=["rubric", "verdict", "likert", "pairwise"])
+    )
     verifier = JudgementVerifier()
     assert {t.entry["kind"] for t in tasks} == set(JUDGEMENT_KINDS)
     likert = [t for t in tasks if t.entry["call"] == "likert"]
@@ -84,11 +86,16 @@ def test_every_training_reply_is_what_the_engine_lets_the_judge_write():
     whitespace): a training reply in any other layout teaches the verdict after a prefix the
     judge never sees when it judges (the first trained judge learned `{"verdict": "` and was
     read after `{"verdict":"`)."""
-    from posttrain.data.judge_prompts import likert_schema
+    from posttrain.data.judge_prompts import likert_schema, pairwise_schema
     from posttrain.rewards.grm import rubric_schema, verdict_schema
 
-    schemas = {"rubric": rubric_schema(3, 10), "verdict": verdict_schema(80), "likert": likert_schema()}
-    tasks = load_tasks(JudgementTasks(type="judgements", size=60, calls=["rubric", "verdict", "likert"]))
+    schemas = {
+        "rubric": rubric_schema(3, 10),
+        "verdict": verdict_schema(80),
+        "likert": likert_schema(),
+        "pairwise": pairwise_schema(80),
+    }
+    tasks = load_tasks(JudgementTasks(type="judgements", size=60, calls=["rubric", "verdict", "likert", "pairwise"]))
     for task in tasks:
         schema = schemas[task.entry["call"]]
         value = json.loads(task.answer)
@@ -238,3 +245,65 @@ def test_the_decision_token_of_a_reply_weighs_decision_weight_and_nothing_else_c
         decision = tok.decode([b.token_ids[b.prompt_len + k]])
         expected = task.entry["label"] if task.entry["call"] == "verdict" else str(task.entry["score"])
         assert expected.startswith(decision) and decision, (decision, task.answer)
+
+
+def test_a_pairwise_call_holds_both_answers_in_the_order_asked():
+    from posttrain.data.judge_prompts import PAIRWISE_PREFIX, pairwise_messages, reply_json
+
+    case = cases(1, 0, "train")[0]
+    forward, backward = (
+        pairwise_messages(case.task, case.good, case.bad),
+        pairwise_messages(case.task, case.bad, case.good),
+    )
+    assert forward[0] == backward[0] and forward[0]["role"] == "system"
+    prompt = forward[1]["content"]
+    assert prompt.index(case.task) < prompt.index("Answer A:\n" + case.good) < prompt.index("Answer B:\n" + case.bad)
+    assert backward[1]["content"].index("Answer A:\n" + case.bad) < backward[1]["content"].index(
+        "Answer B:\n" + case.good
+    )
+    assert reply_json({"better": "B", "reason": "x"}).startswith(PAIRWISE_PREFIX + "B")
+
+
+def test_a_pairwise_call_is_asked_in_both_orders_and_scores_the_named_answer():
+    tasks = load_tasks(JudgementTasks(type="judgements", size=30, calls=["pairwise"]))
+    by_case = {}
+    for task in tasks:
+        by_case.setdefault(task.entry["case_task"], {})[task.entry["order"]] = task
+    assert len(tasks) == 60 and all(set(orders) == {0, 1} for orders in by_case.values())
+    assert Counter(t.entry["label"] for t in tasks) == {"A": 30, "B": 30}  # a position bias earns half
+    verifier = JudgementVerifier()
+    for orders in by_case.values():
+        first, second = orders[0], orders[1]
+        a_first = first.messages[-1].content.split("Answer B:")[0]
+        b_second = second.messages[-1].content.split("Answer B:")[1]
+        assert a_first.split("Answer A:\n")[1].strip() == b_second.strip()  # the same response, moved
+        for task in (first, second):
+            other = "B" if task.entry["label"] == "A" else "A"
+            assert verifier.score_one(reply(task, task.answer)).score == 1.0
+            wrong = verifier.score_one(reply(task, json.dumps({"better": other, "reason": "x"})))
+            assert wrong.ok and wrong.score == 0.0 and other in wrong.reason
+            for bad in ("A", '{"better": "both"}', '{"choice": "A"}', '["A"]'):
+                assert verifier.score_one(reply(task, bad)).score == 0.0, bad
+
+
+@pytest.mark.parametrize(
+    ("calls", "rl_calls"),
+    [
+        (["rubric", "verdict"], ["verdict"]),
+        (["rubric", "pairwise"], ["pairwise"]),
+        (["verdict", "pairwise"], ["verdict", "pairwise"]),
+        (["rubric"], ["verdict"]),
+    ],
+)
+def test_the_judge_stages_rl_phase_trains_the_decision_calls_it_was_given(calls, rl_calls):
+    stage = {
+        "name": "judge",
+        "type": "judge",
+        "steps": 1,
+        "lr": 1e-4,
+        "data": {"type": "judgements", "size": 10, "calls": calls},
+        "rl": {"steps": 2},
+    }
+    config = PipelineConfig.model_validate({"name": "p", "model": {"name": "tiny"}, "stages": [stage]})
+    rl = config.stages[0].rl_stage()
+    assert rl.tasks.calls == rl_calls and rl.tasks.seed == config.stages[0].data.seed + 1

@@ -360,10 +360,12 @@ class JudgeStage(StageBase):
         return [p for p in (self.sft_stage(), self.rl_stage()) if p is not None]
 
     def rl_stage(self) -> RLStage | None:
-        """The RL phase (verdict calls of other cases than SFT's), or None without one."""
+        """The RL phase (the decision calls, verdict and pairwise as `data.calls` asks, of other
+        cases than SFT's), or None without one."""
         if not self.rl.steps:
             return None
-        tasks = self.data.model_copy(update={"calls": ["verdict"], "seed": self.data.seed + 1})
+        calls = [c for c in self.data.calls if c in ("verdict", "pairwise")] or ["verdict"]
+        tasks = self.data.model_copy(update={"calls": calls, "seed": self.data.seed + 1})
         settings = self.rl.model_dump()
         rl = RLStage.model_validate(
             {**settings, "type": "rl", "name": "rl", "tasks": tasks, "save_every": self.save_every,

@@ -431,11 +431,12 @@ class JudgementTasks(Base):
     kinds: list[JudgementKind] = Field(
         default_factory=lambda: list(JUDGEMENT_KINDS), min_length=1, description="Defect kinds, in turn."
     )
-    calls: list[Literal["rubric", "verdict", "likert"]] = Field(
+    calls: list[Literal["rubric", "verdict", "likert", "pairwise"]] = Field(
         default_factory=lambda: ["rubric", "verdict"],
         min_length=1,
-        description="Which of the judge's calls: the GRM's two, and `likert` (the single 1-10 prompt that "
-        "bench/grm_agreement.py sets against them).",
+        description="Which of the judge's calls: the GRM's two, `likert` (the single 1-10 prompt that "
+        "bench/grm_agreement.py sets against them), and `pairwise` (both responses in one prompt, in both orders: "
+        "which is better, A or B).",
     )
     min_criteria: int = Field(3, ge=3, le=10, description="The rubric call's bounds, as the GRM states them.")
     max_criteria: int = Field(10, ge=3, le=10, description="The rubric call's bounds, as the GRM states them.")

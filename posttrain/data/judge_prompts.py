@@ -23,8 +23,9 @@ def reply_json(value: dict) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-# How a verdict reply and a 1-10 reply open, up to their decision (the verdict's word, the score)
-DECISION_PREFIXES = (reply_json({"verdict": ""})[:-2], reply_json({"score": 0})[:-2])
+# How a verdict, a 1-10 and a pairwise reply open, up to their decision (the verdict's word,
+# the score, the letter of the better answer)
+DECISION_PREFIXES = (reply_json({"verdict": ""})[:-2], reply_json({"score": 0})[:-2], reply_json({"better": ""})[:-2])
 
 
 # Worked examples as earlier chat turns: a small judge copies the shape of an answer far
@@ -113,6 +114,22 @@ def verdict_messages(task: str, candidate: str, criterion, examples: bool = True
     )
 
 
+PAIRWISE_SYSTEM = (
+    "You are a careful, strict grader of written answers. Two writers answered the same task. Say which "
+    'answer does the task better. Reply in JSON: {"better": "A" or "B", "reason": "<one short line>"}.'
+)
+PAIRWISE_PREFIX = DECISION_PREFIXES[2]
+
+
+def pairwise_messages(task: str, first: str, second: str) -> tuple[dict, ...]:
+    """Both answers in one prompt, as A and B: the defect is a difference the judge sees,
+    not a property it must know. Asked in both orders, its position bias shows."""
+    return (
+        {"role": "system", "content": PAIRWISE_SYSTEM},
+        {"role": "user", "content": f"Task given to two writers:\n{task}\n\nAnswer A:\n{first}\n\nAnswer B:\n{second}"},
+    )
+
+
 LIKERT_SYSTEM = (
     "You are a careful, strict grader of written answers. Rate how well the answer does the task, "
     'from 1 (useless) to 10 (perfect). Reply in JSON: {"score": <1-10>, "reason": "<one short line>"}.'
@@ -125,6 +142,18 @@ def likert_messages(task: str, candidate: str) -> tuple[dict, ...]:
         {"role": "system", "content": LIKERT_SYSTEM},
         {"role": "user", "content": f"Task:\n{task}\n\nAnswer:\n{candidate}"},
     )
+
+
+def pairwise_schema(reason_chars: int = 80) -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            "better": {"type": "string", "enum": ["A", "B"]},
+            "reason": {"type": "string", "minLength": 1, "maxLength": reason_chars},
+        },
+        "required": ["better", "reason"],
+        "additionalProperties": False,
+    }
 
 
 def likert_schema() -> dict:

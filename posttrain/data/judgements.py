@@ -25,7 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from posttrain.config.tasks import JUDGEMENT_KINDS as KINDS
-from posttrain.data.judge_prompts import likert_messages, reply_json, rubric_messages, verdict_messages
+from posttrain.data.judge_prompts import (
+    likert_messages,
+    pairwise_messages,
+    reply_json,
+    rubric_messages,
+    verdict_messages,
+)
 from posttrain.data.judgement_tables import (
     CAPITALS,
     FRENCH,
@@ -405,8 +411,9 @@ def verdict_reply(verdict: bool, reason: str) -> str:
 
 def judgement_tasks(source) -> list[Task]:
     """The judge's calls of `source` (`config.JudgementTasks`): per case, the rubric call, a
-    verdict call per (response, criterion) and the single 1-10 prompt per response (as asked
-    by `calls`); verifier `judgement`, the known reply as answer."""
+    verdict call per (response, criterion), the single 1-10 prompt per response and the
+    pairwise call in both orders (as asked by `calls`); verifier `judgement`, the known reply
+    as answer."""
     tasks = []
     for i, case in enumerate(cases(source.size, source.seed, source.part, tuple(source.kinds))):
         base = f"judgement/{source.part}/{source.seed}/{i}"
@@ -427,8 +434,23 @@ def judgement_tasks(source) -> list[Task]:
                 answer = reply_json({"score": score, "reason": why})
                 entry = {"call": "likert", "score": score, "side": side}
                 tasks.append(_task(f"{base}/{side}/likert", case, likert_messages(case.task, response), answer, entry))
+        if "pairwise" in source.calls:
+            tasks += _pairwise_tasks(base, case)
     random.Random(source.seed).shuffle(tasks)
     return tasks
+
+
+def _pairwise_tasks(base: str, case: Case) -> list[Task]:
+    """The case's two responses in one prompt, in both orders (so a position bias earns
+    nothing): the known reply names the clean one and gives the defect of the other."""
+    why = next((c.why_bad for c in case.checks if c.on_good != c.on_bad), case.checks[0].why_bad)
+    out = []
+    for order, (first, second, better) in enumerate(((case.good, case.bad, "A"), (case.bad, case.good, "B"))):
+        worse = "B" if better == "A" else "A"
+        answer = reply_json({"better": better, "reason": f"{worse}: {why}"})
+        entry = {"call": "pairwise", "label": better, "order": order}
+        out.append(_task(f"{base}/pairwise/{order}", case, pairwise_messages(case.task, first, second), answer, entry))
+    return out
 
 
 def _task(task_id: str, case: Case, messages: tuple[dict, ...], answer: str, entry: dict) -> Task:

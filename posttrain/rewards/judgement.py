@@ -2,7 +2,8 @@
 GRM reads its judge's replies (`grm_parse`), and scores 1 when it is the known answer, else 0
 with why. A verdict call's answer is its known verdict; a rubric call's is a rubric that
 reads and holds the case's criteria kinds (one essential at least, the pitfalls marked); a
-1-10 call's is its known score, within one point.
+1-10 call's is its known score, within one point; a pairwise call's is the known better
+answer, A or B.
 
 A reply that cannot be read scores 0 (the policy's doing, never a void); a task without a
 known answer is unscored."""
@@ -36,6 +37,8 @@ class JudgementVerifier:
             if said != entry["label"]:
                 return RewardResult(0.0, f"said {said}, the answer is {entry['label']}", self.name, {"said": said})
             return RewardResult(1.0, f"said {said}, as known", self.name, {"said": said})
+        if entry.get("call") == "pairwise" and entry.get("label") in ("A", "B"):
+            return self._pairwise(text, entry["label"])
         if entry.get("call") == "likert" and isinstance(entry.get("score"), int):
             return self._likert(text, entry["score"])
         if entry.get("call") == "rubric" and sample.task.answer:
@@ -54,6 +57,18 @@ class JudgementVerifier:
         if pitfalls and "pitfall" not in kinds:
             return RewardResult(0.0, "scored 0: the case's mistake is not a pitfall of the rubric", self.name)
         return RewardResult(1.0, f"{len(criteria)} criteria that read", self.name)
+
+    def _pairwise(self, text: str, known: str) -> RewardResult:
+        """A pairwise reply scores 1 when it names the known better answer."""
+        try:
+            said = extract_json(text)["better"]
+        except (ParseError, KeyError, TypeError) as exc:
+            return RewardResult(0.0, f"scored 0: the choice does not read: {exc}"[:300], self.name)
+        if said not in ("A", "B"):
+            return RewardResult(0.0, f"scored 0: the choice is {str(said)[:20]!r}, not A or B", self.name)
+        if said != known:
+            return RewardResult(0.0, f"chose {said}, the better answer is {known}", self.name, {"said": said})
+        return RewardResult(1.0, f"chose {said}, as known", self.name, {"said": said})
 
     def _likert(self, text: str, known: int) -> RewardResult:
         """A 1-10 reply scores 1 within one point of the known score."""

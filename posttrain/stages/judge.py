@@ -46,9 +46,10 @@ def run_judge(stage: JudgeStage, init_dir: Path, infra, entry: dict, save_state:
 
 def decision_weigher(tokenizer, weight: float):
     """A `sft_sequences` weigher: each trained token that opens a reply's decision (the
-    verdict's word, or the score) weighs `weight`, every other trained token as before. The
-    decision is one token of about fifteen in a verdict reply, and the rest (the format, and a
-    reason that follows from the verdict) is learned long before it."""
+    verdict's word, the score, or the better answer's letter) weighs `weight`, every other
+    trained token as before. The decision is one token of about fifteen in a verdict reply,
+    and the rest (the format, and a reason that follows from the verdict) is learned long
+    before it."""
 
     from posttrain.data.judge_prompts import DECISION_PREFIXES
 
