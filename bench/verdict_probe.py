@@ -117,12 +117,26 @@ def pairwise_main(args, model, tok) -> None:
     held = pairwise_calls(tok, cases(args.heldout, 1, "heldout"))
     print(f"{len(train_cases)} training cases (two orders each), {len(held)} held-out judgements", flush=True)
     print("step 0", evaluate_pairwise(model, tok, held, a, b), flush=True)
+    train_two_way(
+        model,
+        tok,
+        args,
+        lambda rng: pairwise_calls(tok, rng.sample(train_cases, args.batch // 2)),  # both orders of each
+        (a, b),
+        lambda: evaluate_pairwise(model, tok, held, a, b),
+    )
+
+
+def train_two_way(model, tok, args, draw, tokens: tuple[int, int], evaluate_now) -> None:
+    """AdamW (10 warm-up steps, grad clip 1) on the two-way cross-entropy between the logits
+    of `tokens` (label 1: the first) on the batches `draw(rng)` gives; `evaluate_now()` printed
+    every `args.eval_every` steps."""
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
     rng, started, running = random.Random(0), time.time(), None
     for step in range(1, args.steps + 1):
-        batch = pairwise_calls(tok, rng.sample(train_cases, args.batch // 2))  # both orders of each
-        x = margins(model, tok, batch, a, b)
+        batch = draw(rng)
+        x = margins(model, tok, batch, *tokens)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(x, torch.tensor([float(c["y"]) for c in batch]))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -131,8 +145,7 @@ def pairwise_main(args, model, tok) -> None:
         schedule.step()
         running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
         if step % args.eval_every == 0:
-            result = evaluate_pairwise(model, tok, held, a, b)
-            print(f"step {step} {time.time() - started:.0f}s loss {running:.3f}", result, flush=True)
+            print(f"step {step} {time.time() - started:.0f}s loss {running:.3f}", evaluate_now(), flush=True)
 
 
 def margins(model, tok, items, yes: int, no: int) -> torch.Tensor:
@@ -194,22 +207,14 @@ def main() -> None:
     by_label = [[c for c in train if c["y"] == y] for y in (0, 1)]
     print(f"{len(train)} training calls ({sum(c['y'] for c in train) / len(train):.2f} yes), {len(held)} held out")
     print("step 0", evaluate(model, tok, held, held_cases, yes, no), flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
-    rng, started, running = random.Random(0), time.time(), None
-    for step in range(1, args.steps + 1):
-        batch = [rng.choice(by_label[i % 2]) for i in range(args.batch)]
-        x = margins(model, tok, batch, yes, no)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(x, torch.tensor([float(c["y"]) for c in batch]))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad()
-        schedule.step()
-        running = loss.item() if running is None else 0.9 * running + 0.1 * loss.item()
-        if step % args.eval_every == 0:
-            result = evaluate(model, tok, held, held_cases, yes, no)
-            print(f"step {step} {time.time() - started:.0f}s loss {running:.3f}", result, flush=True)
+    train_two_way(
+        model,
+        tok,
+        args,
+        lambda rng: [rng.choice(by_label[i % 2]) for i in range(args.batch)],
+        (yes, no),
+        lambda: evaluate(model, tok, held, held_cases, yes, no),
+    )
 
 
 if __name__ == "__main__":

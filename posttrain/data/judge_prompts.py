@@ -144,16 +144,21 @@ def likert_messages(task: str, candidate: str) -> tuple[dict, ...]:
     )
 
 
-def pairwise_schema(reason_chars: int = 80) -> dict:
+def choice_schema(key: str, choices: list[str], reason_chars: int) -> dict:
+    """A decision reply's schema: `key` one of `choices`, then a short reason."""
     return {
         "type": "object",
         "properties": {
-            "better": {"type": "string", "enum": ["A", "B"]},
+            key: {"type": "string", "enum": choices},
             "reason": {"type": "string", "minLength": 1, "maxLength": reason_chars},
         },
-        "required": ["better", "reason"],
+        "required": [key, "reason"],
         "additionalProperties": False,
     }
+
+
+def pairwise_schema(reason_chars: int = 80) -> dict:
+    return choice_schema("better", ["A", "B"], reason_chars)
 
 
 def likert_schema() -> dict:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from posttrain.config import GRMConfig
-from posttrain.data.judge_prompts import rubric_messages, verdict_messages
+from posttrain.data.judge_prompts import choice_schema, rubric_messages, verdict_messages
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply, make_backend
 from posttrain.rewards.grm_parse import KINDS, Criterion, ParseError, Verdict, parse_rubric, parse_verdict
 from posttrain.types import RewardResult, Sample, Task
@@ -59,15 +59,7 @@ def rubric_schema(min_criteria: int, max_criteria: int) -> dict:
 
 
 def verdict_schema(reason_chars: int) -> dict:
-    return {
-        "type": "object",
-        "properties": {
-            "verdict": {"type": "string", "enum": ["yes", "no"]},
-            "reason": {"type": "string", "minLength": 1, "maxLength": reason_chars},
-        },
-        "required": ["verdict", "reason"],
-        "additionalProperties": False,
-    }
+    return choice_schema("verdict", ["yes", "no"], reason_chars)
 
 
 def task_text(task: Task) -> str:
