@@ -2,6 +2,7 @@
 as `make test` runs: a worker that dies never hangs the run, a test that takes one worker
 down runs again on a fresh one, and one that takes every worker down fails once."""
 
+import collections
 import os
 import subprocess
 import sys
@@ -50,3 +51,35 @@ def test_a_crashed_worker_never_hangs_the_run_and_its_test_runs_once_more(tmp_pa
     # the segfault's Python stack is in the log, from the dead worker's faulthandler file
     assert "Python stacks at the crash" in out and "Segmentation fault" in out, out[-3000:]
     assert 'test_b.py", line 7 in test_crash_once' in out, out[-3000:]
+
+
+class _DeadWorker:
+    """A worker whose channel closed after its last report: every send raises, as execnet's does."""
+
+    shutting_down = False
+
+    class gateway:  # noqa: N801 (xdist's attribute)
+        id = "gw9"
+
+    def send_runtest_some(self, indices):
+        raise OSError("cannot send (already closed?)")
+
+    def shutdown(self):
+        raise OSError("cannot send (already closed?)")
+
+
+def test_a_worker_that_died_before_its_next_file_is_left_for_xdist_to_remove():
+    """Seen on a fast CPU: the controller handled a worker's last report after the worker
+    had exited, and the send of its next file raised out of xdist's loop (INTERNALERROR)."""
+    from xdist_scheduling import CrashSafeLoadFileScheduling
+
+    sched = object.__new__(CrashSafeLoadFileScheduling)  # the unit alone, without a pytest session
+    sched.crashes, sched.workqueue, sched.numnodes = {}, collections.OrderedDict(), 2
+    node = _DeadWorker()
+    sched.registered_collections = {node: ["c.py::c1", "c.py::c2", "d.py::d1"]}
+    sched.assigned_work = {node: {"c.py": {"c.py::c1": True, "c.py::c2": False}}}
+    sched.workqueue["d.py"] = {"d.py::d1": False}
+    sched._reschedule(node)  # raised OSError before
+    assert "d.py" in sched.assigned_work[node] and not sched.workqueue
+    assert sched.remove_node(node) == "c.py::c2"  # the test it died in, to be run once more
+    assert list(sched.workqueue) == ["c.py", "d.py"]  # nothing it was given is lost

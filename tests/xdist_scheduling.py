@@ -13,6 +13,8 @@ same way, issue 1327). Here:
 - a worker is given files until it holds two tests at least (a worker runs a test only once
   it holds the next), and one that takes the last file of the queue is told at once that no
   more will come, so it runs its last test instead of waiting for a next one;
+- a worker that dies between reporting a test and being sent its next file is left for
+  xdist to remove (its channel is closed; sending to it raised and broke the whole run);
 - the test a worker died in is run once more on a fresh worker (it shows as RERUN, with the
   crash, in the report); if the worker dies in it again, it fails and is not run again;
 - each worker's faulthandler writes to a file of its own (pytest's writes to a stderr that
@@ -58,6 +60,12 @@ class CrashSafeLoadFileScheduling(LoadFileScheduling):
     def _reschedule(self, node):
         if node.shutting_down or node not in self.registered_collections:  # a replacement still collecting
             return  # gets its work when it has collected (schedule())
+        try:
+            self._feed(node)
+        except OSError:  # it died after its last report and before xdist saw it go (its channel is closed):
+            pass  # remove_node, when xdist does, puts back on the queue what was assigned to it
+
+    def _feed(self, node):
         if self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
             self._assign_work_unit(node)
         # a worker runs a test only once it holds the next one (or the word that none will come)
