@@ -445,8 +445,9 @@ def _pairwise_tasks(base: str, case: Case) -> list[Task]:
     nothing): the known reply names the clean one and gives the defect of the other."""
     why = next((c.why_bad for c in case.checks if c.on_good != c.on_bad), case.checks[0].why_bad)
     out = []
-    for order, (first, second, better) in enumerate(((case.good, case.bad, "A"), (case.bad, case.good, "B"))):
-        worse = "B" if better == "A" else "A"
+    for order, (first, second, better, worse) in enumerate(
+        ((case.good, case.bad, "A", "B"), (case.bad, case.good, "B", "A"))
+    ):
         answer = reply_json({"better": better, "reason": f"{worse}: {why}"})
         entry = {"call": "pairwise", "label": better, "order": order}
         out.append(_task(f"{base}/pairwise/{order}", case, pairwise_messages(case.task, first, second), answer, entry))
