@@ -138,6 +138,31 @@ def accuracy(scores: list, pairs: list[dict]) -> dict[str, tuple[float, float]]:
     return out
 
 
+def pairwise_scores(backend, config, pairs: list[dict]) -> tuple[list, dict, float]:
+    """Each pair judged by the GRM's pairwise method (both orders, one group of two per pair):
+    its scores, and per pair the comparison row (P(better wins) in each order, agreement)."""
+    from posttrain.rewards.grm import GRM
+
+    grm = GRM(config.model_copy(update={"method": "pairwise"}), backend=backend)
+    samples = samples_for(pairs, lambda text: len(text.split()))
+    started = time.perf_counter()
+    results = asyncio.run(grm.score(samples))
+    seconds = time.perf_counter() - started
+    scores = [r.score if r.ok else None for r in results]
+    rows = {i: (results[2 * i].details.get("comparisons") or [{}])[0] for i in range(len(pairs))}
+    return scores, rows, seconds
+
+
+def one_order(rows: dict, field: str) -> list:
+    """Scores as if the judge had been asked once, the better response shown first (`as_first`)
+    or second (`as_second`): 1 - 0 for the better when it picks it, 0.5 - 0.5 on a tie."""
+    out = []
+    for i in range(len(rows)):
+        p = rows[i].get(field)
+        out += [None, None] if p is None else [p, 1.0 - p]
+    return out
+
+
 def judge_config(args) -> dict:
     if args.http_url:
         return {"type": "http", "base_url": args.http_url, "model": args.http_model, "api_key_env": args.api_key_env}
@@ -175,6 +200,7 @@ def main() -> None:
         samples = samples_for(pairs, lambda text: len(text.split()))  # no length cap here: lengths unused
         soft, hard, rubric_s = rubric_scores(grm, samples)
         picked, expected, likert_s = likert(grm.backend, pairs)
+        both, compared, pairwise_s = pairwise_scores(grm.backend, grm.config, pairs)
     finally:
         grm.close()
     rows = [
@@ -182,14 +208,28 @@ def main() -> None:
         ("rubric procedure, yes/no verdicts", hard, rubric_s),
         ("single prompt 1-10, expected score", expected, likert_s),
         ("single prompt 1-10, the integer written", picked, likert_s),
+        ("pairwise, both orders (the GRM's `method: pairwise`)", both, pairwise_s),
+        ("pairwise, one call: the better shown first", one_order(compared, "as_first"), pairwise_s / 2),
+        ("pairwise, one call: the better shown second", one_order(compared, "as_second"), pairwise_s / 2),
     ]
     kinds = sorted({p["kind"] for p in pairs})
     bare = ", no worked examples" if args.bare else ""
+    judged = [r for r in compared.values() if r.get("orders_agree") is not None]
+    agree = sum(r["orders_agree"] for r in judged) / max(len(judged), 1)
     print(f"judge {grm.backend.model_id}{bare}, {len(pairs)} pairs; ties and unscored count 0.5; all: ± SE")
-    print("each response is scored alone, so a pair's two orders agree by construction (order agreement 1.00)\n")
+    print(
+        "rubric and 1-10: each response is scored alone, so a pair's two orders agree by construction; "
+        f"pairwise: the judge picks the same response in both orders in {agree:.2f} of {len(judged)} pairs\n"
+    )
     print("| method | " + " | ".join(kinds) + " | all | unscored | judge s |")
     print("|---" * (len(kinds) + 4) + "|")
-    report = {"judge": grm.backend.model_id, "bare": args.bare, "pairs": len(pairs), "methods": {}}
+    report = {
+        "judge": grm.backend.model_id,
+        "bare": args.bare,
+        "pairs": len(pairs),
+        "pairwise_order_agreement": agree,
+        "methods": {},
+    }
     for name, scores, seconds in rows:
         acc = accuracy(scores, pairs)
         print(

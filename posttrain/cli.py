@@ -7,7 +7,7 @@
   posttrain rewards show RUN_DIR [--stage S] [--step N] [--sample ID] [--worst K] [--source X] [--verifier V]
   posttrain rewards replay RUN_DIR [--stage S] [-o reward.KEY=VALUE ...] [--step N] [--last K]
   posttrain rewards try --task-file TASK.json --response-file RESPONSE.txt [--reward CONFIG] [--json]
-  posttrain rewards try --task TEXT --response TEXT [--reward CONFIG] [--json]
+  posttrain rewards try --task TEXT --response TEXT [--response TEXT ...] [--reward CONFIG] [--method M] [--json]
   posttrain rewards audit (--verifier V | --task-file TASK.json | --pipeline P.yaml --stage S) [--json]
   posttrain review RUN_DIR [--stage S] [--list | --show ID | --accept ID | --reject ID | --edit ID --file F]
   posttrain submit PIPELINE.yaml --address http://HEAD:8265 [--run-dir DIR] [-o ...] [--env K=V ...]
@@ -148,7 +148,15 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
         "try", help="score one response with any verifier (a task file), or a (task, response) pair with the GRM"
     )
     trial.add_argument("--task", help="the task (user message), scored by the GRM")
-    trial.add_argument("--response", help="the response to score (with --task)")
+    trial.add_argument(
+        "--response",
+        action="append",
+        help="the response to score (with --task); repeat it to score several to the same task together "
+        "(the pairwise GRM compares them)",
+    )
+    trial.add_argument(
+        "--method", choices=["rubric", "pairwise"], help="GRM: the judging method instead of the config's"
+    )
     trial.add_argument(
         "--task-file",
         metavar="TASK.json",
@@ -417,7 +425,7 @@ def _try(args) -> int:
     if all(v is not None for v in texts) and not any(v is not None for v in files):
         from posttrain.rewards.try_grm import try_pair
 
-        try_pair(args.task, args.response, args.reward, args.json, args.tokens, args.judge, args.bare)
+        try_pair(args.task, args.response, args.reward, args.json, args.tokens, args.judge, args.bare, args.method)
         return 0
     print(
         "posttrain rewards try: give --task-file and --response-file, or --task and --response (GRM)",

@@ -1,6 +1,7 @@
 """The judge stage end to end through the CLI, on real Ray, vLLM and DeepSpeed: a judge is
-post-trained (SFT on its calls, then RL on its verdicts) from the base model, and the next
-stage's GRM judges with that checkpoint (`model: stage:judge`), while the policy's line
+post-trained (SFT on its calls, then RL on its verdicts, or on pairwise choices) from the
+base model, and the next stage's GRM judges with that checkpoint (`model: stage:judge`,
+rubric or pairwise), while the policy's line
 goes on from the base model; the run is killed in the judge's RL phase and resumed, then killed
 in the GRM stage that uses the judge and resumed again."""
 
@@ -77,9 +78,18 @@ def check_run(run: Path, rl_steps: int = 3, policy_steps: int = 1) -> None:
     assert all(e["procedure_version"].endswith("/bare") for e in board)
 
 
+def pairwise(pipeline: dict) -> dict:
+    """The same pipeline with a judge trained on pairwise calls and a GRM that judges pairwise."""
+    judge, policy = pipeline["stages"]
+    judge = {**judge, "data": {**judge["data"], "calls": ["pairwise"]}}
+    grm = {**policy["reward"]["grm"], "method": "pairwise"}
+    return {**pipeline, "stages": [judge, {**policy, "reward": {"grm": grm}}]}
+
+
 @pytest.mark.timeout(900)
-def test_a_judge_stage_trains_a_judge_that_the_next_stage_uses(tmp_path):
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
+@pytest.mark.parametrize("method", ["rubric", "pairwise"])
+def test_a_judge_stage_trains_a_judge_that_the_next_stage_uses(tmp_path, method):
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE if method == "rubric" else pairwise(PIPELINE)))
     run = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "posttrain.cli", "run", str(tmp_path / "p.yaml"), "--run-dir", str(run)],
@@ -91,6 +101,12 @@ def test_a_judge_stage_trains_a_judge_that_the_next_stage_uses(tmp_path):
     check_run(run)
     judge_rows = [r for r in rows(run) if r["stage"] == "judge/rl"]
     assert all(0.0 <= r["reward/mean"] <= 1.0 for r in judge_rows)  # agreement with the known verdicts
+    board = [json.loads(line) for line in (run / "scoreboard.jsonl").read_text().splitlines()]
+    if method == "pairwise":  # each response against the others of its group, in both orders
+        assert all(e["procedure_version"].startswith("pairwise-v1/") for e in board)
+        judged = [e for e in board if e["status"] == "scored"]
+        assert judged and all(e["comparisons"] and -1 <= e["score"] <= 1 for e in judged)
+        assert all(len(c["raw"]) >= 2 for e in judged for c in e["comparisons"] if c["by"] == "judge")
 
 
 def kill_when(proc, run: Path, pattern: str, deadline_s: float = 900) -> str:

@@ -248,7 +248,7 @@ def test_the_decision_token_of_a_reply_weighs_decision_weight_and_nothing_else_c
 
 
 def test_a_pairwise_call_holds_both_answers_in_the_order_asked():
-    from posttrain.data.judge_prompts import PAIRWISE_PREFIX, pairwise_messages, reply_json
+    from posttrain.data.judge_prompts import PAIRWISE_PREFIX, pairwise_messages, quoted, reply_json
 
     case = cases(1, 0, "train")[0]
     forward, backward = (
@@ -257,10 +257,9 @@ def test_a_pairwise_call_holds_both_answers_in_the_order_asked():
     )
     assert forward[0] == backward[0] and forward[0]["role"] == "system"
     prompt = forward[1]["content"]
-    assert prompt.index(case.task) < prompt.index("Answer A:\n" + case.good) < prompt.index("Answer B:\n" + case.bad)
-    assert backward[1]["content"].index("Answer A:\n" + case.bad) < backward[1]["content"].index(
-        "Answer B:\n" + case.good
-    )
+    good, bad = quoted(case.good), quoted(case.bad)  # every answer line behind "| "
+    assert prompt.index(case.task) < prompt.index("Answer A:\n" + good) < prompt.index("Answer B:\n" + bad)
+    assert backward[1]["content"].index("Answer A:\n" + bad) < backward[1]["content"].index("Answer B:\n" + good)
     assert reply_json({"better": "B", "reason": "x"}).startswith(PAIRWISE_PREFIX + "B")
 
 

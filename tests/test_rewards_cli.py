@@ -177,3 +177,22 @@ def test_try_prints_one_json_object_with_the_whole_procedure(tmp_path, judge_dir
     assert (
         named["ok"] and named["judge_model"].startswith(str(judge_dir)) and named["procedure_version"].endswith("/bare")
     )
+
+
+@pytest.mark.system
+def test_try_scores_several_responses_against_each_other_with_the_pairwise_method(tmp_path, judge_dir):
+    out = cli(
+        "rewards", "try", "--task", "Name the capital of France.", "--response", "Paris.", "--response", "Lyon.",
+        "--response", "Paris.", "--judge", str(judge_dir), "--bare", "--method", "pairwise", "--json",
+    )  # fmt: skip
+    result = json.loads(out.strip().splitlines()[-1])
+    first, second, third = result["responses"]
+    assert first["ok"] and second["ok"] and first == third  # the same response is judged once
+    assert first["score"] == pytest.approx(-second["score"], abs=1e-3)  # one comparison: relative scores
+    (row,) = first["comparisons"]
+    assert row["opponent"] == "Lyon." and len(row["raw"]) == 2 and 0 <= row["win"] <= 1
+    assert first["procedure_version"].startswith("pairwise-v1/")
+    alone = cli("rewards", "try", "--task", "Say YES.", "--response", "YES", "--judge", str(judge_dir), "--bare",
+                "--method", "pairwise", "--json")  # fmt: skip
+    lone = json.loads(alone.strip().splitlines()[-1])
+    assert not lone["ok"] and "only one to its task" in lone["reason"]

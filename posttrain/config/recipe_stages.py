@@ -425,3 +425,11 @@ class EvalStage(CheckpointlessStage):
                 f"{where}.experts: name the experts stage whose cells to evaluate "
                 f"(earlier experts stages: {[n for n, s in earlier.items() if isinstance(s, ExpertsStage)]})"
             )
+        name = self.experts or next(n for n, s in earlier.items() if isinstance(s, ExpertsStage))
+        grm = earlier[name].reward.grm
+        if grm is not None and grm.method == "pairwise":
+            raise ValueError(
+                f"{where}: the experts stage '{name}' judges open-ended tasks pairwise (reward.grm.method: pairwise), "
+                "comparing the responses to one task with each other; the eval writes one response per task, which "
+                "that judge cannot score. Give the experts stage reward.grm.method: rubric to evaluate its cells"
+            )

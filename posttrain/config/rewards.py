@@ -103,6 +103,12 @@ class GRMConfig(Base):
     criterion, then the weighted score in [-1, 1]; tasks with verifier `grm` use it."""
 
     judge: Judge = Field(description="Where the judge runs: `vllm` (a Ray actor here) or `http` (an endpoint).")
+    method: Literal["rubric", "pairwise"] = Field(
+        "rubric",
+        description="`rubric`: each response alone, criterion by criterion. `pairwise`: the responses to one task "
+        "in a batch against each other, two at a time in both orders; scores are relative within the task's "
+        "group (needs 2 or more samples per task; n(n-1) judge calls for n different responses).",
+    )
     length_cap: int = Field(256, ge=1, description="A response longer than this many tokens scores -1 without judging.")
     min_criteria: int = Field(3, ge=3, le=10, description="Fewest rubric criteria the judge must write.")
     max_criteria: int = Field(10, ge=3, le=10, description="Most rubric criteria the judge may write.")

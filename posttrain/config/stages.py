@@ -389,3 +389,13 @@ class SynthesisStage(CheckpointlessStage):
 
     def grm(self):
         return self.reward.grm
+
+    @model_validator(mode="after")
+    def _pairwise_needs_candidates(self) -> SynthesisStage:
+        grm = self.reward.grm
+        if grm is not None and grm.method == "pairwise" and self.candidates < 2:
+            raise ValueError(
+                "candidates: reward.grm.method pairwise compares a task's candidates with each other and needs 2 "
+                "or more (a lone candidate would be unscored)"
+            )
+        return self

@@ -58,6 +58,7 @@ UNITS = (
     ("prefix", "samples/", "samples"),
     ("prefix", "grm/score", "reward"),
     ("exact", "grm/cache_hit", "fraction"),
+    ("exact", "grm/orders_agree", "fraction"),
     ("prefix", "grm/", "samples"),
     ("contains", "tokens", "tokens"),
     ("prefix", "reward", "reward"),

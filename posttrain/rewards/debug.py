@@ -179,6 +179,9 @@ def print_entry(entry: dict) -> None:
         f"procedure {entry.get('procedure_version', '?')}  "
         f"latency {entry.get('latency_s') or 0:.2f}s{'  (cache hit)' if entry.get('cache_hit') else ''}"
     )
+    if entry.get("method") == "pairwise":
+        _print_comparisons(entry)
+        return
     if not entry.get("rubric"):
         print(f"  {entry.get('reason', '')}")
         for raw in entry.get("rubric_raw", []):
@@ -193,6 +196,30 @@ def print_entry(entry: dict) -> None:
         print(f"  {'':>30}  reason: {_one_line(v.get('reason', ''), 100)}")
     if entry.get("status") == "scored" and isinstance(entry.get("score"), (int, float)):
         print(f"  score = 2 * (sum w*c over criteria + sum w*(1-c) over pitfalls) / sum w - 1 = {entry['score']:.3f}")
+    else:
+        print(f"  {entry.get('reason', '')}")
+
+
+def _print_comparisons(entry: dict) -> None:
+    """A pairwise entry: each comparison's win, P(better) in each order, and the judge's reasons."""
+    rows = entry.get("comparisons") or []
+    if rows:
+        print(f"  {'win':>5} {'as A':>5} {'as B':>5}  opponent / reasons")
+    for row in rows:
+        win = f"{row['win']:.2f}" if isinstance(row.get("win"), (int, float)) else "-"
+        first, second = (
+            f"{row[k]:.2f}" if isinstance(row.get(k), (int, float)) else "-" for k in ("as_first", "as_second")
+        )
+        print(f"  {win:>5} {first:>5} {second:>5}  {_one_line(row.get('opponent', '?'), 80)}")
+        if row.get("by") == "length cap":
+            print(f"  {'':>17}  over the length cap ({row.get('opponent_tokens', '?')} tokens): lost without a call")
+        elif row.get("error"):
+            print(f"  {'':>17}  unreadable, left out: {_one_line(row['error'], 90)}")
+        else:
+            for order, reason in zip(("as A", "as B"), row.get("reasons") or []):
+                print(f"  {'':>17}  {order}: {_one_line(reason, 90)}")
+    if entry.get("status") == "scored" and isinstance(entry.get("score"), (int, float)):
+        print(f"  score = 2 * mean win - 1 = {entry['score']:.3f}  ({entry.get('reason', '')})")
     else:
         print(f"  {entry.get('reason', '')}")
 

@@ -1,5 +1,7 @@
 """The agentic generative reward model (docs/recipe.md; Rubrics as Rewards, arXiv 2507.17746):
-a fixed procedure of judge calls, each parsed and validated, not one prompt.
+a fixed procedure of judge calls, each parsed and validated, not one prompt. This is the
+`rubric` method; `method: pairwise` judges a task's responses against each other instead
+(grm_pairwise.py).
 
 1. read: the task and the candidate; a candidate over `length_cap` tokens scores -1 here;
 2. rubric: the judge writes 3-10 weighted criteria for the task (one call per task,
@@ -27,6 +29,8 @@ from dataclasses import asdict, dataclass, replace
 from posttrain.config import GRMConfig
 from posttrain.data.judge_prompts import choice_schema, rubric_messages, verdict_messages
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply, make_backend
+from posttrain.rewards.grm_pairwise import PAIRWISE_VERSION, score_pairwise
+from posttrain.rewards.grm_pairwise import preload as preload_pairs
 from posttrain.rewards.grm_parse import KINDS, Criterion, ParseError, Verdict, parse_rubric, parse_verdict
 from posttrain.types import RewardResult, Sample, Task
 
@@ -126,8 +130,12 @@ class GRM:
         self.backend = backend if backend is not None else make_backend(config.judge, shared)
         self.cache: LRU = LRU(config.cache_entries)  # cache key -> scoreboard entry
         self.rubrics: LRU = LRU(config.cache_entries)  # rubric key -> a successful rubric call
+        self.pairs: LRU = LRU(config.cache_entries)  # pairwise call key -> its record (grm_pairwise)
         c = config
-        self.procedure = f"{PROCEDURE_VERSION}/{c.min_criteria}-{c.max_criteria}/{c.verdict}/t{c.temperature}"
+        if c.method == "pairwise":
+            self.procedure = f"{PAIRWISE_VERSION}/{c.verdict}/t{c.temperature}"
+        else:
+            self.procedure = f"{PROCEDURE_VERSION}/{c.min_criteria}-{c.max_criteria}/{c.verdict}/t{c.temperature}"
         if not c.examples:
             self.procedure += "/bare"
 
@@ -146,6 +154,8 @@ class GRM:
 
     def preload(self, entries: list[dict]) -> int:
         """Fill the cache from scoreboard entries judged with this judge and procedure."""
+        if self.config.method == "pairwise":
+            return preload_pairs(self, entries)
         before = len(self.cache)
         for e in entries:
             if (
@@ -159,6 +169,8 @@ class GRM:
     # ------------------------------------------------------------ the procedure
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
+        if self.config.method == "pairwise":
+            return await score_pairwise(self, samples)
         started = time.perf_counter()
         results: list[RewardResult | None] = [None] * len(samples)
         fresh: dict[str, list[int]] = {}

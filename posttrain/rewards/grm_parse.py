@@ -235,3 +235,52 @@ def value_mass(tokens, top, key: str, classify) -> dict[str, float]:
             return mass
         offset += len(token)
     return {}
+
+
+# ---------------------------------------------------------------- pairwise choices
+
+
+@dataclass(frozen=True)
+class Choice:
+    first: bool  # the judge's pick: answer A (shown first)
+    p_first: float  # P(A) over A and B at the choice token when logprobs came back, else 1.0 / 0.0
+    reason: str
+    probability: float | None = None
+
+
+def a_b_class(continuation: str) -> str | None:
+    """`A` or `B` for an alternative at the choice token (`A`, ` B"`, ...), not a word that
+    starts with one of them."""
+    head = continuation.lstrip(" \"'")
+    if head[:1] in ("A", "B") and not head[1:2].isalpha():
+        return head[:1]
+    return None
+
+
+def parse_choice(
+    text: str,
+    tokens: list[str] | None = None,
+    top: list[dict[str, float]] | None = None,
+    use_probability: bool = True,
+    reason_chars: int = 200,
+) -> Choice:
+    """A pairwise reply `{"better": "A" | "B", "reason": ...}`: JSON first, else one labelled
+    choice (`better: B`); two labelled choices that differ do not read."""
+    try:
+        value = extract_json(text)
+        if not isinstance(value, dict) or "better" not in value:
+            raise ParseError("no `better` key")
+        said, reason = str(value["better"]).strip(), str(value.get("reason", ""))
+    except ParseError:
+        labelled = re.findall(r"better\W{0,4}([AB])\b", text or "")
+        if not labelled:
+            raise ParseError(f"no choice in reply: {(text or '')[:120]!r}") from None
+        if len(set(labelled)) > 1:
+            raise ParseError(f"two choices that differ: {(text or '')[:120]!r}") from None
+        said, reason = labelled[0], ""
+    if said not in ("A", "B"):
+        raise ParseError(f"choice {said[:20]!r} is not A or B")
+    reason = " ".join(reason.split())[:reason_chars] or "(no reason given)"
+    probability = value_probability(tokens, top, "better", a_b_class, positive="A") if use_probability and top else None
+    first = said == "A"
+    return Choice(first, probability if probability is not None else float(first), reason, probability)

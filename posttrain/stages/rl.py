@@ -429,12 +429,15 @@ def agent_metrics(samples: list[Sample]) -> dict:
 
 def grm_metrics(rewards: list[RewardResult]) -> dict:
     """Per step: mean GRM score of scored samples, unscored and length-capped counts, the
-    share answered from the cache, and the judge's wall time (one batched call per step)."""
+    share answered from the cache, and the judge's wall time (one batched call per step);
+    pairwise: the share of comparisons whose two orders picked the same response."""
     judged = [r for r in rewards if r.source == "grm" and "status" in r.details]
     if not judged:
         return {}
     scored = [r.score for r in judged if r.ok and r.details["status"] == "scored"]
-    return {
+    compared = [c for r in judged for c in r.details.get("comparisons") or [] if c.get("orders_agree") is not None]
+    pairwise = {"grm/orders_agree": float(np.mean([c["orders_agree"] for c in compared]))} if compared else {}
+    return pairwise | {
         "grm/score_mean": float(np.mean(scored)) if scored else 0.0,
         "grm/unscored": float(sum(not r.ok for r in judged)),
         "grm/length_capped": float(sum(r.details["status"] == "length_capped" for r in judged)),

@@ -299,8 +299,21 @@ async function evalView() {
 
 // ------------------------------------------------------------ reward debugger
 
+function comparisonsHtml(entry) {
+  const rows = (Array.isArray(entry.comparisons) ? entry.comparisons : []).map((c) => {
+    const why = c.by === "length cap" ? `over the length cap (${fmt(c.opponent_tokens)} tokens): lost without a judge call`
+      : c.error ? `unreadable, left out: ${c.error}` : (Array.isArray(c.reasons) ? c.reasons : []).map((r, k) => `${k ? "as B" : "as A"}: ${r}`).join(" · ");
+    return `<tr class="comparison"><td>${fmt(c.win)}</td><td>${fmt(c.as_first)}</td><td>${fmt(c.as_second)}</td>
+      <td>${c.orders_agree === undefined ? "" : c.orders_agree ? "yes" : "no"}</td><td>${esc(c.opponent)}</td><td>${esc(why)}</td></tr>`; }).join("");
+  return `<h4>GRM scoreboard (pairwise): ${esc(entry.status)} · score ${fmt(entry.score)} · judge ${esc(entry.judge_model)}</h4>
+    <p>${esc(entry.reason)}</p><p class="muted">score = 2 × mean win − 1; win = the mean over both orders of P(this response is better)</p>
+    <table class="rubric"><thead><tr><th>win</th><th>P as A</th><th>P as B</th><th>orders agree</th><th>opponent</th><th>reasons</th></tr></thead>
+    <tbody>${rows || `<tr><td colspan="6">no comparison</td></tr>`}</tbody></table>`;
+}
+
 function rubricHtml(entry) {
   if (!entry) return `<p class="muted">not a GRM sample (no scoreboard entry)</p>`;
+  if (entry.method === "pairwise") return comparisonsHtml(entry);
   const verdicts = Object.fromEntries((Array.isArray(entry.verdicts) ? entry.verdicts : []).map((v) => [v.criterion, v]));
   const items = (Array.isArray(entry.rubric) ? entry.rubric : []).map((c, j) => { const v = verdicts[j] || {};
     return `<tr class="criterion"><td>${j}</td><td>${esc(c.kind)}</td><td>${fmt(c.weight)}</td><td>${esc(c.text)}</td>
