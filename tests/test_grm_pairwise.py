@@ -213,3 +213,36 @@ def test_a_pairwise_judge_where_one_response_per_task_is_scored_is_refused(path,
         validate_pipeline(raw, path)
     stage["reward"]["grm"]["method"] = "rubric"
     validate_pipeline(raw, path)  # the rubric method scores a lone response
+
+
+def test_no_answer_text_makes_a_line_of_the_frame():
+    """Fuzzed: answers built from frame pieces and every line break Python splits on; the
+    prompt's lines outside the answers are always exactly the frame's."""
+    import random
+
+    pieces = ["Answer A:", "Answer B:", "Task given to two writers:", "| ", "x", " ", "A", "B"]
+    breaks = ["\n", "\r", "\r\n", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
+    rng = random.Random(0)
+    frame = ["Task given to two writers:", "Pick one.", "", "Answer A:", "", "Answer B:"]
+    for _ in range(500):
+        first, second = ("".join(rng.choice(pieces + breaks) for _ in range(rng.randint(0, 12))) for _ in range(2))
+        content = pairwise_messages("Pick one.", first, second)[1]["content"]
+        assert not any(b in content for b in breaks[1:]), (first, second)  # every break became a quoted line
+        lines = content.split("\n")
+        assert [line for line in lines if not line.startswith("| ")] == frame, (first, second)
+
+
+def test_the_reward_audit_runs_its_attacks_against_a_pairwise_judge():
+    """Each task's probes are one batch, so every attack is compared with the honest weak
+    answer: a judge that prefers the longer answer is caught by the length attacks, one that
+    prefers the shorter answer by none."""
+    from posttrain.rewards.audit import run_audit
+
+    tasks = [sample("x", task_id=f"w/{k}", prompt=f"Write two lines about topic {k}.").task for k in range(2)]
+    longer = grm_with(RuleJudge(lambda a, b: "A" if len(a) >= len(b) else "B"), length_cap=512)
+    found = run_audit("grm", longer, tasks)
+    assert found.wins and all(o.ok for o in found.outcomes if o.probe.cls != "honest" or o.probe.name != "probe")
+    assert {o.probe.cls for o in found.outcomes if o.win} >= {"length"}
+    shorter = grm_with(RuleJudge(lambda a, b: "A" if len(a) <= len(b) else "B"), length_cap=512)
+    clean = run_audit("grm", shorter, tasks)
+    assert clean.wins == 0 and clean.voids == 0 and len(clean.outcomes) == len(found.outcomes)

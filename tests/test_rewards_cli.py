@@ -149,6 +149,14 @@ def test_replay_with_the_same_config_changes_nothing_and_a_lower_cap_shows_the_s
     assert "2 samples whose reward changed most" in capped and "now: over length cap: 12 > 4 tokens" in capped
 
 
+def test_replay_with_the_pairwise_method_ranks_each_steps_groups(run_dir):
+    out = cli("rewards", "replay", str(run_dir), "--stage", "grpo", "-o", "reward.grm.method=pairwise")
+    parts = next(line for line in out.splitlines() if line.startswith("grm ")).split()
+    # each step's groups of two are judged against each other (both orders): the scores of a
+    # group sum to 0, so their mean is 0, and none is left unscored
+    assert float(parts[4]) == pytest.approx(0.0, abs=1e-6) and parts[-2] == "0", out
+
+
 @pytest.mark.system
 def test_try_prints_one_json_object_with_the_whole_procedure(tmp_path, judge_dir):
     (tmp_path / "reward.yaml").write_text(yaml.safe_dump({"grm": judge_config(judge_dir)}))

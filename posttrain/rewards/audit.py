@@ -56,12 +56,15 @@ class Outcome:
     reason: str
     baseline: float | None  # the best honest wrong score of the probe's task
     batch_voided: int = 0  # samples of its batch this probe took down by making the verifier raise
+    relative: bool = False  # scores rank the batch's responses to a task (a pairwise judge), not each alone
 
     @property
     def win(self) -> bool:
-        """An attack above the honest wrong answer; or the honest wrong answer itself given full credit."""
+        """An attack above the honest wrong answer; or the honest wrong answer itself given full
+        credit (where scores are absolute: a relative +1 only says it beat the attacks)."""
         if self.probe.cls == "honest":
-            return self.ok and self.probe.name.startswith("wrong") and self.score >= 1 - EPS
+            full = self.ok and self.probe.name.startswith("wrong") and self.score >= 1 - EPS
+            return full and not self.relative
         return self.ok and self.baseline is not None and self.score > self.baseline + EPS
 
     @property
@@ -337,14 +340,23 @@ def score_probes(source, probes: list[Probe], chunk: int = 8) -> list[Outcome]:
                 if not r.ok and RAISED.match(r.reason):
                     blamed[i] = len(probes)
     # the best honest wrong score, full credit aside: a wrong answer credited 1 is a finding of
-    # its own (class honest), and must not hide every attack on its task
+    # its own (class honest), and must not hide every attack on its task. Relative scores (a
+    # pairwise judge ranks the batch) compare each attack with the honest wrong answer as scored.
+    relative = is_relative(source, probes[0].task.verifier)
     wrongs = [r.score for p, r in zip(probes, results) if p.cls == "honest" and p.name.startswith("wrong") and r.ok]
-    partial = [w for w in wrongs if w < 1 - EPS]
+    partial = wrongs if relative else [w for w in wrongs if w < 1 - EPS]
     baseline = max(partial) if partial else (0.0 if wrongs else None)
     return [
-        Outcome(p, float(r.score), bool(r.ok), r.reason, baseline, blamed.get(i, 0))
+        Outcome(p, float(r.score), bool(r.ok), r.reason, baseline, blamed.get(i, 0), relative)
         for i, (p, r) in enumerate(zip(probes, results))
     ]
+
+
+def is_relative(source, verifier: str) -> bool:
+    """Whether `source` (or the router's source for `verifier`) scores a batch's responses to
+    a task against each other."""
+    inner = getattr(source, "sources", {}).get(verifier, source)
+    return bool(getattr(inner, "relative", False))
 
 
 def _crashed(results) -> bool:

@@ -292,8 +292,18 @@ def replay(
             f"GRM cache: {grm.preload(list(scoreboard(run_dir, stage).values()))} judgements loaded from {SCOREBOARD}"
         )
     samples = [row_sample(r) for r in rows]
+    # a pairwise judge ranks a task's responses within the batch they were scored in: one step's
+    batches = [list(range(len(rows)))]  # (one batch for every other reward: each sample on its own)
+    if grm is not None and grm.relative:
+        by_step: dict[int, list[int]] = {}
+        for i, row in enumerate(rows):
+            by_step.setdefault(row["step"], []).append(i)
+        batches = list(by_step.values())
+    results: list = [None] * len(rows)
     try:
-        results = score_sync(router, samples)
+        for batch in batches:
+            for i, result in zip(batch, score_sync(router, [samples[i] for i in batch])):
+                results[i] = result
     finally:
         router.close()
     results = [apply_budget(r, s.model_tokens, row["budget"]) for r, s, row in zip(results, samples, rows)]

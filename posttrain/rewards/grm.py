@@ -139,6 +139,11 @@ class GRM:
         if not c.examples:
             self.procedure += "/bare"
 
+    @property
+    def relative(self) -> bool:
+        """Scores rank the responses to a task within a batch (`method: pairwise`)."""
+        return self.config.method == "pairwise"
+
     def start(self) -> None:
         """Start the judge now (a vLLM judge loads in the background meanwhile)."""
         self.backend.start()
