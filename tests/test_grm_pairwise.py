@@ -246,3 +246,17 @@ def test_the_reward_audit_runs_its_attacks_against_a_pairwise_judge():
     shorter = grm_with(RuleJudge(lambda a, b: "A" if len(a) <= len(b) else "B"), length_cap=512)
     clean = run_audit("grm", shorter, tasks)
     assert clean.wins == 0 and clean.voids == 0 and len(clean.outcomes) == len(found.outcomes)
+
+
+def test_rewards_show_prints_each_comparison(capsys):
+    from posttrain.rewards.debug import print_entry
+
+    results = score(
+        grm_with(RuleJudge(prefers("Paris")), length_cap=5),
+        [sample("Lyon."), sample("Paris."), sample("x " * 9, tokens=9)],
+    )
+    print_entry(results[0].details)
+    out = capsys.readouterr().out
+    assert "win" in out and "Paris." in out and "as A: r" in out and "as B: r" in out
+    assert "over the length cap (9 tokens): lost without a call" in out
+    assert "score = 2 * mean win - 1 = 0.000" in out  # lost to Paris, beat the capped one
