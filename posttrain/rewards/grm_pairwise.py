@@ -59,9 +59,8 @@ async def score_pairwise(grm, samples: list[Sample]) -> list[RewardResult]:
     latency = round(time.perf_counter() - started, 3)
     for key, texts in groups.items():
         for text, idx in texts.items():
-            entry = _entry(grm, samples[idx[0]], key, text, texts, capped.get(key, {}), calls)
+            entry, cached = _entry(grm, samples[idx[0]], key, text, texts, capped.get(key, {}), calls)
             entry["latency_s"] = latency
-            cached = entry.pop("_cached")
             for n, i in enumerate(idx):
                 results[i] = grm._result(entry, cache_hit=cached or n > 0)
     return results  # type: ignore[return-value]
@@ -69,7 +68,8 @@ async def score_pairwise(grm, samples: list[Sample]) -> list[RewardResult]:
 
 async def _judged(grm, samples: list[Sample], groups: dict[str, dict[str, list[int]]]) -> dict[str, dict]:
     """Every ordered pair's call record ({p, pick, reason, raw, tries, cached} or {error, raw,
-    tries}), from the cache or asked now, all fresh calls of the batch in one round."""
+    tries}), from the cache (tries 0: no call made now) or asked now, all fresh calls of the
+    batch in one round."""
     from posttrain.rewards.grm import TOP_LOGPROBS, task_text
 
     c = grm.config
@@ -80,7 +80,7 @@ async def _judged(grm, samples: list[Sample], groups: dict[str, dict[str, list[i
         for first, second in permutations(texts, 2):
             ck = call_key(key, first, second)
             if c.cache and ck in grm.pairs:
-                out[ck] = dict(grm.pairs[ck], cached=True)
+                out[ck] = dict(grm.pairs[ck], cached=True, tries=0)
             elif ck not in wanted:
                 wanted[ck] = JudgeCall(
                     pairwise_messages(task, first, second),
@@ -111,7 +111,11 @@ async def _judged(grm, samples: list[Sample], groups: dict[str, dict[str, list[i
     return out
 
 
-def _entry(grm, sample: Sample, key: str, text: str, texts: dict, capped: dict[str, int], calls: dict) -> dict:
+def _entry(
+    grm, sample: Sample, key: str, text: str, texts: dict, capped: dict[str, int], calls: dict
+) -> tuple[dict, bool]:
+    """The scoreboard entry of one response, and whether every judge call it rests on came
+    from the cache."""
     from posttrain.rewards.grm import _digest
 
     entry = grm._base(_digest(key, text), sample)
@@ -120,9 +124,7 @@ def _entry(grm, sample: Sample, key: str, text: str, texts: dict, capped: dict[s
         if other == text:
             continue
         shown_first, shown_second = calls[call_key(key, text, other)], calls[call_key(key, other, text)]
-        tries += shown_first.get("tries", 0) * (not shown_first.get("cached")) + shown_second.get("tries", 0) * (
-            not shown_second.get("cached")
-        )
+        tries += shown_first["tries"] + shown_second["tries"]
         cached = cached and bool(shown_first.get("cached")) and bool(shown_second.get("cached"))
         row = {"opponent": other[:300], "by": "judge"}
         if "error" in shown_first or "error" in shown_second:
@@ -139,8 +141,8 @@ def _entry(grm, sample: Sample, key: str, text: str, texts: dict, capped: dict[s
                 reasons=[shown_first["reason"], shown_second["reason"]],
                 raw=[*shown_first["raw"], *shown_second["raw"]],
                 calls=[
-                    {"key": call_key(key, text, other), "p": shown_first["p"], "pick": shown_first["pick"]},
-                    {"key": call_key(key, other, text), "p": shown_second["p"], "pick": shown_second["pick"]},
+                    {"key": call_key(key, a, b), "p": shown["p"], "pick": shown["pick"], "replies": len(shown["raw"])}
+                    for (a, b), shown in (((text, other), shown_first), ((other, text), shown_second))
                 ],
             )
         comparisons.append(row)
@@ -176,8 +178,7 @@ def _entry(grm, sample: Sample, key: str, text: str, texts: dict, capped: dict[s
         if errors:
             reason += f"; {len(errors)} unreadable, left out"
         entry.update(status="scored", score=round(score, 4), reason=reason)
-    entry["_cached"] = cached and any(row["by"] == "judge" for row in comparisons)
-    return entry
+    return entry, cached and any(row["by"] == "judge" for row in comparisons)
 
 
 def preload(grm, entries: list[dict]) -> int:
@@ -189,13 +190,15 @@ def preload(grm, entries: list[dict]) -> int:
         if e.get("procedure_version") != grm.procedure:
             continue
         for row in e.get("comparisons") or []:
-            reasons, raw = row.get("reasons") or ["", ""], row.get("raw") or []
+            reasons, raw, start = row.get("reasons") or ["", ""], row.get("raw") or [], 0
             for n, call in enumerate(row.get("calls") or []):
+                replies = call.get("replies", 1)  # the row's raw replies: the first call's, then the second's
                 grm.pairs[call["key"]] = {
                     "p": call["p"],
                     "pick": call["pick"],
                     "reason": reasons[n] if n < len(reasons) else "",
-                    "raw": raw[n : n + 1],
-                    "tries": 1,
+                    "raw": raw[start : start + replies],
+                    "tries": replies,
                 }
+                start += replies
     return len(grm.pairs) - before
