@@ -182,8 +182,14 @@ def main() -> None:
     parser.add_argument("--generated", type=int, help="N held-out pairs from the judge-training generator instead")
     parser.add_argument("--seed", type=int, default=100, help="seed of the generated pairs")
     parser.add_argument("--bare", action="store_true", help="the GRM without worked examples (a trained judge)")
+    parser.add_argument(
+        "--methods", default="rubric,likert,pairwise", help="which of rubric, likert, pairwise to run (comma list)"
+    )
     parser.add_argument("--out", help="also write every method's accuracy per kind (and its SE) to this JSON file")
     args = parser.parse_args()
+    methods = set(args.methods.split(","))
+    if not methods or methods - {"rubric", "likert", "pairwise"}:
+        parser.error(f"--methods: a comma list of rubric, likert, pairwise (got {args.methods!r})")
 
     from posttrain.config import GRMConfig
     from posttrain.rewards.grm import GRM
@@ -198,20 +204,28 @@ def main() -> None:
     grm.start()
     try:
         samples = samples_for(pairs, lambda text: len(text.split()))  # no length cap here: lengths unused
-        soft, hard, rubric_s = rubric_scores(grm, samples)
-        picked, expected, likert_s = likert(grm.backend, pairs)
-        both, compared, pairwise_s = pairwise_scores(grm.backend, grm.config, pairs)
+        rows, compared = [], {}
+        if "rubric" in methods:
+            soft, hard, rubric_s = rubric_scores(grm, samples)
+            rows += [
+                ("rubric procedure, P(yes) verdicts (as in training)", soft, rubric_s),
+                ("rubric procedure, yes/no verdicts", hard, rubric_s),
+            ]
+        if "likert" in methods:
+            picked, expected, likert_s = likert(grm.backend, pairs)
+            rows += [
+                ("single prompt 1-10, expected score", expected, likert_s),
+                ("single prompt 1-10, the integer written", picked, likert_s),
+            ]
+        if "pairwise" in methods:
+            both, compared, pairwise_s = pairwise_scores(grm.backend, grm.config, pairs)
+            rows += [
+                ("pairwise, both orders (the GRM's `method: pairwise`)", both, pairwise_s),
+                ("pairwise, one call: the better shown first", one_order(compared, "as_first"), pairwise_s / 2),
+                ("pairwise, one call: the better shown second", one_order(compared, "as_second"), pairwise_s / 2),
+            ]
     finally:
         grm.close()
-    rows = [
-        ("rubric procedure, P(yes) verdicts (as in training)", soft, rubric_s),
-        ("rubric procedure, yes/no verdicts", hard, rubric_s),
-        ("single prompt 1-10, expected score", expected, likert_s),
-        ("single prompt 1-10, the integer written", picked, likert_s),
-        ("pairwise, both orders (the GRM's `method: pairwise`)", both, pairwise_s),
-        ("pairwise, one call: the better shown first", one_order(compared, "as_first"), pairwise_s / 2),
-        ("pairwise, one call: the better shown second", one_order(compared, "as_second"), pairwise_s / 2),
-    ]
     kinds = sorted({p["kind"] for p in pairs})
     bare = ", no worked examples" if args.bare else ""
     judged = [r for r in compared.values() if r.get("orders_agree") is not None]

@@ -134,6 +134,29 @@ def test_train_and_heldout_share_no_subject_and_no_prompt():
     assert len({(c.task, c.good, c.bad) for c in heldout}) == 300 and len({c.kind for c in heldout}) >= 6
 
 
+def test_no_code_body_is_right_or_wrong_by_itself_in_either_part():
+    """A judge that learned which body is right, without reading the task, is at chance: in
+    each part every body is the right one of some case and the wrong one of another, and the
+    right one always gives the test call's stated value while the wrong one does not."""
+    for part, count in (("train", 600), ("heldout", 300)):
+        code = [c for c in cases(count, 3, part, ("code",))]
+        body = lambda response: response.split("return ")[-1].split("\n")[0]  # noqa: E731
+        right, wrong = Counter(body(c.good) for c in code), Counter(body(c.bad) for c in code)
+        assert set(right) <= set(wrong), part
+        if part == "train":
+            assert set(wrong) <= set(right)
+        for c in code:
+            call, value = c.checks[1].why_good.removesuffix(".").split(" gives ")
+            name, params = c.good.split("def ")[1].split(":")[0].split("(")
+            namespace = {}
+            exec(
+                f"def {name}({params}:\n    return {body(c.good)}\ndef bad({params}:\n    return {body(c.bad)}",
+                namespace,
+            )
+            args = eval(call[len(name) :])
+            assert repr(namespace[name](*args)) == value != repr(namespace["bad"](*args))
+
+
 def test_the_calls_are_the_grms_own_calls():
     """What the judge trains on is what the GRM sends it: the same messages, with or without
     the worked examples (`examples`), for the rubric and for each criterion's verdict."""

@@ -35,6 +35,7 @@ from posttrain.data.judge_prompts import (
 from posttrain.data.judgement_tables import (
     CAPITALS,
     FRENCH,
+    FUNCTION_ARGS,
     FUNCTIONS,
     GADGETS,
     PADDING,
@@ -332,19 +333,37 @@ def _language(rng: random.Random, part: str) -> Case | None:
     )  # fmt: skip
 
 
+def _run(body: str, args: tuple[int, int]):
+    """The value of one of the table's bodies (`FUNCTIONS`, the project's own text) at `args`;
+    None where it has none (a division by zero)."""
+    try:
+        return eval(body, {"__builtins__": {"max": max, "min": min, "abs": abs}}, dict(zip("ab", args)))  # noqa: S307
+    except ZeroDivisionError:
+        return None
+
+
 def _code(rng: random.Random, part: str) -> Case | None:
-    name, what, right, wrong, args, value = rng.choice([f for f in FUNCTIONS if part_of("code:" + f[0]) == part])
-    a, b = rng.choice([("a", "b"), ("x", "y"), ("m", "n"), ("first", "second")])
-    names = {"a": a, "b": b}
-    rename = lambda text: re.sub(r"\b[ab]\b", lambda m: names[m.group(0)], text)  # noqa: E731
-    what = rename(what)
+    """A function's task with its right body against another body of the same type that
+    gives another value on a test call. Every body is right for several tasks (in both
+    parts), so only the task's words tell which one is right."""
+    name, what, right = rng.choice([f for f in FUNCTIONS if part_of("code:" + f[0]) == part])
+    boolean = isinstance(_run(right, (1, 2)), bool)
+    args = [x for x in FUNCTION_ARGS if boolean or min(x) >= 0]
+    bodies = sorted({f[2] for f in FUNCTIONS if f[2] != right and isinstance(_run(f[2], (1, 2)), bool) == boolean})
+    wrong = rng.choice(bodies)
+    tests = [x for x in args if None not in (_run(right, x), _run(wrong, x)) and _run(right, x) != _run(wrong, x)]
+    if not tests:
+        return None
+    test = rng.choice(tests)
+    a, b = rng.choice([("a", "b"), ("x", "y"), ("m", "n"), ("p", "q")])
+    what = what.format(a=a, b=b)
     task = rng.choice([
         "Write a Python function {f}({a}, {b}) that returns {w}.",
         "Implement {f}({a}, {b}) in Python: it should return {w}.",
         "Define a Python function {f} that takes {a} and {b} and returns {w}.",
     ]).format(f=name, a=a, b=b, w=what)  # fmt: skip
-    call = f"{name}({args[0]}, {args[1]})"
-    good, bad = rename(right), rename(wrong)
+    call, value, slip = f"{name}({test[0]}, {test[1]})", _run(right, test), _run(wrong, test)
+    good, bad = (re.sub(r"\b[ab]\b", lambda m: {"a": a, "b": b}[m.group(0)], body) for body in (right, wrong))
     style = rng.choice(["plain", "fenced", "said"])
 
     def show(body: str) -> str:
@@ -359,10 +378,10 @@ def _code(rng: random.Random, part: str) -> Case | None:
         show(bad),
         (
             Check(say(rng, f"Returns {what}", "Computes what the task asks", f"Implements {name} correctly"),
-                  "essential", 5, True, False, f"It returns {good}.", f"It returns {bad}, not {what}."),
+                  "essential", 5, True, False, f"It returns {good}.", f"{call} gives {slip!r}, not {value!r}."),
             Check(say(rng, f"Returns something other than {what}", "Has a bug in its logic",
                       f"Gives the wrong value for {call}"), "pitfall", 4, False, True,
-                  f"{call} gives {value}.", f"{call} does not give {value}."),
+                  f"{call} gives {value!r}.", f"{call} does not give {value!r}."),
             Check(say(rng, f"Defines a function named {name}", "Is valid Python"), "important", 2, True, True,
                   "It does.", "It does."),
         ),
