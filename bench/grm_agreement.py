@@ -153,6 +153,16 @@ def pairwise_scores(backend, config, pairs: list[dict]) -> tuple[list, dict, flo
     return scores, rows, seconds
 
 
+def orders_agree_by_kind(rows: dict, pairs: list[dict]) -> dict[str, float]:
+    """Per kind, the share of judged pairs whose two orders pick the same response."""
+    by_kind: dict[str, list[bool]] = {}
+    for i, pair in enumerate(pairs):
+        agree = rows.get(i, {}).get("orders_agree")
+        if agree is not None:
+            by_kind.setdefault(pair["kind"], []).append(bool(agree))
+    return {kind: sum(v) / len(v) for kind, v in by_kind.items()}
+
+
 def one_order(rows: dict, field: str) -> list:
     """Scores as if the judge had been asked once, the better response shown first (`as_first`)
     or second (`as_second`): 1 - 0 for the better when it picks it, 0.5 - 0.5 on a tie."""
@@ -252,6 +262,14 @@ def main() -> None:
             + f" | **{acc['all'][0]:.2f}** ± {acc['all'][1]:.2f} | {scores.count(None)} | {seconds:.0f} |"
         )
         report["methods"][name] = {"accuracy": acc, "unscored": scores.count(None), "judge_s": seconds}
+    if judged:
+        agreement = orders_agree_by_kind(compared, pairs)
+        report["pairwise_order_agreement_by_kind"] = agreement
+        print(
+            "| pairwise: both orders pick the same response | "
+            + " | ".join(f"{agreement[k]:.2f}" if k in agreement else "-" for k in kinds)
+            + f" | **{agree:.2f}** | {len(pairs) - len(judged)} | |"
+        )
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
