@@ -173,6 +173,33 @@ def one_order(rows: dict, field: str) -> list:
     return out
 
 
+def run_methods(grm, pairs: list[dict], methods: set[str]) -> tuple[list, dict]:
+    """The table's rows (name, scores, judge seconds) of each method asked, and the pairwise
+    comparison rows (empty when pairwise is not asked)."""
+    samples = samples_for(pairs, lambda text: len(text.split()))  # no length cap here: lengths unused
+    rows, compared = [], {}
+    if "rubric" in methods:
+        soft, hard, rubric_s = rubric_scores(grm, samples)
+        rows += [
+            ("rubric procedure, P(yes) verdicts (as in training)", soft, rubric_s),
+            ("rubric procedure, yes/no verdicts", hard, rubric_s),
+        ]
+    if "likert" in methods:
+        picked, expected, likert_s = likert(grm.backend, pairs)
+        rows += [
+            ("single prompt 1-10, expected score", expected, likert_s),
+            ("single prompt 1-10, the integer written", picked, likert_s),
+        ]
+    if "pairwise" in methods:
+        both, compared, pairwise_s = pairwise_scores(grm.backend, grm.config, pairs)
+        rows += [
+            ("pairwise, both orders (the GRM's `method: pairwise`)", both, pairwise_s),
+            ("pairwise, one call: the better shown first", one_order(compared, "as_first"), pairwise_s / 2),
+            ("pairwise, one call: the better shown second", one_order(compared, "as_second"), pairwise_s / 2),
+        ]
+    return rows, compared
+
+
 def judge_config(args) -> dict:
     if args.http_url:
         return {"type": "http", "base_url": args.http_url, "model": args.http_model, "api_key_env": args.api_key_env}
@@ -213,27 +240,7 @@ def main() -> None:
     )
     grm.start()
     try:
-        samples = samples_for(pairs, lambda text: len(text.split()))  # no length cap here: lengths unused
-        rows, compared = [], {}
-        if "rubric" in methods:
-            soft, hard, rubric_s = rubric_scores(grm, samples)
-            rows += [
-                ("rubric procedure, P(yes) verdicts (as in training)", soft, rubric_s),
-                ("rubric procedure, yes/no verdicts", hard, rubric_s),
-            ]
-        if "likert" in methods:
-            picked, expected, likert_s = likert(grm.backend, pairs)
-            rows += [
-                ("single prompt 1-10, expected score", expected, likert_s),
-                ("single prompt 1-10, the integer written", picked, likert_s),
-            ]
-        if "pairwise" in methods:
-            both, compared, pairwise_s = pairwise_scores(grm.backend, grm.config, pairs)
-            rows += [
-                ("pairwise, both orders (the GRM's `method: pairwise`)", both, pairwise_s),
-                ("pairwise, one call: the better shown first", one_order(compared, "as_first"), pairwise_s / 2),
-                ("pairwise, one call: the better shown second", one_order(compared, "as_second"), pairwise_s / 2),
-            ]
+        rows, compared = run_methods(grm, pairs, methods)
     finally:
         grm.close()
     kinds = sorted({p["kind"] for p in pairs})
