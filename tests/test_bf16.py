@@ -124,3 +124,38 @@ def test_bf16_training_follows_the_fp32_trajectory(ray_session, tiny_dir):
     fp32, bf16 = np.array(curves["float32"]), np.array(curves["bfloat16"])
     assert fp32[-1] - fp32[0] > 3.0, fp32  # it learned: the answer token went from ~1/512 to most of the mass
     assert np.max(np.abs(bf16 - fp32)) < 0.1, (fp32, bf16)
+
+
+def test_bf16_weights_follow_small_updates_from_the_first_step(ray_session, tiny_dir):
+    """The fp32 master weights start inside their bf16 values' rounding intervals, not on
+    them: the bf16 weights are the checkpoint's, and a step far smaller than a bf16 grid step
+    moves them by the master's update on average (on the grid they would not move at all)."""
+    import torch
+
+    def _master_and_module(worker) -> list[tuple]:  # nested: Ray pickles it by value; a collective
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        return [(safe_get_full_fp32_param(p).clone(), p.detach().clone()) for p in worker.engine.module.parameters()]
+
+    group = TrainerGroup(TrainerConfig(workers=2, zero_stage=2, micro_batch_tokens=64), seed=0)
+    try:
+        group.load(str(tiny_dir), "bfloat16", lr=1e-5, warmup_steps=0)
+        before = ray.get([w.__ray_call__.remote(_master_and_module) for w in group.workers])[0]
+        for master, low in before:
+            assert torch.equal(master.to(torch.bfloat16), low)  # the weights the forward pass uses: unchanged
+        on_grid = sum(int((m == m.to(torch.bfloat16).float()).sum()) for m, _ in before)
+        assert on_grid < 0.01 * sum(m.numel() for m, _ in before)
+        gen = torch.Generator().manual_seed(1)
+        seqs = [
+            TrainSequence(tuple(torch.randint(3, 300, (12,), generator=gen).tolist()), 4, tuple(a), (1.0,) * 8)
+            for a in torch.randn(6, 8, generator=gen).tolist()
+        ]
+        group.train_step(seqs, loss_spec("pg"))
+        after = ray.get([w.__ray_call__.remote(_master_and_module) for w in group.workers])[0]
+    finally:
+        group.shutdown()
+    master_moved = sum(float((m1 - m0).abs().sum()) for (m0, _), (m1, _) in zip(before, after))
+    low_moved = sum(float((b1.float() - b0.float()).abs().sum()) for (_, b0), (_, b1) in zip(before, after))
+    grid_step = sum(float((b0.float().abs() / 128).sum()) for _, b0 in before) / sum(b.numel() for _, b in before)
+    assert master_moved / sum(m.numel() for m, _ in before) < grid_step / 4  # each update far below a grid step
+    assert 0.7 < low_moved / master_moved < 1.3, (low_moved, master_moved)

@@ -147,3 +147,45 @@ def zero_settings(config: TrainerConfig) -> dict:
 
 # The builder of each optimizer config class.
 OPTIMIZERS = {AdamWOptimizer: _adamw, MuonOptimizer: _muon}
+
+
+def dither_master_weights(engine, seed: int) -> int:
+    """Place every fp32 master weight that sits exactly on its low-precision (bf16) value at
+    a uniformly random point of that value's rounding interval; returns how many moved.
+
+    DeepSpeed builds its fp32 master weights from the bf16 module, so all of them start on
+    the bf16 grid, half a grid step from the nearest rounding boundary. An update then shows
+    in the bf16 weights (the ones the forward pass and the rollout engines use) only once it
+    has summed to half a grid step: with Adam at lr 2e-5 on SmolLM2-135M, about a weight of
+    0.05 needs 6 same-signed steps, and the policy barely moves in its first steps
+    (docs/pipeline.md, bf16). Dithered, the bf16 weights are exactly what they were (each
+    value stays inside its interval), and rounding them is unbiased from the first step:
+    they move by the master's update in expectation. The dither is drawn per parameter from
+    `seed`, so every rank draws the same full tensor and keeps its own fragment."""
+    import torch
+    from deepspeed.utils import safe_get_full_fp32_param, safe_set_full_fp32_param
+
+    moved = 0
+    for index, param in enumerate(engine.module.parameters()):
+        full = safe_get_full_fp32_param(param)
+        if full is None or param.dtype == torch.float32:
+            continue
+        dithered = rounding_interval_point(full, param.dtype, torch.Generator(full.device).manual_seed(seed + index))
+        moved += int((dithered != full).sum())
+        safe_set_full_fp32_param(param, dithered)
+    return moved
+
+
+def rounding_interval_point(values, low_dtype, generator):
+    """`values` (fp32) with each one that is exactly representable in `low_dtype` moved to a
+    uniformly random point strictly inside the interval of numbers that round to it (round
+    to nearest, ties to even: the ends are left out); the others are left as they are."""
+    import torch
+
+    low = values.to(low_dtype)
+    grid = low.float()
+    up = torch.nextafter(low, torch.full_like(low, float("inf"))).float() - grid
+    down = grid - torch.nextafter(low, torch.full_like(low, float("-inf"))).float()
+    u = torch.rand(values.shape, generator=generator, device=values.device) - 0.5  # [-0.5, 0.5)
+    step = torch.where(u > 0, up, down).nan_to_num(0.0, posinf=0.0, neginf=0.0)  # no interval past the largest
+    return torch.where(values == grid, grid + step * u * 0.999, values)

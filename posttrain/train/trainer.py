@@ -27,7 +27,7 @@ from posttrain.rollout.cores import pin_to_cores
 from posttrain.train import checkpoint, export
 from posttrain.train.batching import PAD_SEQUENCE, collate_micro_batch, micro_batches
 from posttrain.train.distributed import group_backend, prepare_device, rank_device
-from posttrain.train.optim import build_optimizer, zero_settings
+from posttrain.train.optim import build_optimizer, dither_master_weights, zero_settings
 from posttrain.train.sync import WeightSender
 from posttrain.types import LoadedModel, LossSpec, TrainSequence, TrainStepResult, TrainSums
 
@@ -156,6 +156,8 @@ class TrainerWorker(WeightSender):
             )
             if path is None:
                 raise FileNotFoundError(f"no DeepSpeed state in {model_dir}/deepspeed")
+        elif dtype != "float32":  # fp32 master weights start on the bf16 grid: see dither_master_weights
+            dither_master_weights(self.engine, self.seed)
         return LoadedModel(parameters=sum(p.numel() for p in model.parameters()), tied_embeddings=self.tied)
 
     def _reference(self, folder: str, dtype: str):
@@ -200,12 +202,10 @@ class TrainerWorker(WeightSender):
             "gradient_clipping": self.config.grad_clip,
             "zero_optimization": zero,
             "bf16": {"enabled": dtype == "bfloat16"},
-            # fp32 master weights are ZeRO's own; this makes gradients accumulate over
-            # micro-batches in fp32 too (ZeRO-1/2/3; DeepSpeed's default is the model dtype)
+            # fp32 master weights are ZeRO's own; gradients accumulate in fp32 too (default: model dtype)
             **({"data_types": {"grad_accum_dtype": "fp32"}} if dtype == "bfloat16" else {}),
             "zero_allow_untested_optimizer": True,
-            # offload_optimizer with our client optimizers (torch AdamW, MuonWithAuxAdam): without
-            # this DeepSpeed refuses any optimizer but its own CPU Adam
+            # offload_optimizer with our client optimizers (AdamW, Muon): else only DeepSpeed's CPU Adam
             "zero_force_ds_cpu_optimizer": False,
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
