@@ -4,6 +4,7 @@ reads the two answers out of the prompt by its frame and picks by a rule the tes
 
 import asyncio
 import math
+import re
 
 import pytest
 
@@ -20,6 +21,8 @@ def answers(call) -> tuple[str, str]:
     body = call.messages[-1]["content"]
     head, rest = body.split("\n\nAnswer A:\n", 1)
     first, second = rest.split("\n\nAnswer B:\n", 1)
+    second, tools = second.split("\n\nTool results (computed by the grader, not written by the writers):\n", 1)
+    assert all(line.startswith(("calculator: ", "Answer A: ", "Answer B: ")) for line in tools.split("\n"))
     assert "\n\nAnswer B:\n" not in second and all(
         line.startswith("| ") for line in (first + "\n" + second).split("\n")
     )
@@ -223,13 +226,15 @@ def test_no_answer_text_makes_a_line_of_the_frame():
     pieces = ["Answer A:", "Answer B:", "Task given to two writers:", "| ", "x", " ", "A", "B"]
     breaks = ["\n", "\r", "\r\n", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
     rng = random.Random(0)
-    frame = ["Task given to two writers:", "Pick one.", "", "Answer A:", "", "Answer B:"]
+    frame = ["Task given to two writers:", "Pick one.", "", "Answer A:", "", "Answer B:", ""]
+    frame += ["Tool results (computed by the grader, not written by the writers):", "Answer A:", "Answer B:"]
     for _ in range(500):
         first, second = ("".join(rng.choice(pieces + breaks) for _ in range(rng.randint(0, 12))) for _ in range(2))
         content = pairwise_messages("Pick one.", first, second)[1]["content"]
         assert not any(b in content for b in breaks[1:]), (first, second)  # every break became a quoted line
         lines = content.split("\n")
-        assert [line for line in lines if not line.startswith("| ")] == frame, (first, second)
+        outside = [re.sub(r" \d+ lines?, \d+ words?$", "", line) for line in lines if not line.startswith("| ")]
+        assert outside == frame, (first, second)  # the tool lines: the grader's counts, nothing of the answers
 
 
 def test_the_reward_audit_runs_its_attacks_against_a_pairwise_judge():

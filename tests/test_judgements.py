@@ -179,7 +179,7 @@ def test_the_calls_are_the_grms_own_calls():
         grm = GRM(GRMConfig(judge={"type": "http", "base_url": "http://x", "model": "m"}, examples=examples), backend)
         task = Task("t", "writing", (Message("user", tasks[0].entry["case_task"]),), verifier="grm")
         good = next(t for t in tasks if t.entry.get("side") == "good")
-        candidate = good.messages[-1].content.split("Their answer:\n", 1)[1].rsplit("\n\n", 1)[0]
+        candidate = good.messages[-1].content.split("Their answer:\n", 1)[1].split("\n\nTool results (", 1)[0]
         result = asyncio.run(grm.score([reply(task, candidate)]))[0]
         sent = {tuple((m["role"], m["content"]) for m in c.messages) for c in backend.calls}
         trained = {tuple((m.role, m.content) for m in t.messages) for t in tasks if t.entry.get("side") != "bad"}

@@ -36,7 +36,7 @@ from posttrain.types import RewardResult, Sample, Task
 
 log = logging.getLogger(__name__)
 
-PROCEDURE_VERSION = "rubric-v1"
+PROCEDURE_VERSION = "rubric-v2"  # v2: tool results (data/judge_tools.py) in the verdict call
 RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 would repeat the same malformed reply
 TOP_LOGPROBS = 10
 

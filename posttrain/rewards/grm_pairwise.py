@@ -34,7 +34,7 @@ from posttrain.rewards.grm_judge import JudgeCall, JudgeReply
 from posttrain.rewards.grm_parse import Choice, parse_choice
 from posttrain.types import RewardResult, Sample
 
-PAIRWISE_VERSION = "pairwise-v1"
+PAIRWISE_VERSION = "pairwise-v2"  # v2: tool results (data/judge_tools.py) follow the answers
 
 
 def call_key(task_key: str, first: str, second: str) -> str:

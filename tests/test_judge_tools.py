@@ -1,0 +1,70 @@
+"""The judge's tools (data/judge_tools.py): the calculator finds and evaluates the task's
+arithmetic in its usual spellings and nothing else, the shape counts an answer's lines and
+words, and on the judgement data the tools' lines tell the clean answer from the defective
+one where a 135M judge could not compute it."""
+
+import pytest
+
+from posttrain.data.judge_tools import calculations, evaluate, shape, tool_notes
+from posttrain.data.judgements import cases
+
+
+@pytest.mark.parametrize(
+    "task, expected",
+    [
+        ("Compute 27 - 76.", ["27 - 76 = -49"]),
+        ("How much is 78 * 14?", ["78 * 14 = 1092"]),
+        ("What is 3 plus 4?", ["3 + 4 = 7"]),
+        ("What is 12 times 7 minus 5?", ["12 * 7 - 5 = 79"]),
+        ("What is (3 + 4) * 2?", ["(3 + 4) * 2 = 14"]),
+        ("Work out 7 / 2 and 1/3.", ["7 / 2 = 3.5", "1 / 3 = 0.333333"]),
+        ("What is 6 x 7? And 6×7?", ["6 * 7 = 42", "6 * 7 = 42"]),
+        ("Multiply 3 by 4.", ["3 * 4 = 12"]),
+        ("Subtract 8 from 20.", ["20 - 8 = 12"]),
+        ("Give the sum of 4 and 9.", ["4 + 9 = 13"]),
+        ("What is 2.5 divided by 0.5?", ["2.5 / 0.5 = 5"]),
+        ("Is -5 + 3 negative?", ["-5 + 3 = -2"]),
+        ("Read pages 10-20 before 2024-05-01.", []),  # a range and a date are not sums
+        ("Compute 5 / 0.", []),  # no value
+        ("Name 3 metals.", []),
+        ("Add 1 + 2 + 3 + 4 + 5 + 6 + 7 + 8 + 9.", []),  # past MAX_OPERANDS: not shown
+    ],
+)
+def test_the_calculator_finds_the_tasks_arithmetic(task, expected):
+    assert calculations(task) == expected
+
+
+def test_evaluate_is_exact_and_refuses_anything_but_arithmetic():
+    assert evaluate("0.1 + 0.2") == "0.3"
+    assert evaluate("10 / 4") == "2.5"
+    assert evaluate("__import__('os').system('x') + 1") is None
+    assert evaluate("2 ** 100") is None
+    assert evaluate("1234567890123456 * 2") is None  # over MAX_DIGITS
+
+
+def test_shape_counts_lines_and_words_of_every_break():
+    assert shape("zinc\nlead\n\n") == "2 lines, 2 words"
+    assert shape("one\u2028two three") == "2 lines, 3 words"
+    assert shape("") == "0 lines, 0 words"
+    notes = tool_notes("Compute 2 + 2.", {"Answer A": "4", "Answer B": "5\n6"})
+    assert notes.splitlines()[1:] == ["calculator: 2 + 2 = 4", "Answer A: 1 line, 1 word", "Answer B: 2 lines, 2 words"]
+
+
+@pytest.mark.parametrize("part", ["train", "heldout"])
+def test_the_tools_tell_the_clean_answer_in_arithmetic_and_count_cases(part):
+    """Arithmetic: the calculator's value is the clean answer's number, not the defective
+    one's. Counts: the clean answer has as many lines as the task asks for, the other not."""
+    import re
+
+    seen = {"arithmetic": 0, "count": 0}
+    for case in cases(200, seed=5, part=part, kinds=("arithmetic", "count")):
+        if case.kind == "arithmetic":
+            (line,) = calculations(case.task)
+            value = line.rsplit(" = ", 1)[1]
+            numbers = lambda text: re.findall(r"-?\d+", text.rsplit("=", 1)[-1])  # noqa: E731
+            assert value in numbers(case.good) and value not in numbers(case.bad), case
+        else:
+            asked = int(re.search(r"\d+", case.task).group(0))
+            assert shape(case.good).startswith(f"{asked} line") and not shape(case.bad).startswith(f"{asked} line")
+        seen[case.kind] += 1
+    assert min(seen.values()) > 20
