@@ -297,7 +297,7 @@ def test_a_pairwise_call_is_asked_in_both_orders_and_scores_the_named_answer():
     for orders in by_case.values():
         first, second = orders[0], orders[1]
         a_first = first.messages[-1].content.split("Answer B:")[0]
-        b_second = second.messages[-1].content.split("Answer B:")[1]
+        b_second = second.messages[-1].content.split("Answer B:")[1].split("\n\nTool results (")[0]
         assert a_first.split("Answer A:\n")[1].strip() == b_second.strip()  # the same response, moved
         for task in (first, second):
             other = "B" if task.entry["label"] == "A" else "A"

@@ -237,7 +237,8 @@ def keyword_judge():
     class WholeAnswer(Judge):
         def _reply(self, body):
             last = body["messages"][-1]["content"]
-            answer, _, check = last.partition("Their answer:\n")[2].rpartition("\n\n")
+            answer, _, rest = last.partition("Their answer:\n")[2].partition("\n\nTool results (")
+            check = rest.rpartition("\n\n")[2]
             body["messages"][-1]["content"] = f"Their answer:\n{answer.replace(chr(10) * 2, chr(10))}\n\n{check}"
             return super()._reply(body)
 
