@@ -9,7 +9,7 @@
 #   2. the engine side (bench/gpu_check.py: vLLM engines with CUDA graphs, NCCL ranks, the
 #      judge, weight sync), only where vllm and ray import; skipped, and said so, otherwise.
 #
-#   bash bench/gpu_check.sh [--device cuda|cpu] [--shape tiny|1b|3b|8b] [--tokens N] [--trainer-only]
+#   bash bench/gpu_check.sh [--device cuda|cpu] [--shape tiny|1b|3b|8b] [--tokens N] [--zero 2,3] [--trainer-only]
 #
 # What the interpreter lacks of DeepSpeed, pydantic and the trainer's other imports is
 # installed from bench/gpu-wheels (bench/gpu_wheels.sh, made on a machine with a package
@@ -18,12 +18,13 @@
 # .venv/bin/python when there is one); GPU_WHEELS the wheel folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DEVICE=cuda SHAPE=1b TOKENS=16384 TRAINER_ONLY=0
+DEVICE=cuda SHAPE=1b TOKENS=16384 ZERO=3 TRAINER_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
     --shape) SHAPE=$2; shift 2 ;;
     --tokens) TOKENS=$2; shift 2 ;;
+    --zero) ZERO=$2; shift 2 ;;
     --trainer-only) TRAINER_ONLY=1; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -53,7 +54,7 @@ if ! "$PY" -c 'import deepspeed, pydantic' 2>/dev/null; then
   echo "setup: installed $(ls "$WHEELS"/*.whl | wc -l) wheels from $WHEELS into $SITE (no index)"
 fi
 [ "$DEVICE" = cpu ] && export MALLOC_MMAP_THRESHOLD_=65536  # RSS follows live tensors (the CPU meter)
-timeout --kill-after=20 420 "$PY" bench/gpu_trainer_check.py --device "$DEVICE" --shape "$SHAPE" --tokens "$TOKENS"
+timeout --kill-after=20 420 "$PY" bench/gpu_trainer_check.py --device "$DEVICE" --shape "$SHAPE" --tokens "$TOKENS" --zero "$ZERO"
 TRAINER=$?
 if [ "$TRAINER_ONLY" = 1 ]; then
   exit $TRAINER

@@ -2,7 +2,8 @@
 on a model shaped like a 1-8B Llama built in code with random weights (nothing is
 downloaded). One line per check, then a summary; exit 0 only if every check passed.
 
-Checks (each a real train step or export of that model, bf16, ZeRO-3):
+Checks (each a real train step or export of that model, bf16, ZeRO-3; --zero 2,3 runs the
+step checks under each stage named, the export under the last):
   long_context   gradient checkpointing, one micro-batch of --tokens tokens whose whole
                  length predicts (SFT-shaped: the chunked fused logprobs at long context)
   shared_prompts RL-shaped rows: a prompt and its 8 responses in one row (the 4-D mask)
@@ -39,8 +40,9 @@ SHAPES = {  # Llama-shaped: hidden, layers, heads, kv heads, intermediate, vocab
 TOLERANCE = 0.20
 
 
-def build_model(shape: str, folder: Path) -> Path:
-    """A random-weight bf16 model of that shape, with a config.json (no tokenizer needed)."""
+def build_model(shape: str, folder: Path, device: str = "cpu") -> Path:
+    """A random-weight bf16 model of that shape, with a config.json (no tokenizer needed),
+    initialised on `device` (a GPU draws a 3B model's weights in seconds, 2 cores in minutes)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -51,9 +53,12 @@ def build_model(shape: str, folder: Path) -> Path:
         max_position_embeddings=65536,
     )  # fmt: skip
     torch.manual_seed(0)
-    with torch.device("cpu"):
+    with torch.device(device):
         model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(folder, safe_serialization=True)
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return folder
 
 
@@ -116,11 +121,13 @@ def sequences(rows: int, prompt: int, response: int, group: int, vocab: int):
     return out
 
 
-def step_check(worker, meter: Meter, shape, model_dir: Path, case, gpu: bool, peak_tflops: float):
+def step_check(worker, meter: Meter, shape, model_dir: Path, case, gpu: bool, peak_tflops: float, zero: int = 3):
     """(ok, line) of one measured train step: `case` is (checkpointing, rows, prompt,
-    response, group, shared); the rank is reloaded with that case's settings first."""
+    response, group, shared); the rank is reloaded with that case's settings (and ZeRO
+    stage `zero`) first."""
     from posttrain.config import TrainerConfig
     from posttrain.runtime.memory import GIB, trainer_memory
+    from posttrain.train.distributed import release_engines
     from posttrain.train.spec import loss_spec
 
     ckpt, rows, prompt, response, group, shared = case
@@ -128,10 +135,11 @@ def step_check(worker, meter: Meter, shape, model_dir: Path, case, gpu: bool, pe
     row = prompt + window
     cap = rows * row
     config = TrainerConfig(
-        workers=1, zero_stage=3, micro_batch_tokens=cap, gradient_checkpointing=ckpt, share_prompts=shared,
+        workers=1, zero_stage=zero, micro_batch_tokens=cap, gradient_checkpointing=ckpt, share_prompts=shared,
         num_gpus=1 if gpu else 0, threads=4,
     )  # fmt: skip
     worker.config = config
+    release_engines(worker, "engine", "ref_model")  # the previous case's, so the baseline is without it
     meter.reset()
     base = meter.now()
     worker.load(str(model_dir), "bfloat16", lr=1e-5, warmup_steps=0)
@@ -163,7 +171,7 @@ def step_check(worker, meter: Meter, shape, model_dir: Path, case, gpu: bool, pe
     )
 
 
-def export_check(worker, meter: Meter, shape, gpu: bool):
+def export_check(worker, meter: Meter, shape, gpu: bool, zero: int = 3):
     """(ok, line) of the export of the last model loaded: about one bucket above the weights."""
     from posttrain.train import export
 
@@ -172,7 +180,7 @@ def export_check(worker, meter: Meter, shape, gpu: bool):
     meter.reset()
     base = meter.now()
     t0 = time.perf_counter()
-    state = export.host_state_dict(worker.engine, 0, 3, bucket)
+    state = export.host_state_dict(worker.engine, 0, zero, bucket)
     seconds = time.perf_counter() - t0
     rise = meter.peak() - base
     whole = sum(t.numel() * t.element_size() for t in {id(t): t for t in state.values()}.values())
@@ -190,6 +198,7 @@ def main() -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--shape", choices=tuple(SHAPES), default="1b")
     parser.add_argument("--tokens", type=int, default=16384, help="long_context: tokens in the micro-batch")
+    parser.add_argument("--zero", default="3", help="ZeRO stages of the step checks, comma-separated (2,3)")
     parser.add_argument("--peak-tflops", type=float, default=790.0)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
@@ -216,7 +225,7 @@ def main() -> int:
     gpu = args.device == "cuda"
     meter = Meter(args.device)
     workdir = Path(tempfile.mkdtemp(prefix="gpu-trainer-check-"))
-    model_dir = build_model(args.shape, workdir / "model")
+    model_dir = build_model(args.shape, workdir / "model", args.device)
     hidden, layers, heads, kv, inter, vocab, tied = SHAPES[args.shape]
     shape = ModelShape(hidden, layers, heads, kv, hidden // heads, inter, vocab, tied)
     print(
@@ -230,18 +239,20 @@ def main() -> int:
         ("shared_prompts", True, 2, 512, 256, 8, True),
         ("no_checkpoint", False, 4, 256, 256, 1, False),
     ]
+    stages = [int(z) for z in args.zero.split(",")]
     worker = None
-    for name, *case in cases:
+    for zero, (name, *case) in ((z, c) for z in stages for c in cases):
+        name = name if stages == [3] else f"{name}_zero{zero}"
         try:
             first = TrainerConfig(workers=1, num_gpus=1 if gpu else 0, threads=4)  # the rank's device and threads
             worker = worker or TrainerWorker(0, 1, free_port(), first, seed=0)
-            report(name, *step_check(worker, meter, shape, model_dir, case, gpu, args.peak_tflops))
+            report(name, *step_check(worker, meter, shape, model_dir, case, gpu, args.peak_tflops, zero))
         except Exception as exc:  # noqa: BLE001 - one line per check
             report(name, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             traceback.print_exc(file=sys.stderr)
     if worker is not None and worker.engine is not None:
         try:
-            report("export", *export_check(worker, meter, shape, gpu))
+            report("export", *export_check(worker, meter, shape, gpu, stages[-1]))
         except Exception as exc:  # noqa: BLE001
             report("export", False, f"{type(exc).__name__}: {exc}")
             traceback.print_exc(file=sys.stderr)
