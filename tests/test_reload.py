@@ -18,9 +18,19 @@ SCRIPT = textwrap.dedent("""
     from posttrain.config import TrainerConfig
     from posttrain.train.group import free_port
     from posttrain.train.spec import loss_spec
-    from posttrain.train.distributed import owned_tensors
+    import torch
     from posttrain.train.trainer import TrainerWorker
     from posttrain.types import TrainSequence
+
+    def held_bytes(engine):  # by the known paths, not the walk that frees them
+        tensors = [t for p in engine.module.parameters() for t in (p, getattr(p, "ds_tensor", None), p.grad)]
+        tensors += [t for state in engine.optimizer.optimizer.state.values() for t in state.values()]
+        for name in ("fp32_partitioned_groups_flat", "single_partition_of_fp32_groups", "bit16_groups_flat"):
+            tensors += list(getattr(engine.optimizer, name, []))
+        tensors.append(getattr(engine.optimizer, "grad_partitions_flat_buffer", None))
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                    for t in tensors if isinstance(t, torch.Tensor)}
+        return sum(storages.values())
 
     model_dir, stage = sys.argv[1], int(sys.argv[2])
     config = TrainerConfig(workers=1, zero_stage=stage, micro_batch_tokens=512)
@@ -42,8 +52,8 @@ SCRIPT = textwrap.dedent("""
         losses.append(out.sums.loss)
         if round == 1:  # a reference left behind (on a GPU something holds a ZeRO-3 engine)
             stray = worker.engine
-            held = [sum(t.untyped_storage().nbytes() for t in owned_tensors(stray))]
-    held.append(sum(t.untyped_storage().nbytes() for t in owned_tensors(stray)))
+            held = [held_bytes(stray)]
+    held.append(held_bytes(stray))
     live = {id(m) for e in (worker.engine, worker.ref_model) for m in getattr(e, "module", e).modules()}
     stack = [type(m).__name__ for m in parameter_offload.FWD_MODULE_STACK if id(m) not in live]
     print("RESULT " + json.dumps({"alive": alive, "refs": len(refs), "stack": stack, "losses": losses, "held": held}))

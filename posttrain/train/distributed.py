@@ -143,7 +143,9 @@ def owned_tensors(root, max_depth: int = 8) -> list:
                 if isinstance(extra, torch.Tensor):
                     found[id(extra)] = extra
             continue
-        if isinstance(obj, dict):
+        if isinstance(obj, torch.nn.Module):  # however deep the tree, its tensors at once
+            items = [*obj.parameters(), *obj.buffers(), *vars(obj).values()]
+        elif isinstance(obj, dict):
             items = [*obj.keys(), *obj.values()]
         elif isinstance(obj, (list, tuple, set, frozenset)):
             items = list(obj)
