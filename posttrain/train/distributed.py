@@ -119,8 +119,10 @@ def release_engines(owner, *names: str) -> None:
 
 # What an engine's tensors are reached through: the objects of these libraries (engine,
 # module, ZeRO optimizer, torch optimizer, their parameter groups and buffers), and the
-# containers in them. Other objects (process groups, loggers, the accelerator) are not entered.
+# containers in them. Other objects (loggers, the accelerator) are not entered, nor the
+# communication layers, whose buffers the next engine uses.
 OWNING_LIBRARIES = ("deepspeed", "torch", "transformers", "posttrain")
+SHARED_LAYERS = ("torch.distributed", "torch._C", "deepspeed.comm", "deepspeed.accelerator")
 
 
 def owned_tensors(root, max_depth: int = 8) -> list:
@@ -149,7 +151,11 @@ def owned_tensors(root, max_depth: int = 8) -> list:
             items = [*obj.keys(), *obj.values()]
         elif isinstance(obj, (list, tuple, set, frozenset)):
             items = list(obj)
-        elif type(obj).__module__.split(".")[0] in OWNING_LIBRARIES and hasattr(obj, "__dict__"):
+        elif (
+            type(obj).__module__.split(".")[0] in OWNING_LIBRARIES
+            and not type(obj).__module__.startswith(SHARED_LAYERS)
+            and hasattr(obj, "__dict__")
+        ):
             items = list(vars(obj).values())
         else:
             continue
