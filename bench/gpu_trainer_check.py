@@ -127,7 +127,7 @@ def step_check(worker, meter: Meter, shape, model_dir: Path, case, gpu: bool, pe
     stage `zero`) first."""
     from posttrain.config import TrainerConfig
     from posttrain.runtime.memory import GIB, trainer_memory
-    from posttrain.train.distributed import release_engines
+    from posttrain.train.release import release_engines
     from posttrain.train.spec import loss_spec
 
     ckpt, rows, prompt, response, group, shared = case

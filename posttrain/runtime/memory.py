@@ -14,8 +14,8 @@ weights b*P (ZeRO-3: b*P/N, plus the parameters it gathers to run a layer); fp32
 weights 4P/N (ZeRO >= 1; bf16 without ZeRO: 4P); fp32 gradients 4P/N from ZeRO-2 (4P
 below it, plus the b*P gradients of bf16) and a reduce bucket; Adam's two moments 8P/N (8P
 without ZeRO; 0 offloaded). Then one micro-batch's transients: activations saved for the
-backward pass (every layer's, or each layer's input and one layer's with gradient
-checkpointing), the logits of the response window and their gradient, the attention mask
+backward pass (every layer's; with checkpointing each layer's input, and one layer's
+recompute after the logits are freed), the logits of the response window and their gradient, the attention mask
 (a 4-D bias when prompts are shared, rows x L^2, up to trainer.share_prompts_max_len), and, with kl_beta,
 the reference model. A weight push or a save gathers and sends one bucket at a time.
 The activation coefficients count the tensors a Hugging Face Llama-style block saves for
@@ -216,32 +216,25 @@ def trainer_memory(
     shared prompt (a 4-D mask). `gpu`: buffers DeepSpeed allocates whole count whole (on
     CPU their untouched pages cost nothing).
 
-    Between steps: weights, fp32 master weights and the optimizer's state; under ZeRO-3 also
-    its fp32 gradient partition and its reduce bucket, which it allocates once and keeps
-    (under ZeRO 0-2 gradients are freed after each step). Phases: the forward and backward
-    passes (the activations and the logits and their gradient at the start of backward;
-    gradients build up as activations are freed; with checkpointing each block's activations
-    exist only while it is recomputed, after the logits are freed), the optimizer step (under
-    ZeRO 0-2 the fp32 gradients and AdamW's temporaries of their size; under ZeRO-3 those of
-    one sub-group), and the weight export for a push or a save (one bucket gathered, and its
-    buffer). Measured on one H200 (bench/gpu_check.sh, 1B and 3B Llama shapes, ZeRO-3): peak
-    and between steps within 5 %."""
+    Between steps: weights, fp32 masters, optimizer state (ZeRO-3: also its fp32 gradient
+    partition and reduce bucket). Phases: forward and backward (activations, and the logits
+    and their gradient; with checkpointing a block is recomputed after the logits are freed),
+    the optimizer step (ZeRO 0-2: fp32 gradients and AdamW's temporaries; ZeRO-3: those of a
+    sub-group), and the weight export (a bucket gathered, and its buffer). On an H200:
+    bench/RESULTS.md, "The GPU check"."""
     from posttrain.algo.losses import CHUNK_ELEMENTS
     from posttrain.config.infra import MuonOptimizer
 
     p, n, z, b = shape.params, trainer.workers, trainer.zero_stage, dtype_bytes(dtype)
-    bf16 = dtype == "bfloat16"
     shard = n if z >= 1 else 1
     between = {
         "weights": b * p / (n if z == 3 else 1),
-        "master weights": 4 * p / shard if (z >= 1 or bf16) else 0.0,
+        "master weights": 4 * p / shard if (z >= 1 or dtype == "bfloat16") else 0.0,
         "optimizer state": 0.0
         if trainer.offload_optimizer and z >= 2
         else (4 if isinstance(trainer.optimizer, MuonOptimizer) else 8) * p / shard,
         "reference model": (b * p / (n if z == 3 else 1)) if kl else 0.0,  # partitioned like the policy
-        # ZeRO-3 keeps a flat fp32 buffer of its gradient partition (on the host when offloaded)
-        # and its reduce bucket (filled up to the model's size: on CPU untouched pages cost nothing)
-        "gradients": 4 * p / n if z == 3 and not trainer.offload_optimizer else 0.0,
+        "gradients": 4 * p / n if z == 3 and not trainer.offload_optimizer else 0.0,  # (offloaded: on the host)
         "reduce bucket": b * min(p, ZERO_BUCKET) if z == 3 else 0.0,
     }
     act = activation_bytes(shape, tokens, b)
@@ -249,23 +242,19 @@ def trainer_memory(
     rows = max(1, tokens // max(row_len, 1))
     kept = rows * min(window, row_len)
     logits = 2 * kept * shape.vocab * b + 3 * 4 * min(CHUNK_ELEMENTS, kept * shape.vocab)
-    if trainer.gradient_checkpointing:  # the layers' inputs, and the larger of one block's recompute and the logits
-        act = shape.layers * inputs + max(act - logits, 0.0)
-    else:
-        act = shape.layers * act + inputs
+    ckpt = shape.layers * inputs + max(act - logits, 0.0)  # the inputs; a block or the logits, not both
+    act = ckpt if trainer.gradient_checkpointing else shape.layers * act + inputs
     forward = {
         "activations": act,
         "logits": float(logits),
         "attention mask": float(rows * row_len**2 * b) if shared else 0.0,  # one additive bias, all layers
         "ZeRO-3 gathered": b * min(p, ZERO3_LIVE) if z == 3 else 0.0,
     }
-    if z == 2:  # (ZeRO-3's is held between steps)
-        forward["reduce bucket"] = b * min(p, ZERO_BUCKET) if gpu else 0.0
+    if z == 2 and gpu:  # (ZeRO-3's is held between steps)
+        forward["reduce bucket"] = b * min(p, ZERO_BUCKET)
     grads = 4 * p / (n if z >= 2 else 1)
-    # AdamW's fp32 temporaries: one with torch's multi-tensor step (CUDA), two with its
-    # per-tensor step (CPU); ZeRO-3 steps one sub-group at a time and first flattens its gradients
-    temporaries = 1 if gpu else 2
-    stepped = (temporaries + 1) * min(grads, 4 * ZERO3_SUB_GROUP) if z == 3 else temporaries * grads
+    temps = 1 if gpu else 2  # AdamW's: multi-tensor step (CUDA), per-tensor (CPU); ZeRO-3 flattens a sub-group's grads
+    stepped = (temps + 1) * min(grads, 4 * ZERO3_SUB_GROUP) if z == 3 else temps * grads
     optimizer = {} if z == 3 else {"gradients": grads}  # (ZeRO-3's are held between steps)
     optimizer["optimizer step"] = 0.0 if trainer.offload_optimizer and z >= 2 else stepped
     bucket = min(sync_mib * 2**20, b * p)  # weights leave bucket by bucket (train/export.py)

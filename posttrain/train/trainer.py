@@ -24,9 +24,9 @@ from pathlib import Path
 from posttrain.algo.schedule import Decay, lr_factor
 from posttrain.config import TrainerConfig
 from posttrain.rollout.cores import pin_to_cores
-from posttrain.train import checkpoint, export
+from posttrain.train import checkpoint, export, release
 from posttrain.train.batching import PAD_SEQUENCE, collate_micro_batch, micro_batches
-from posttrain.train.distributed import group_backend, prepare_device, rank_device, release_engines
+from posttrain.train.distributed import group_backend, prepare_device, rank_device
 from posttrain.train.optim import build_optimizer, dither_master_weights, zero_settings
 from posttrain.train.sync import WeightSender
 from posttrain.types import LoadedModel, LossSpec, TrainSequence, TrainStepResult, TrainSums
@@ -127,7 +127,7 @@ class TrainerWorker(WeightSender):
         import torch
         from transformers import AutoModelForCausalLM
 
-        release_engines(self, "engine", "ref_model")  # the previous stage's, before this one's is built
+        release.release_engines(self, "engine", "ref_model")  # the previous stage's, before this one's is built
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         if kl_beta > 0:
             self.ref_model = self._reference(ref_dir or model_dir, dtype)
