@@ -91,19 +91,19 @@ def rubric_scores(grm, samples) -> tuple[list, list, float]:
 def likert(backend, pairs: list[dict]) -> tuple[list, list, float]:
     from posttrain.data.judge_prompts import likert_messages, likert_schema
     from posttrain.rewards.grm_judge import JudgeCall
+    from posttrain.rewards.judge_code import CodeTool
 
-    calls = [
-        JudgeCall(
-            likert_messages(p["task"], p[side]),
-            likert_schema(),
-            64,
-            0.0,
-            10,
-        )
-        for p in pairs
-        for side in ("better", "worse")
-    ]
     started = time.perf_counter()
+    tool = CodeTool()  # the answers' code on the task's examples, as the GRM runs it
+    try:
+        runs = [tool.runs(p["task"], [p["better"], p["worse"]]) for p in pairs]
+    finally:
+        tool.close()
+    calls = [
+        JudgeCall(likert_messages(p["task"], p[side], r[i]), likert_schema(), 64, 0.0, 10)
+        for p, r in zip(pairs, runs)
+        for i, side in enumerate(("better", "worse"))
+    ]
     replies = asyncio.run(backend.complete(calls))
     seconds = time.perf_counter() - started
     picked, expected = zip(*(likert_scores(r) for r in replies))

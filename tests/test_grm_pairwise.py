@@ -22,7 +22,8 @@ def answers(call) -> tuple[str, str]:
     head, rest = body.split("\n\nAnswer A:\n", 1)
     first, second = rest.split("\n\nAnswer B:\n", 1)
     second, tools = second.split("\n\nTool results (computed by the grader, not written by the writers):\n", 1)
-    assert all(line.startswith(("calculator: ", "Answer A: ", "Answer B: ")) for line in tools.split("\n"))
+    heads = ("calculator: ", "Answer A: ", "Answer B: ", "Answer A run: ", "Answer B run: ")
+    assert all(line.startswith(heads) for line in tools.split("\n"))
     assert "\n\nAnswer B:\n" not in second and all(
         line.startswith("| ") for line in (first + "\n" + second).split("\n")
     )
@@ -265,3 +266,27 @@ def test_rewards_show_prints_each_comparison(capsys):
     assert "win" in out and "Paris." in out and "as A: r" in out and "as B: r" in out
     assert "over the length cap (9 tokens): lost without a call" in out
     assert "score = 2 * mean win - 1 = 0.000" in out  # lost to Paris, beat the capped one
+
+
+def test_the_judge_is_shown_each_answers_code_run_on_the_tasks_example():
+    """A code task that states an example: the GRM runs each answer in the sandbox and the
+    prompt says which returns the stated value; a judge that reads those lines ranks right."""
+    prompts = []
+
+    class ReadsTheRuns(RuleJudge):
+        async def complete(self, calls):
+            prompts.extend(c.messages[-1]["content"] for c in calls)
+            return [JudgeReply('{"better": "B", "reason": "r"}' if "Answer B run: " in c.messages[-1]["content"]
+                               and c.messages[-1]["content"].split("Answer B run: ")[1].split("\n")[0].endswith("pass")
+                               else '{"better": "A", "reason": "r"}') for c in calls]  # fmt: skip
+
+    prompt = "Write f(a, b) that returns a - b. For example, f(7, 2) should return 5."
+    right, wrong = "def f(a, b):\n    return a - b", "```python\ndef f(a, b):\n    return a + b\n```"
+    grm = grm_with(ReadsTheRuns(None))
+    try:
+        results = score(grm, [sample(wrong, prompt=prompt), sample(right, prompt=prompt)])
+    finally:
+        grm.close()
+    assert [r.score for r in results] == [-1.0, 1.0]
+    assert len(prompts) == 2 and all("f(7, 2) returns 9; the task says 5: fail" in p for p in prompts)
+    assert all("f(7, 2) returns 5; the task says 5: pass" in p for p in prompts)

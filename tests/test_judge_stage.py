@@ -103,7 +103,7 @@ def test_a_judge_stage_trains_a_judge_that_the_next_stage_uses(tmp_path, method)
     assert all(0.0 <= r["reward/mean"] <= 1.0 for r in judge_rows)  # agreement with the known verdicts
     board = [json.loads(line) for line in (run / "scoreboard.jsonl").read_text().splitlines()]
     if method == "pairwise":  # each response against the others of its group, in both orders
-        assert all(e["procedure_version"].startswith("pairwise-v2/") for e in board)
+        assert all(e["procedure_version"].startswith("pairwise-v3/") for e in board)
         judged = [e for e in board if e["status"] == "scored"]
         assert judged and all(e["comparisons"] and -1 <= e["score"] <= 1 for e in judged)
         assert all(len(c["raw"]) >= 2 for e in judged for c in e["comparisons"] if c["by"] == "judge")

@@ -68,3 +68,39 @@ def test_the_tools_tell_the_clean_answer_in_arithmetic_and_count_cases(part):
             assert shape(case.good).startswith(f"{asked} line") and not shape(case.bad).startswith(f"{asked} line")
         seen[case.kind] += 1
     assert min(seen.values()) > 20
+
+
+@pytest.mark.parametrize(
+    "task, expected",
+    [
+        ("Write f(a, b). For example, f(7, 2) should return 5.", [("f(7, 2)", "5")]),
+        ("Example: area(3, 4) -> 12", [("area(3, 4)", "12")]),
+        ("It must pass: assert same(1, 1) == True", [("same(1, 1)", "True")]),
+        ("Like this:\n\n>>> mean(2, 3)\n2.5\n", [("mean(2, 3)", "2.5")]),
+        ("greet('Bo') returns 'hi Bo'. greet('') returns 'hi '", [("greet('Bo')", "'hi Bo'"), ("greet('')", "'hi '")]),
+        ("f(1, 2) == 3 and g(1) == 2", [("f(1, 2)", "3")]),  # one function: the first named
+        ("f(x, 2) == 4 and f(a=1) == 2", []),  # arguments that are not literals: nothing to run
+        ("Compute 2 + 2.", []),
+        ("Print(hello) returns nothing", []),
+    ],
+)
+def test_examples_are_the_tasks_stated_calls(task, expected):
+    from posttrain.data.judge_tools import examples
+
+    assert [(e.call, e.expected) for e in examples(task)] == expected
+
+
+def test_a_run_line_says_what_the_code_did_and_whether_it_is_the_stated_value():
+    from posttrain.data.judge_tools import Example, Run, passes, run_line
+
+    example = Example("f(7, 2)", "5")
+    assert run_line("A", example, Run(value="5")) == "A run: f(7, 2) returns 5; the task says 5: pass"
+    assert run_line("A", example, Run(value="14")).endswith("returns 14; the task says 5: fail")
+    assert run_line("A", example, Run(error="raises ZeroDivisionError")).endswith(
+        "ZeroDivisionError; the task says 5: fail"
+    )
+    assert passes(Run(value="5.0"), "5") and passes(Run(value="0.30000000000000004"), "0.3")
+    assert not passes(Run(value="True"), "1") and not passes(Run(value="'5'"), "5")
+    assert len(run_line("A", example, Run(value="'" + "x" * 500 + "'"))) < 120  # a long value is cut
+    with pytest.raises(ValueError, match="1 runs for 2 examples"):
+        tool_notes("f(1, 2) -> 3 and f(2, 2) -> 4", {"A": "x"}, {"A": [Run(value="3")]})

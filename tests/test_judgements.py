@@ -138,7 +138,7 @@ def test_no_code_body_is_right_or_wrong_by_itself_in_either_part():
     """A judge that learned which body is right, without reading the task, is at chance: in
     each part every body is the right one of some case and the wrong one of another, and the
     right one always gives the test call's stated value while the wrong one does not."""
-    for part, count in (("train", 600), ("heldout", 300)):
+    for part, count in (("train", 600), ("heldout", 500)):
         code = [c for c in cases(count, 3, part, ("code",))]
         body = lambda response: response.split("return ")[-1].split("\n")[0]  # noqa: E731
         right, wrong = Counter(body(c.good) for c in code), Counter(body(c.bad) for c in code)

@@ -199,7 +199,7 @@ def test_try_scores_several_responses_against_each_other_with_the_pairwise_metho
     assert first["score"] == pytest.approx(-second["score"], abs=1e-3)  # one comparison: relative scores
     (row,) = first["comparisons"]
     assert row["opponent"] == "Lyon." and len(row["raw"]) == 2 and 0 <= row["win"] <= 1
-    assert first["procedure_version"].startswith("pairwise-v2/")
+    assert first["procedure_version"].startswith("pairwise-v3/")
     alone = cli("rewards", "try", "--task", "Say YES.", "--response", "YES", "--judge", str(judge_dir), "--bare",
                 "--method", "pairwise", "--json")  # fmt: skip
     lone = json.loads(alone.strip().splitlines()[-1])

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 
-from posttrain.data.judge_tools import tool_notes
+from posttrain.data.judge_tools import Run, tool_notes
 
 JUDGE_SYSTEM = "You are a careful, strict grader of written answers."
-TOOLS_SYSTEM = " The tool results after an answer are computed by the grader and are correct."
+TOOLS_SYSTEM = (
+    " The tool results after an answer are computed by the grader and are correct; a code run that fails"
+    " the task's example is a wrong answer."
+)
 
 
 def reply_json(value: dict) -> str:
@@ -92,17 +95,20 @@ def rubric_messages(task: str, min_criteria: int, max_criteria: int, examples: b
     return tuple(turns + [{"role": "user", "content": f"Task: {task}"}])
 
 
-def _verdict_prompt(task: str, candidate: str, text: str, kind: str) -> str:
+def _verdict_prompt(task: str, candidate: str, text: str, kind: str, runs: list[Run] | None = None) -> str:
     if kind == "pitfall":
         check = f"Mistake to look for: {text}\nDoes the answer make this mistake?"
     else:
         check = f"Check: {text}\nDoes the answer pass this check?"
-    notes = tool_notes(task, {"Their answer": candidate})
+    notes = tool_notes(task, {"Their answer": candidate}, {"Their answer": runs} if runs is not None else None)
     return f"Task given to a writer:\n{task}\n\nTheir answer:\n{candidate}\n\n{notes}\n\n{check}"
 
 
-def verdict_messages(task: str, candidate: str, criterion, examples: bool = True) -> tuple[dict, ...]:
-    """`criterion`: anything with `text` and `kind` (the GRM's `Criterion`)."""
+def verdict_messages(
+    task: str, candidate: str, criterion, examples: bool = True, runs: list[Run] | None = None
+) -> tuple[dict, ...]:
+    """`criterion`: anything with `text` and `kind` (the GRM's `Criterion`); `runs`: the
+    answer's code runs on the task's examples (`data/judge_tools.py`), where it states any."""
     system = (
         JUDGE_SYSTEM + TOOLS_SYSTEM + ' Judge one check at a time. Reply in JSON: {"verdict": "yes" or "no", '
         '"reason": "<one short line>"}.'
@@ -114,7 +120,7 @@ def verdict_messages(task: str, candidate: str, criterion, examples: bool = True
             {"role": "assistant", "content": reply_json(verdict)},
         ]
     return tuple(
-        turns + [{"role": "user", "content": _verdict_prompt(task, candidate, criterion.text, criterion.kind)}]
+        turns + [{"role": "user", "content": _verdict_prompt(task, candidate, criterion.text, criterion.kind, runs)}]
     )
 
 
@@ -133,10 +139,14 @@ def quoted(text: str) -> str:
     return "\n".join(f"| {line}" for line in text.splitlines() or [""])
 
 
-def pairwise_messages(task: str, first: str, second: str) -> tuple[dict, ...]:
+def pairwise_messages(
+    task: str, first: str, second: str, runs: tuple[list[Run] | None, list[Run] | None] = (None, None)
+) -> tuple[dict, ...]:
     """Both answers in one prompt, as A and B: the defect is a difference the judge sees,
-    not a property it must know. Asked in both orders, its position bias shows."""
-    notes = tool_notes(task, {"Answer A": first, "Answer B": second})
+    not a property it must know. Asked in both orders, its position bias shows. `runs`: each
+    answer's code runs on the task's examples, where it states any."""
+    shown = {label: r for label, r in zip(("Answer A", "Answer B"), runs) if r is not None}
+    notes = tool_notes(task, {"Answer A": first, "Answer B": second}, shown)
     body = f"Task given to two writers:\n{task}\n\nAnswer A:\n{quoted(first)}\n\nAnswer B:\n{quoted(second)}\n\n{notes}"
     return ({"role": "system", "content": PAIRWISE_SYSTEM}, {"role": "user", "content": body})
 
@@ -147,14 +157,12 @@ LIKERT_SYSTEM = (
 )
 
 
-def likert_messages(task: str, candidate: str) -> tuple[dict, ...]:
+def likert_messages(task: str, candidate: str, runs: list[Run] | None = None) -> tuple[dict, ...]:
     """The single-prompt judge: one call per response, a 1-10 score."""
+    notes = tool_notes(task, {"Answer": candidate}, {"Answer": runs} if runs is not None else None)
     return (
         {"role": "system", "content": LIKERT_SYSTEM},
-        {
-            "role": "user",
-            "content": f"Task:\n{task}\n\nAnswer:\n{candidate}\n\n{tool_notes(task, {'Answer': candidate})}",
-        },
+        {"role": "user", "content": f"Task:\n{task}\n\nAnswer:\n{candidate}\n\n{notes}"},
     )
 
 

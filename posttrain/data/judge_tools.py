@@ -6,6 +6,13 @@ cannot run in its head, computed by the grader from the task and the answers alo
   parentheses. A hyphen counts as minus only with spaces around it ("27 - 76"), so ranges
   and dates ("10-20", "2024-05-01") are not sums.
 - **shape**: each answer's lines (not counting blank ones) and words.
+- **code run**: where the task states examples of a function's calls and their values
+  (`f(7, 2) should return 5`, `f(7, 2) -> 5`, `assert f(7, 2) == 5`, a `>>>` line and the
+  value under it), what each answer's code returns on each call, or the exception it raises,
+  and whether that is the value the task states. This module finds the examples and writes
+  the lines; the runs come from the caller (`Run`): the GRM runs each answer in the
+  sandbox (`rewards/judge_code.py`), and the judge's training data knows its answers'
+  values by construction. A test checks that the two agree on every generated case.
 
 Measured before this: a trained 135M judge picked the right answer of a pair at chance on
 arithmetic and list counts (bench/RESULTS.md, the judge). With the tools' lines the defect is
@@ -21,7 +28,9 @@ tool line of its own. `data/judge_prompts.py` puts them in every prompt that sho
 from __future__ import annotations
 
 import ast
+import math
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 
 MAX_EXPRESSIONS = 4  # calculations shown per task
@@ -120,9 +129,97 @@ def shape(text: str) -> str:
     return f"{lines} line{'s' * (lines != 1)}, {words} word{'s' * (words != 1)}"
 
 
-def tool_notes(task: str, answers: dict[str, str]) -> str:
+MAX_EXAMPLES = 3  # example calls run per task
+MAX_SHOWN = 40  # characters of a value shown
+_CALL = r"(?P<call>[A-Za-z_]\w*\([^()\n]*\))"
+_VALUE = r"(?P<value>-?\d+(?:\.\d+)?(?:[eE]-?\d+)?|True|False|None|'[^'\n]*'|\"[^\"\n]*\"|\[[^\]\n]*\]|\([^()\n]*\))"
+_EXAMPLES = (
+    re.compile(rf">>>[ \t]*{_CALL}[ \t]*\n[ \t]*{_VALUE}"),
+    re.compile(rf"{_CALL}\s*(?:==|->|=>|→|(?:should|must)\s+(?:return|give|be)|returns|gives)\s*{_VALUE}"),
+)
+
+
+@dataclass(frozen=True)
+class Example:
+    """A call the task states, with the value it says the call gives (both as Python source)."""
+
+    call: str
+    expected: str
+
+    @property
+    def function(self) -> str:
+        return self.call.split("(", 1)[0]
+
+
+@dataclass(frozen=True)
+class Run:
+    """What an answer's code did on one example: the value it returned (its repr), or what
+    happened instead, in a tool line's words ("raises ZeroDivisionError", "runs out of time",
+    "did not run")."""
+
+    value: str | None = None
+    error: str | None = None
+
+
+def examples(task: str) -> list[Example]:
+    """The example calls `task` states (at most MAX_EXAMPLES, in order, no repeats): each a
+    call on literal arguments with a literal value, all of one function (the first named)."""
+    out: list[Example] = []
+    for match in sorted((m for pattern in _EXAMPLES for m in pattern.finditer(task)), key=lambda m: m.start()):
+        call, value = match.group("call"), match.group("value")
+        arguments = call.split("(", 1)[1][:-1]
+        try:
+            ast.literal_eval(f"({arguments},)" if arguments.strip() else "()")  # literals only
+            ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        example = Example(re.sub(r"\s+", " ", call), value)
+        if out and example.function != out[0].function:
+            continue
+        if example not in out and len(out) < MAX_EXAMPLES:
+            out.append(example)
+    return out
+
+
+def passes(run: Run, expected: str) -> bool:
+    """Whether a run's value is the stated one: equal values of the same kind (a bool is not a
+    number here), floats to 9 significant digits."""
+    if run.value is None:
+        return False
+    try:
+        got, want = ast.literal_eval(run.value), ast.literal_eval(expected)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return False
+    if isinstance(got, bool) != isinstance(want, bool):
+        return False
+    if isinstance(got, float) or isinstance(want, float):
+        numbers = all(isinstance(x, (int, float)) for x in (got, want))
+        return numbers and math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12)
+    return type(got) is type(want) and got == want
+
+
+def run_line(label: str, example: Example, run: Run) -> str:
+    if run.value is not None:
+        shown = run.value if len(run.value) <= MAX_SHOWN else run.value[: MAX_SHOWN - 3] + "..."
+        did = f"returns {shown}"
+    else:
+        did = run.error or "fails"
+    verdict = "pass" if passes(run, example.expected) else "fail"
+    return f"{label} run: {example.call} {did}; the task says {example.expected}: {verdict}"
+
+
+def tool_notes(task: str, answers: dict[str, str], runs: dict[str, list[Run]] | None = None) -> str:
     """The block that follows the answers in a judge prompt: the calculator's lines for the
-    task, then the shape of each answer by its label ("A", "B", or "the answer")."""
+    task, then each answer's shape by its label ("Answer A", "Their answer", ...), then each
+    answer's code runs on the task's examples (`runs`: per label, one `Run` per example of
+    `examples(task)`, as the caller ran them)."""
     lines = [f"calculator: {c}" for c in calculations(task)]
     lines += [f"{label}: {shape(text)}" for label, text in answers.items()]
+    stated = examples(task)
+    for label in answers:
+        got = (runs or {}).get(label)
+        if stated and got is not None:
+            if len(got) != len(stated):
+                raise ValueError(f"{label}: {len(got)} runs for {len(stated)} examples")
+            lines += [run_line(label, example, run) for example, run in zip(stated, got)]
     return "Tool results (computed by the grader, not written by the writers):\n" + "\n".join(lines)

@@ -2,6 +2,8 @@
 things to list, words, French numbers, gadgets, small functions, filler, refusals and names.
 Each entry falls in the `train` or the `heldout` part by a hash of its name."""
 
+from posttrain.data.judge_tools import Run
+
 CAPITALS = {
     "France": "Paris", "Japan": "Tokyo", "Italy": "Rome", "Spain": "Madrid", "Germany": "Berlin",
     "Canada": "Ottawa", "Australia": "Canberra", "Brazil": "Brasilia", "Egypt": "Cairo", "Kenya": "Nairobi",
@@ -135,3 +137,28 @@ REFUSALS = [
 ]
 PEOPLE = ["Alice", "Bob", "Carol", "Dan", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory", "Oscar",
           "Peggy", "Rupert", "Sybil", "Trent", "Victor", "Walter", "Zoe", "Yusuf"]  # fmt: skip
+
+
+def value_of(body: str, args: tuple[int, int]):
+    """The value of one of the table's bodies (`FUNCTIONS`, the project's own text) at `args`;
+    None where it has none (a division by zero)."""
+    try:
+        return eval(body, {"__builtins__": {"max": max, "min": min, "abs": abs}}, dict(zip("ab", args)))  # noqa: S307
+    except ZeroDivisionError:
+        return None
+
+
+def tool_run(body: str, args: tuple[int, int]) -> Run:
+    """What the code tool reports for a body at `args` (`rewards/judge_code.py` runs the
+    answer itself; a test checks the two agree)."""
+    value = value_of(body, args)
+    return Run(error="raises ZeroDivisionError") if value is None else Run(value=repr(value))
+
+
+EXAMPLE_FORMS = (
+    " For example, {call} should return {value}.",
+    " Example: {call} -> {value}",
+    " It must pass: assert {call} == {value}",
+    "\n\n>>> {call}\n{value}",
+    " E.g. {call} gives {value}.",
+)

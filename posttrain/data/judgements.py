@@ -32,8 +32,10 @@ from posttrain.data.judge_prompts import (
     rubric_messages,
     verdict_messages,
 )
+from posttrain.data.judge_tools import Run
 from posttrain.data.judgement_tables import (
     CAPITALS,
+    EXAMPLE_FORMS,
     FRENCH,
     FUNCTION_ARGS,
     FUNCTIONS,
@@ -44,6 +46,8 @@ from posttrain.data.judgement_tables import (
     THINGS,
     TOPICS,
     WORDS,
+    tool_run,
+    value_of,
 )
 from posttrain.data.reasoning import in_eval_part
 from posttrain.types import Message, Task
@@ -70,6 +74,11 @@ class Case:
     good: str
     bad: str
     checks: tuple[Check, ...]
+    runs: tuple[tuple[Run, ...], tuple[Run, ...]] | None = None  # good's, bad's code runs on the task's examples
+
+    def side_runs(self, side: str) -> list[Run] | None:
+        """A side's code runs (`data/judge_tools.py`), as the GRM's sandbox reports them."""
+        return None if self.runs is None else list(self.runs[side != "good"])
 
     def rubric(self) -> dict:
         return {"criteria": [{"text": c.text, "kind": c.kind, "weight": c.weight} for c in self.checks]}
@@ -333,25 +342,21 @@ def _language(rng: random.Random, part: str) -> Case | None:
     )  # fmt: skip
 
 
-def _run(body: str, args: tuple[int, int]):
-    """The value of one of the table's bodies (`FUNCTIONS`, the project's own text) at `args`;
-    None where it has none (a division by zero)."""
-    try:
-        return eval(body, {"__builtins__": {"max": max, "min": min, "abs": abs}}, dict(zip("ab", args)))  # noqa: S307
-    except ZeroDivisionError:
-        return None
-
-
 def _code(rng: random.Random, part: str) -> Case | None:
     """A function's task with its right body against another body of the same type that
-    gives another value on a test call. Every body is right for several tasks (in both
-    parts), so only the task's words tell which one is right."""
+    gives another value on a test call, which the task states as its example (with at times
+    one more): the code tool's runs then show which body fails it. Every body is right for
+    several tasks (in both parts), so no body is right or wrong by itself."""
     name, what, right = rng.choice([f for f in FUNCTIONS if part_of("code:" + f[0]) == part])
-    boolean = isinstance(_run(right, (1, 2)), bool)
+    boolean = isinstance(value_of(right, (1, 2)), bool)
     args = [x for x in FUNCTION_ARGS if boolean or min(x) >= 0]
-    bodies = sorted({f[2] for f in FUNCTIONS if f[2] != right and isinstance(_run(f[2], (1, 2)), bool) == boolean})
+    bodies = sorted({f[2] for f in FUNCTIONS if f[2] != right and isinstance(value_of(f[2], (1, 2)), bool) == boolean})
     wrong = rng.choice(bodies)
-    tests = [x for x in args if None not in (_run(right, x), _run(wrong, x)) and _run(right, x) != _run(wrong, x)]
+    tests = [
+        x
+        for x in args
+        if None not in (value_of(right, x), value_of(wrong, x)) and value_of(right, x) != value_of(wrong, x)
+    ]
     if not tests:
         return None
     test = rng.choice(tests)
@@ -362,7 +367,12 @@ def _code(rng: random.Random, part: str) -> Case | None:
         "Implement {f}({a}, {b}) in Python: it should return {w}.",
         "Define a Python function {f} that takes {a} and {b} and returns {w}.",
     ]).format(f=name, a=a, b=b, w=what)  # fmt: skip
-    call, value, slip = f"{name}({test[0]}, {test[1]})", _run(right, test), _run(wrong, test)
+    call, value, slip = f"{name}({test[0]}, {test[1]})", value_of(right, test), value_of(wrong, test)
+    # the task's examples: the call the wrong body fails, and sometimes one more (which it may pass)
+    stated = [test] + rng.sample([x for x in args if x != test and value_of(right, x) is not None], rng.randint(0, 1))
+    rng.shuffle(stated)
+    form = rng.choice(EXAMPLE_FORMS)
+    task += "".join(form.format(call=f"{name}({x[0]}, {x[1]})", value=repr(value_of(right, x))) for x in stated)
     good, bad = (re.sub(r"\b[ab]\b", lambda m: {"a": a, "b": b}[m.group(0)], body) for body in (right, wrong))
     style = rng.choice(["plain", "fenced", "said"])
 
@@ -385,6 +395,7 @@ def _code(rng: random.Random, part: str) -> Case | None:
             Check(say(rng, f"Defines a function named {name}", "Is valid Python"), "important", 2, True, True,
                   "It does.", "It does."),
         ),
+        (tuple(tool_run(right, x) for x in stated), tuple(tool_run(wrong, x) for x in stated)),
     )  # fmt: skip
 
 
@@ -444,7 +455,7 @@ def judgement_tasks(source) -> list[Task]:
                 for j, check in enumerate(case.checks):
                     verdict = check.on_good if side == "good" else check.on_bad
                     why = check.why_good if side == "good" else check.why_bad
-                    messages = verdict_messages(case.task, response, check, source.examples)
+                    messages = verdict_messages(case.task, response, check, source.examples, case.side_runs(side))
                     entry = {"call": "verdict", "label": "yes" if verdict else "no", "side": side}
                     tasks.append(_task(f"{base}/{side}/{j}", case, messages, verdict_reply(verdict, why), entry))
         if "likert" in source.calls:
@@ -452,7 +463,8 @@ def judgement_tasks(source) -> list[Task]:
                 score, why = case.likert(side)
                 answer = reply_json({"score": score, "reason": why})
                 entry = {"call": "likert", "score": score, "side": side}
-                tasks.append(_task(f"{base}/{side}/likert", case, likert_messages(case.task, response), answer, entry))
+                messages = likert_messages(case.task, response, case.side_runs(side))
+                tasks.append(_task(f"{base}/{side}/likert", case, messages, answer, entry))
         if "pairwise" in source.calls:
             tasks += _pairwise_tasks(base, case)
     random.Random(source.seed).shuffle(tasks)
@@ -464,12 +476,14 @@ def _pairwise_tasks(base: str, case: Case) -> list[Task]:
     nothing): the known reply names the clean one and gives the defect of the other."""
     why = next((c.why_bad for c in case.checks if c.on_good != c.on_bad), case.checks[0].why_bad)
     out = []
-    for order, (first, second, better, worse) in enumerate(
-        ((case.good, case.bad, "A", "B"), (case.bad, case.good, "B", "A"))
+    good, bad = case.side_runs("good"), case.side_runs("bad")
+    for order, (first, second, better, worse, runs) in enumerate(
+        ((case.good, case.bad, "A", "B", (good, bad)), (case.bad, case.good, "B", "A", (bad, good)))
     ):
         answer = reply_json({"better": better, "reason": f"{worse}: {why}"})
         entry = {"call": "pairwise", "label": better, "order": order}
-        out.append(_task(f"{base}/pairwise/{order}", case, pairwise_messages(case.task, first, second), answer, entry))
+        messages = pairwise_messages(case.task, first, second, runs)
+        out.append(_task(f"{base}/pairwise/{order}", case, messages, answer, entry))
     return out
 
 

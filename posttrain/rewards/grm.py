@@ -28,15 +28,17 @@ from dataclasses import asdict, dataclass, replace
 
 from posttrain.config import GRMConfig
 from posttrain.data.judge_prompts import choice_schema, rubric_messages, verdict_messages
+from posttrain.data.judge_tools import examples, run_line
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply, make_backend
 from posttrain.rewards.grm_pairwise import PAIRWISE_VERSION, score_pairwise
 from posttrain.rewards.grm_pairwise import preload as preload_pairs
 from posttrain.rewards.grm_parse import KINDS, Criterion, ParseError, Verdict, parse_rubric, parse_verdict
+from posttrain.rewards.judge_code import CodeTool
 from posttrain.types import RewardResult, Sample, Task
 
 log = logging.getLogger(__name__)
 
-PROCEDURE_VERSION = "rubric-v2"  # v2: tool results (data/judge_tools.py) in the verdict call
+PROCEDURE_VERSION = "rubric-v3"  # v2: tool results (data/judge_tools.py) in the verdict call; v3: code runs
 RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 would repeat the same malformed reply
 TOP_LOGPROBS = 10
 
@@ -131,6 +133,7 @@ class GRM:
         self.cache: LRU = LRU(config.cache_entries)  # cache key -> scoreboard entry
         self.rubrics: LRU = LRU(config.cache_entries)  # rubric key -> a successful rubric call
         self.pairs: LRU = LRU(config.cache_entries)  # pairwise call key -> its record (grm_pairwise)
+        self.code = CodeTool(cache_size=config.cache_entries)  # answers run on their task's examples
         c = config
         if c.method == "pairwise":
             self.procedure = f"{PAIRWISE_VERSION}/{c.verdict}/t{c.temperature}"
@@ -150,6 +153,7 @@ class GRM:
 
     def close(self) -> None:
         self.backend.close()
+        self.code.close()
 
     def rubric_key(self, task: Task) -> str:
         return _digest(task.task_id, task_text(task), self.backend.model_id, self.procedure)
@@ -207,12 +211,21 @@ class GRM:
             for key, s in firsts.items()
             for j, criterion in enumerate(rubrics[self.rubric_key(s.task)].value or [])
         ]
-        calls = [self._verdict_call(firsts[key], criterion) for key, _, criterion in pairs]
+        runs = {}
+        for key, s in firsts.items():
+            runs[key] = (await self.code.runs_async(task_text(s.task), [s.completion.text]))[0]
+        calls = [self._verdict_call(firsts[key], criterion, runs[key]) for key, _, criterion in pairs]
         asked = await self._ask(calls, self._parse_verdict)
         verdicts: dict[str, list[Asked]] = {key: [] for key in firsts}
         for (key, _, _), outcome in zip(pairs, asked):
             verdicts[key].append(outcome)
-        return {key: self._entry(key, s, rubrics[self.rubric_key(s.task)], verdicts[key]) for key, s in firsts.items()}
+        entries = {}
+        for key, s in firsts.items():
+            entries[key] = self._entry(key, s, rubrics[self.rubric_key(s.task)], verdicts[key])
+            if runs[key] is not None:  # what the judge was shown of the answer's code, on the scoreboard
+                stated = examples(task_text(s.task))
+                entries[key]["code_runs"] = [run_line("answer", e, r) for e, r in zip(stated, runs[key])]
+        return entries
 
     async def _rubrics(self, tasks: dict[str, Task]) -> dict[str, Asked]:
         missing = [key for key in tasks if key not in self.rubrics]
@@ -233,10 +246,10 @@ class GRM:
                 self.rubrics[key] = outcome
         return {key: self.rubrics.get(key) or fresh[key] for key in tasks}
 
-    def _verdict_call(self, sample: Sample, criterion: Criterion) -> JudgeCall:
+    def _verdict_call(self, sample: Sample, criterion: Criterion, runs=None) -> JudgeCall:
         c = self.config
         return JudgeCall(
-            verdict_messages(task_text(sample.task), sample.completion.text, criterion, self.config.examples),
+            verdict_messages(task_text(sample.task), sample.completion.text, criterion, c.examples, runs),
             verdict_schema(c.reason_chars),
             c.verdict_tokens,
             c.temperature,

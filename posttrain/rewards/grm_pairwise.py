@@ -34,7 +34,7 @@ from posttrain.rewards.grm_judge import JudgeCall, JudgeReply
 from posttrain.rewards.grm_parse import Choice, parse_choice
 from posttrain.types import RewardResult, Sample
 
-PAIRWISE_VERSION = "pairwise-v2"  # v2: tool results (data/judge_tools.py) follow the answers
+PAIRWISE_VERSION = "pairwise-v3"  # v2: tool results (data/judge_tools.py) follow the answers; v3: code runs
 
 
 def call_key(task_key: str, first: str, second: str) -> str:
@@ -77,13 +77,16 @@ async def _judged(grm, samples: list[Sample], groups: dict[str, dict[str, list[i
     wanted: dict[str, JudgeCall] = {}
     for key, texts in groups.items():
         task = task_text(samples[next(iter(texts.values()))[0]].task)
+        runs = None
         for first, second in permutations(texts, 2):
             ck = call_key(key, first, second)
             if c.cache and ck in grm.pairs:
                 out[ck] = dict(grm.pairs[ck], cached=True, tries=0)
             elif ck not in wanted:
+                if runs is None:  # each answer's code on the task's examples, run once per group
+                    runs = dict(zip(texts, await grm.code.runs_async(task, list(texts))))
                 wanted[ck] = JudgeCall(
-                    pairwise_messages(task, first, second),
+                    pairwise_messages(task, first, second, (runs[first], runs[second])),
                     pairwise_schema(c.reason_chars),
                     c.verdict_tokens,
                     c.temperature,

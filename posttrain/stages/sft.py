@@ -98,8 +98,9 @@ def gold_turns(task) -> tuple[Message, ...]:
 
 def sft_sequences(tokenizer, conversations, max_len: int, weigh=None) -> list[TrainSequence]:
     """`weigh(response_ids, mask) -> mask`: loss weights per response token in place of the
-    0/1 mask (the loss is the weighted mean over tokens); none: the mask as it is."""
-    seqs = []
+    0/1 mask (the loss is the weighted mean over tokens); none: the mask as it is. An
+    example whose prompt fills `max_len` has nothing to train on: it is left out, and said."""
+    seqs, left_out = [], 0
     for messages in conversations:
         ids, prompt_len, mask = sft_example(tokenizer, messages, max_len)
         if weigh is not None:
@@ -109,6 +110,12 @@ def sft_sequences(tokenizer, conversations, max_len: int, weigh=None) -> list[Tr
             seqs.append(
                 TrainSequence(token_ids=tuple(ids), prompt_len=prompt_len, advantages=(0.0,) * n, loss_mask=tuple(mask))
             )
+        else:
+            left_out += 1
+    if left_out:
+        total = len(seqs) + left_out
+        print(f"[sft] warning: {left_out} of {total} examples have no reply within max_len {max_len} "
+              "(their prompts are longer) and are left out: raise max_len to train on them", flush=True)  # fmt: skip
     if not seqs:
         raise ValueError("SFT data has no assistant tokens within max_len")
     return seqs
