@@ -4,6 +4,8 @@ words, and on the judgement data the tools' lines tell the clean answer from the
 one where a 135M judge could not compute it."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from posttrain.data.judge_tools import calculations, evaluate, shape, tool_notes
 from posttrain.data.judgements import cases
@@ -82,6 +84,7 @@ def test_the_tools_tell_the_clean_answer_in_arithmetic_and_count_cases(part):
         ("f(x, 2) == 4 and f(a=1) == 2", []),  # arguments that are not literals: nothing to run
         ("Compute 2 + 2.", []),
         ("Print(hello) returns nothing", []),
+        ("stack.pop(0) returns 3", []),  # a method: no function to call
     ],
 )
 def test_examples_are_the_tasks_stated_calls(task, expected):
@@ -104,3 +107,29 @@ def test_a_run_line_says_what_the_code_did_and_whether_it_is_the_stated_value():
     assert len(run_line("A", example, Run(value="'" + "x" * 500 + "'"))) < 120  # a long value is cut
     with pytest.raises(ValueError, match="1 runs for 2 examples"):
         tool_notes("f(1, 2) -> 3 and f(2, 2) -> 4", {"A": "x"}, {"A": [Run(value="3")]})
+
+
+_PIECES = [
+    "f(", "f(1, 2)", ")", " -> ", " == ", " should return ", ">>> ", "\n", "5", "'x'", "[1, 2]", "obj.", "(",
+    "__import__('os')", "f(a=1)", "1e9", "True", " returns ", "g(3)", " ", "→", "-", "2.5", '"s"', "f(*x)",
+    "f(1, (2, 3))",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=30))
+def test_examples_are_only_literal_calls_of_one_function_whatever_the_text(pieces):
+    """Any text: no exception, at most MAX_EXAMPLES examples, each a call of one named
+    function on literal arguments with a literal value, so the harness only ever runs
+    `name(literals)`."""
+    import ast
+
+    from posttrain.data.judge_tools import MAX_EXAMPLES, examples
+
+    found = examples("".join(pieces))
+    assert len(found) <= MAX_EXAMPLES and len({e.function for e in found}) <= 1
+    for e in found:
+        call = ast.parse(e.call, mode="eval").body
+        assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.keywords
+        for node in [*call.args, ast.parse(e.expected, mode="eval").body]:
+            ast.literal_eval(node)

@@ -131,7 +131,7 @@ def shape(text: str) -> str:
 
 MAX_EXAMPLES = 3  # example calls run per task
 MAX_SHOWN = 40  # characters of a value shown
-_CALL = r"(?P<call>[A-Za-z_]\w*\([^()\n]*\))"
+_CALL = r"(?<![\w.])(?P<call>[A-Za-z_]\w*\([^()\n]*\))"  # a function, not a method
 _VALUE = r"(?P<value>-?\d+(?:\.\d+)?(?:[eE]-?\d+)?|True|False|None|'[^'\n]*'|\"[^\"\n]*\"|\[[^\]\n]*\]|\([^()\n]*\))"
 _EXAMPLES = (
     re.compile(rf">>>[ \t]*{_CALL}[ \t]*\n[ \t]*{_VALUE}"),
