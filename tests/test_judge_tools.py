@@ -85,6 +85,14 @@ def test_the_tools_tell_the_clean_answer_in_arithmetic_and_count_cases(part):
         ("Compute 2 + 2.", []),
         ("Print(hello) returns nothing", []),
         ("stack.pop(0) returns 3", []),  # a method: no function to call
+        (
+            "So add(2, 3) = 5, add(1, 1) is 2 and add(0, 0) will return 0.",
+            [("add(2, 3)", "5"), ("add(1, 1)", "2"), ("add(0, 0)", "0")],
+        ),
+        (
+            "Tests:\nassert clip(5, 1) == 1, 'too big'\nassert clip(0, 1) == 0",
+            [("clip(5, 1)", "1"), ("clip(0, 1)", "0")],
+        ),
     ],
 )
 def test_examples_are_the_tasks_stated_calls(task, expected):

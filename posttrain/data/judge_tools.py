@@ -7,8 +7,8 @@ cannot run in its head, computed by the grader from the task and the answers alo
   and dates ("10-20", "2024-05-01") are not sums.
 - **shape**: each answer's lines (not counting blank ones) and words.
 - **code run**: where the task states examples of a function's calls and their values
-  (`f(7, 2) should return 5`, `f(7, 2) -> 5`, `assert f(7, 2) == 5`, a `>>>` line and the
-  value under it), what each answer's code returns on each call, or the exception it raises,
+  (`f(7, 2) should return 5`, `f(7, 2) -> 5`, `= 5`, `is 5`, `assert f(7, 2) == 5`, a `>>>`
+  line and the value under it), what each answer's code returns on each call, or the exception it raises,
   and whether that is the value the task states. This module finds the examples and writes
   the lines; the runs come from the caller (`Run`): the GRM runs each answer in the
   sandbox (`rewards/judge_code.py`), and the judge's training data knows its answers'
@@ -135,7 +135,10 @@ _CALL = r"(?<![\w.])(?P<call>[A-Za-z_]\w*\([^()\n]*\))"  # a function, not a met
 _VALUE = r"(?P<value>-?\d+(?:\.\d+)?(?:[eE]-?\d+)?|True|False|None|'[^'\n]*'|\"[^\"\n]*\"|\[[^\]\n]*\]|\([^()\n]*\))"
 _EXAMPLES = (
     re.compile(rf">>>[ \t]*{_CALL}[ \t]*\n[ \t]*{_VALUE}"),
-    re.compile(rf"{_CALL}\s*(?:==|->|=>|→|(?:should|must)\s+(?:return|give|be)|returns|gives)\s*{_VALUE}"),
+    re.compile(
+        rf"{_CALL}\s*(?:==|=(?!=)|->|=>|→|(?:should|must|will|would)\s+(?:return|give|be|equal|output|yield)"
+        rf"|returns|gives|is|equals|outputs|yields)\s*{_VALUE}"
+    ),
 )
 
 
