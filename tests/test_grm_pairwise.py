@@ -288,5 +288,6 @@ def test_the_judge_is_shown_each_answers_code_run_on_the_tasks_example():
     finally:
         grm.close()
     assert [r.score for r in results] == [-1.0, 1.0]
+    assert results[0].details["code_runs"] == ["answer run: f(7, 2) returns 9; the task says 5: fail"]
     assert len(prompts) == 2 and all("f(7, 2) returns 9; the task says 5: fail" in p for p in prompts)
     assert all("f(7, 2) returns 5; the task says 5: pass" in p for p in prompts)

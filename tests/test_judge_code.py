@@ -136,3 +136,11 @@ def test_the_rubric_procedure_shows_each_verdict_call_the_answers_runs():
     assert right.score == 1.0 and wrong.score == -1.0, (right.details, wrong.details)
     assert right.details["code_runs"] == ["answer run: f(7, 2) returns 5; the task says 5: pass"]
     assert wrong.details["code_runs"] == ["answer run: f(7, 2) returns -5; the task says 5: fail"]
+
+
+def test_reward_debugging_prints_the_run_lines_the_judge_was_shown(capsys):
+    from posttrain.rewards.debug import print_entry
+
+    line = "answer run: f(7, 2) returns 9; the task says 5: fail"
+    print_entry({"status": "scored", "method": "pairwise", "comparisons": [], "code_runs": [line]})
+    assert f"tool: {line}" in capsys.readouterr().out

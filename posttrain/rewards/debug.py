@@ -179,6 +179,8 @@ def print_entry(entry: dict) -> None:
         f"procedure {entry.get('procedure_version', '?')}  "
         f"latency {entry.get('latency_s') or 0:.2f}s{'  (cache hit)' if entry.get('cache_hit') else ''}"
     )
+    for line in entry.get("code_runs") or []:  # what the judge was shown of the answer's code
+        print(f"  tool: {line}")
     if entry.get("method") == "pairwise":
         _print_comparisons(entry)
         return

@@ -30,6 +30,7 @@ import time
 from itertools import permutations
 
 from posttrain.data.judge_prompts import pairwise_messages, pairwise_schema
+from posttrain.data.judge_tools import examples, run_line
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply
 from posttrain.rewards.grm_parse import Choice, parse_choice
 from posttrain.types import RewardResult, Sample
@@ -44,6 +45,8 @@ def call_key(task_key: str, first: str, second: str) -> str:
 
 
 async def score_pairwise(grm, samples: list[Sample]) -> list[RewardResult]:
+    from posttrain.rewards.grm import task_text
+
     started = time.perf_counter()
     results: list[RewardResult | None] = [None] * len(samples)
     groups: dict[str, dict[str, list[int]]] = {}  # task key -> response -> sample indices
@@ -58,9 +61,13 @@ async def score_pairwise(grm, samples: list[Sample]) -> list[RewardResult]:
     calls = await _judged(grm, samples, groups)
     latency = round(time.perf_counter() - started, 3)
     for key, texts in groups.items():
+        task = task_text(samples[next(iter(texts.values()))[0]].task)
+        runs = dict(zip(texts, await grm.code.runs_async(task, list(texts))))  # cached: the runs the judge was shown
         for text, idx in texts.items():
             entry, cached = _entry(grm, samples[idx[0]], key, text, texts, capped.get(key, {}), calls)
             entry["latency_s"] = latency
+            if runs[text] is not None:
+                entry["code_runs"] = [run_line("answer", e, r) for e, r in zip(examples(task), runs[text])]
             for n, i in enumerate(idx):
                 results[i] = grm._result(entry, cache_hit=cached or n > 0)
     return results  # type: ignore[return-value]

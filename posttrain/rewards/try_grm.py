@@ -27,6 +27,7 @@ JSON_KEYS = (
     "response_tokens",
     "length_cap",
     "rubric_raw",
+    "code_runs",  # what the judge was shown of the answer's code (a task that states examples)
 )
 
 
