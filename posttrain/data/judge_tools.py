@@ -211,6 +211,16 @@ def run_line(label: str, example: Example, run: Run) -> str:
     return f"{label} run: {example.call} {did}; the task says {example.expected}: {verdict}"
 
 
+def run_lines(label: str, task: str, runs: list[Run] | None) -> list[str]:
+    """An answer's run lines: one per example of `task`, from its `runs` (none: no lines)."""
+    stated = examples(task)
+    if not stated or runs is None:
+        return []
+    if len(runs) != len(stated):
+        raise ValueError(f"{label}: {len(runs)} runs for {len(stated)} examples")
+    return [run_line(label, example, run) for example, run in zip(stated, runs)]
+
+
 def tool_notes(task: str, answers: dict[str, str], runs: dict[str, list[Run]] | None = None) -> str:
     """The block that follows the answers in a judge prompt: the calculator's lines for the
     task, then each answer's shape by its label ("Answer A", "Their answer", ...), then each
@@ -218,11 +228,6 @@ def tool_notes(task: str, answers: dict[str, str], runs: dict[str, list[Run]] | 
     `examples(task)`, as the caller ran them)."""
     lines = [f"calculator: {c}" for c in calculations(task)]
     lines += [f"{label}: {shape(text)}" for label, text in answers.items()]
-    stated = examples(task)
     for label in answers:
-        got = (runs or {}).get(label)
-        if stated and got is not None:
-            if len(got) != len(stated):
-                raise ValueError(f"{label}: {len(got)} runs for {len(stated)} examples")
-            lines += [run_line(label, example, run) for example, run in zip(stated, got)]
+        lines += run_lines(label, task, (runs or {}).get(label))
     return "Tool results (computed by the grader, not written by the writers):\n" + "\n".join(lines)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 
 from posttrain.config import GRMConfig
 from posttrain.data.judge_prompts import choice_schema, rubric_messages, verdict_messages
-from posttrain.data.judge_tools import examples, run_line
+from posttrain.data.judge_tools import run_lines
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply, make_backend
 from posttrain.rewards.grm_pairwise import PAIRWISE_VERSION, score_pairwise
 from posttrain.rewards.grm_pairwise import preload as preload_pairs
@@ -223,8 +223,7 @@ class GRM:
         for key, s in firsts.items():
             entries[key] = self._entry(key, s, rubrics[self.rubric_key(s.task)], verdicts[key])
             if runs[key] is not None:  # what the judge was shown of the answer's code, on the scoreboard
-                stated = examples(task_text(s.task))
-                entries[key]["code_runs"] = [run_line("answer", e, r) for e, r in zip(stated, runs[key])]
+                entries[key]["code_runs"] = run_lines("answer", task_text(s.task), runs[key])
         return entries
 
     async def _rubrics(self, tasks: dict[str, Task]) -> dict[str, Asked]:

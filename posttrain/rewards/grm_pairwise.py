@@ -30,7 +30,7 @@ import time
 from itertools import permutations
 
 from posttrain.data.judge_prompts import pairwise_messages, pairwise_schema
-from posttrain.data.judge_tools import examples, run_line
+from posttrain.data.judge_tools import run_lines
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply
 from posttrain.rewards.grm_parse import Choice, parse_choice
 from posttrain.types import RewardResult, Sample
@@ -58,42 +58,43 @@ async def score_pairwise(grm, samples: list[Sample]) -> list[RewardResult]:
             capped.setdefault(key, {})[s.completion.text] = s.model_tokens
         else:
             groups.setdefault(key, {}).setdefault(s.completion.text, []).append(i)
-    calls = await _judged(grm, samples, groups)
+    tasks = {key: task_text(samples[next(iter(texts.values()))[0]].task) for key, texts in groups.items()}
+    runs = {}  # task key -> response -> its code runs on the task's examples (None: the task states none)
+    for key, texts in groups.items():
+        runs[key] = dict(zip(texts, await grm.code.runs_async(tasks[key], list(texts))))
+    calls = await _judged(grm, groups, tasks, runs)
     latency = round(time.perf_counter() - started, 3)
     for key, texts in groups.items():
-        task = task_text(samples[next(iter(texts.values()))[0]].task)
-        runs = dict(zip(texts, await grm.code.runs_async(task, list(texts))))  # cached: the runs the judge was shown
         for text, idx in texts.items():
             entry, cached = _entry(grm, samples[idx[0]], key, text, texts, capped.get(key, {}), calls)
             entry["latency_s"] = latency
-            if runs[text] is not None:
-                entry["code_runs"] = [run_line("answer", e, r) for e, r in zip(examples(task), runs[text])]
+            if runs[key][text] is not None:  # what the judge was shown of the answer's code
+                entry["code_runs"] = run_lines("answer", tasks[key], runs[key][text])
             for n, i in enumerate(idx):
                 results[i] = grm._result(entry, cache_hit=cached or n > 0)
     return results  # type: ignore[return-value]
 
 
-async def _judged(grm, samples: list[Sample], groups: dict[str, dict[str, list[int]]]) -> dict[str, dict]:
+async def _judged(
+    grm, groups: dict[str, dict[str, list[int]]], tasks: dict[str, str], runs: dict[str, dict]
+) -> dict[str, dict]:
     """Every ordered pair's call record ({p, pick, reason, raw, tries, cached} or {error, raw,
     tries}), from the cache (tries 0: no call made now) or asked now, all fresh calls of the
     batch in one round."""
-    from posttrain.rewards.grm import TOP_LOGPROBS, task_text
+    from posttrain.rewards.grm import TOP_LOGPROBS
 
     c = grm.config
     out: dict[str, dict] = {}
     wanted: dict[str, JudgeCall] = {}
     for key, texts in groups.items():
-        task = task_text(samples[next(iter(texts.values()))[0]].task)
-        runs = None
+        task, ran = tasks[key], runs[key]
         for first, second in permutations(texts, 2):
             ck = call_key(key, first, second)
             if c.cache and ck in grm.pairs:
                 out[ck] = dict(grm.pairs[ck], cached=True, tries=0)
             elif ck not in wanted:
-                if runs is None:  # each answer's code on the task's examples, run once per group
-                    runs = dict(zip(texts, await grm.code.runs_async(task, list(texts))))
                 wanted[ck] = JudgeCall(
-                    pairwise_messages(task, first, second, (runs[first], runs[second])),
+                    pairwise_messages(task, first, second, (ran[first], ran[second])),
                     pairwise_schema(c.reason_chars),
                     c.verdict_tokens,
                     c.temperature,
