@@ -196,7 +196,8 @@ class TrainStepResult:
     Per sequence (in the batch's order): logp_old of its response tokens, the trainer's
     policy before the step, and their off-policy weights. `skipped`: the loss was NaN or
     inf on some rank, so no rank stepped; `applied`: optimizer steps taken; `empty`: the
-    driver had nothing to train on (no step at all). The defaults are such a step's."""
+    driver had nothing to train on (no step at all). The defaults are such a step's. A
+    sequence left out of the passes (`left_out`) has empty lists."""
 
     logp: list[list[float]] = field(default_factory=list)
     weights: list[list[float]] = field(default_factory=list)
@@ -206,3 +207,4 @@ class TrainStepResult:
     applied: int = 0
     empty: bool = False
     seconds: float = 0.0
+    left_out: int = 0  # sequences left out of the passes: their gradient is exactly 0 (`skip_zero_gradient`)

@@ -205,3 +205,63 @@ def test_a_cosine_schedule_reaches_the_optimizer(ray_session, tiny_dir):
         finally:
             g.shutdown()
     assert moved["cosine"] < 1e-6 < 1e-3 < moved["constant"], moved
+
+
+def test_sequences_with_zero_gradient_are_left_out_and_the_steps_stay_the_same(ray_session, tiny_dir):
+    """`trainer.skip_zero_gradient`: groups whose advantages are all 0 (the common case in
+    GRPO: every sample right, or every one wrong) are left out of the passes, their tokens
+    still in the token mean. Two steps (Adam's moments carried), one minibatch of nothing
+    but such groups: the same loss, gradient norm and weights as training on all of them.
+    A zero-advantage sequence with a teacher term, or any under a KL term, is kept."""
+    gen = torch.Generator().manual_seed(3)
+    seqs = []
+    for group in range(6):
+        prompt = tuple(torch.randint(3, 300, (3 + group,), generator=gen).tolist())
+        zero = group in (0, 1, 4)  # the first minibatch (groups 0-2 of 6, minibatches=2) is mostly zero
+        for _ in range(3):
+            n = int(torch.randint(2, 8, (1,), generator=gen))
+            adv = (0.0,) * n if zero else (float(torch.randn(1, generator=gen)),) * n
+            ids = prompt + tuple(torch.randint(3, 300, (n,), generator=gen).tolist())
+            seqs.append(
+                TrainSequence(ids, len(prompt), adv, (1.0,) * n, tuple((-torch.rand(n, generator=gen)).tolist()))
+            )
+    n = seqs[12].response_len  # group 4: zero advantage, but a teacher's top-3 on one sample
+    logp = torch.log_softmax(torch.randn(n, 3, generator=gen), -1).sort(-1, descending=True).values
+    seqs[12] = dataclasses.replace(
+        seqs[12], teacher=TeacherTopK(torch.randint(3, 300, (n, 3), generator=gen).numpy(), logp.numpy())
+    )
+    all_zero = [dataclasses.replace(s, advantages=(0.0,) * s.response_len, teacher=None) for s in seqs[:9]]
+
+    def run(skip: bool, batches, spec):
+        config = TrainerConfig(workers=2, zero_stage=2, micro_batch_tokens=40, skip_zero_gradient=skip)
+        g = TrainerGroup(config, seed=0)
+        try:
+            g.load(str(tiny_dir), "float32", lr=1e-2, warmup_steps=0)
+            outs = [g.train_step(b, spec) for b in batches]
+            weights = ray.get(
+                g.workers[0].__ray_call__.remote(lambda w: [p.detach().clone() for p in w.engine.module.parameters()])
+            )
+            return outs, weights
+        finally:
+            g.shutdown()
+
+    spec = loss_spec("pg", GRPOConfig(minibatches=2), distill_coef=0.5)
+    batches = [seqs, all_zero, seqs]
+    (full, w_full), (skip, w_skip) = run(False, batches, spec), run(True, batches, spec)
+    assert [o.left_out for o in full] == [0, 0, 0]
+    assert [o.left_out for o in skip] == [8, 9, 8]  # groups 0, 1 and 4 less the teacher's sample; all of the second
+    for a, b in zip(full, skip):
+        assert b.sums.loss == pytest.approx(a.sums.loss, rel=1e-5, abs=1e-7)
+        assert b.grad_norm == pytest.approx(a.grad_norm, rel=1e-4, abs=1e-7)
+        assert b.applied == a.applied == 2
+        kept = [i for i, row in enumerate(b.logp) if row]
+        assert len(kept) == len(b.logp) - b.left_out
+        assert [b.logp[i] for i in kept] == [pytest.approx(a.logp[i], abs=1e-5) for i in kept]
+    assert skip[0].sums.tokens < full[0].sums.tokens  # less was computed
+    assert full[1].grad_norm == skip[1].grad_norm == 0.0  # a zero gradient, and Adam's moments still move the weights:
+    one, two = run(True, batches[:1], spec)[1], run(True, batches[:2], spec)[1]
+    assert max(float((x - y).abs().max()) for x, y in zip(one, two)) > 1e-4
+    assert max(float((x - y).abs().max()) for x, y in zip(w_full, w_skip)) < 1e-5
+
+    kl_outs, _ = run(True, [seqs[:9]], loss_spec("pg", GRPOConfig(kl_beta=0.1)))
+    assert kl_outs[0].left_out == 0  # the KL term has a gradient on every sequence

@@ -147,6 +147,15 @@ class TrainerConfig(Base):
         True,
         description="Compute a group's prompt once per row (a 4-D attention mask), not once per sample.",
     )
+    skip_zero_gradient: bool = Field(
+        True,
+        description=(
+            "Leave out of the forward and backward passes the sequences whose loss is exactly 0 (a "
+            "policy-gradient loss with every advantage 0, no KL and no teacher term), still counting "
+            "their tokens in the token mean: the same gradient and step, less compute. Their trainer "
+            "logprobs are then not measured (`train/zero_gradient_frac`)."
+        ),
+    )
     share_prompts_max_len: int = Field(
         8192,
         ge=16,

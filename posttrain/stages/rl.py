@@ -388,6 +388,7 @@ def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, trai
         "grad/norm": trained.grad_norm,
         "train/skipped_nonfinite": float(trained.skipped),
         "train/skipped_empty": float(trained.empty),
+        "train/zero_gradient_frac": trained.left_out / len(seqs) if seqs else 0.0,
         "time/train_s": train_seconds,
         "time/step_s": step_seconds,
         "throughput/tokens_per_s": tokens / step_seconds,

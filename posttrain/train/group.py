@@ -75,6 +75,15 @@ def split_minibatches(seqs: list[TrainSequence], count: int) -> list[list[int]]:
     return runs
 
 
+def zero_gradient(seq: TrainSequence, spec: LossSpec) -> bool:
+    """Whether the sequence's loss is exactly 0 at any weights: a policy-gradient loss with
+    every advantage 0 (-min(r * 0, clip(r) * 0) = 0, whatever the off-policy weight), no KL
+    term and no teacher term. Leaving it out of the passes leaves the gradient as it was,
+    as long as its tokens still count in the token mean."""
+    no_teacher = seq.teacher is None or spec.distill_coef == 0
+    return spec.kind == "pg" and spec.kl_beta == 0 and no_teacher and not any(seq.advantages)
+
+
 def merge_results(results: list[TrainStepResult], order: list[list[int]], count: int) -> TrainStepResult:
     """The ranks' results as one, for a batch of `count` sequences: per-sequence lists back
     in batch order (`order[r]`: the batch index of each of rank r's sequences), sums added,
@@ -266,12 +275,16 @@ class TrainerGroup:
         default), each minibatch sharded over the ranks. The policy version advances once
         (one weight sync follows), if any step was applied. Returns summed metrics and,
         per sequence, the trainer's logprobs of its response tokens before the first step
-        and their off-policy weights."""
+        and their off-policy weights (empty lists for a sequence left out of the passes:
+        `trainer.skip_zero_gradient`)."""
         per_rank: list[list[list[TrainSequence]]] = [[] for _ in self.workers]
         order: list[list[int]] = [[] for _ in self.workers]  # batch index of each rank's results
-        tokens = []
+        tokens, left_out = [], 0
         for minibatch in split_minibatches(seqs, spec.minibatches):
-            tokens.append(int(sum(sum(seqs[i].loss_mask) for i in minibatch)))
+            tokens.append(int(sum(sum(seqs[i].loss_mask) for i in minibatch)))  # the token mean's divisor
+            if self.config.skip_zero_gradient:  # an empty minibatch still steps (Adam's moments move)
+                kept = [i for i in minibatch if not zero_gradient(seqs[i], spec)]
+                minibatch, left_out = kept, left_out + len(minibatch) - len(kept)
             shard = shard_by_prompt if self.config.share_prompts else shard_balanced
             for rank, idx in enumerate(shard([seqs[i] for i in minibatch], len(self.workers))):
                 per_rank[rank].append([seqs[minibatch[j]] for j in idx])
@@ -279,7 +292,7 @@ class TrainerGroup:
         results = get_all(
             [w.train_minibatches.remote(shards, spec, tokens) for w, shards in zip(self.workers, per_rank)]
         )
-        merged = merge_results(results, order, len(seqs))
+        merged = replace(merge_results(results, order, len(seqs)), left_out=left_out)
         self._count_nonfinite(merged.skipped)
         if merged.applied:
             self.version += 1

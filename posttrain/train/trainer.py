@@ -414,11 +414,11 @@ class TrainerWorker(WeightSender):
             record["weights"][i] = old["weights"][row, start:end].tolist()
 
     def _aligned_micro_batches(self, shard: list[TrainSequence]) -> list[list[int]]:
-        """Micro-batches padded with empty ones to the largest count over ranks: ZeRO reduces
-        gradients inside every backward, so all ranks must run the same number of them."""
+        """Micro-batches padded with empty ones to the largest count over ranks (ZeRO reduces
+        in every backward), at least one: a minibatch of left-out sequences steps on zero."""
         c = self.config
         batches = micro_batches(shard, c.micro_batch_tokens, c.share_prompts, c.share_prompts_max_len)
-        count = self._max_over_ranks(len(batches))
+        count = max(self._max_over_ranks(len(batches)), 1)
         return batches + [[] for _ in range(count - len(batches))]
 
     def _collate(self, seqs: list[TrainSequence]) -> dict:
