@@ -179,14 +179,17 @@ def test_the_topk_term_teaches_a_token_the_student_never_samples(ray_session, ti
         try:
             before = g.logprobs(probe)[0][0]
             steps = [g.train_step([sampled] * 4, loss_spec("pg", distill_coef=coef)) for _ in range(20)]
-            moved[coef] = (before, g.logprobs(probe)[0][0], [s.sums.distill_kl / s.sums.tokens for s in steps])
+            kl = [s.sums.distill_kl / max(s.sums.tokens, 1.0) for s in steps]
+            moved[coef] = (before, g.logprobs(probe)[0][0], kl, [s.left_out for s in steps])
         finally:
             g.shutdown()
-    before, after, kl = moved[1.0]
+    before, after, kl, left_out = moved[1.0]
     assert before < math.log(0.01) and after > math.log(0.5), (before, after)
     assert kl[-1] < 0.25 * kl[0], kl
-    before, after, kl = moved[0.0]
+    assert left_out == [0] * 20  # the teacher term has a gradient
+    before, after, kl, left_out = moved[0.0]
     assert after == pytest.approx(before, abs=1e-6) and kl == [0.0] * 20
+    assert left_out == [4] * 20  # a zero loss: left out of the passes (trainer.skip_zero_gradient)
 
 
 def test_a_cosine_schedule_reaches_the_optimizer(ray_session, tiny_dir):

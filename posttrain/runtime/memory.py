@@ -219,9 +219,8 @@ def trainer_memory(
     Between steps: weights, fp32 masters, optimizer state (ZeRO-3: also its fp32 gradient
     partition and reduce bucket). Phases: forward and backward (activations, and the logits
     and their gradient; with checkpointing a block is recomputed after the logits are freed),
-    the optimizer step (ZeRO 0-2: fp32 gradients and AdamW's temporaries; ZeRO-3: those of a
-    sub-group), and the weight export (a bucket gathered, and its buffer). On an H200:
-    bench/RESULTS.md, "The GPU check"."""
+    the optimizer step (ZeRO 0-2: fp32 gradients and Muon's temporaries; ZeRO-3: those of a
+    flattened sub-group), and the weight export (a bucket gathered, and its buffer)."""
     from posttrain.algo.losses import CHUNK_ELEMENTS
     from posttrain.config.infra import MuonOptimizer
 
@@ -253,7 +252,8 @@ def trainer_memory(
     if z == 2 and gpu:  # (ZeRO-3's is held between steps)
         forward["reduce bucket"] = b * min(p, ZERO_BUCKET)
     grads = 4 * p / (n if z >= 2 else 1)
-    temps = 1 if gpu else 2  # AdamW's: multi-tensor step (CUDA), per-tensor (CPU); ZeRO-3 flattens a sub-group's grads
+    # fused AdamW: no whole temporaries; Muon's AdamW half: per-tensor (CPU), multi-tensor (CUDA)
+    temps = (1 if gpu else 2) if isinstance(trainer.optimizer, MuonOptimizer) else 0
     stepped = (temps + 1) * min(grads, 4 * ZERO3_SUB_GROUP) if z == 3 else temps * grads
     optimizer = {} if z == 3 else {"gradients": grads}  # (ZeRO-3's are held between steps)
     optimizer["optimizer step"] = 0.0 if trainer.offload_optimizer and z >= 2 else stepped

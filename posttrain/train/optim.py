@@ -77,7 +77,11 @@ def build_optimizer(model, config: TrainerConfig, lr: float):
 def _adamw(model, config: TrainerConfig, lr: float):
     import torch
 
-    return torch.optim.AdamW(model.parameters(), lr=lr, betas=tuple(config.betas), weight_decay=config.weight_decay)
+    # fused: one pass over each (flat, under ZeRO) tensor instead of one per operation; on one CPU
+    # core the 135M-parameter step takes 0.17 s against 0.82 s
+    return torch.optim.AdamW(
+        model.parameters(), lr=lr, betas=tuple(config.betas), weight_decay=config.weight_decay, fused=True
+    )
 
 
 def _muon(model, config: TrainerConfig, lr: float):
