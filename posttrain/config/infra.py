@@ -152,8 +152,8 @@ class TrainerConfig(Base):
         description=(
             "Leave out of the forward and backward passes the sequences whose loss is exactly 0 (a "
             "policy-gradient loss with every advantage 0, no KL and no teacher term), still counting "
-            "their tokens in the token mean: the same gradient and step, less compute. Their trainer "
-            "logprobs are then not measured (`train/zero_gradient_frac`)."
+            "their tokens in the token mean: the same gradient and step, less compute (at least one "
+            "sequence a step is computed: `logp/mismatch`; `train/zero_gradient_frac` is the share left out)."
         ),
     )
     share_prompts_max_len: int = Field(

@@ -355,7 +355,8 @@ def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, trai
     scored = [r.score for r in rewards if r.ok]
     lengths = [s.model_tokens for s in samples]
     sums = trained.sums
-    tokens = sums.tokens
+    tokens = sums.tokens  # of the sequences the passes computed (trainer.skip_zero_gradient leaves some out)
+    batch_tokens = float(sum(sum(s.loss_mask) for s in seqs))  # the token mean's divisor
     step_seconds = time.perf_counter() - started
     by_source: dict[str, list[float]] = {}
     for r in rewards:
@@ -373,7 +374,7 @@ def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, trai
         "response_tokens/p50": float(np.percentile(lengths, 50)) if lengths else 0.0,
         "response_tokens/p90": float(np.percentile(lengths, 90)) if lengths else 0.0,
         "response_tokens/max": float(max(lengths, default=0)),
-        "tokens/trained": tokens,
+        "tokens/trained": batch_tokens,
         "response/truncated_frac": float(np.mean([s.completion.finish_reason == "length" for s in samples])),
         "logp/mismatch": logp_mismatch(seqs, trained.logp),
         "offpolicy/token_frac": sums.stale_tokens / max(tokens, 1.0),
@@ -391,7 +392,7 @@ def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, trai
         "train/zero_gradient_frac": trained.left_out / len(seqs) if seqs else 0.0,
         "time/train_s": train_seconds,
         "time/step_s": step_seconds,
-        "throughput/tokens_per_s": tokens / step_seconds,
+        "throughput/tokens_per_s": batch_tokens / step_seconds,
     }
 
 

@@ -279,12 +279,10 @@ class TrainerGroup:
         `trainer.skip_zero_gradient`)."""
         per_rank: list[list[list[TrainSequence]]] = [[] for _ in self.workers]
         order: list[list[int]] = [[] for _ in self.workers]  # batch index of each rank's results
-        tokens, left_out = [], 0
+        tokens, keep = [], self._kept(seqs, spec)
         for minibatch in split_minibatches(seqs, spec.minibatches):
             tokens.append(int(sum(sum(seqs[i].loss_mask) for i in minibatch)))  # the token mean's divisor
-            if self.config.skip_zero_gradient:  # an empty minibatch still steps (Adam's moments move)
-                kept = [i for i in minibatch if not zero_gradient(seqs[i], spec)]
-                minibatch, left_out = kept, left_out + len(minibatch) - len(kept)
+            minibatch = [i for i in minibatch if keep[i]]  # an empty minibatch still steps (Adam's moments move)
             shard = shard_by_prompt if self.config.share_prompts else shard_balanced
             for rank, idx in enumerate(shard([seqs[i] for i in minibatch], len(self.workers))):
                 per_rank[rank].append([seqs[minibatch[j]] for j in idx])
@@ -292,11 +290,20 @@ class TrainerGroup:
         results = get_all(
             [w.train_minibatches.remote(shards, spec, tokens) for w, shards in zip(self.workers, per_rank)]
         )
-        merged = replace(merge_results(results, order, len(seqs)), left_out=left_out)
+        merged = replace(merge_results(results, order, len(seqs)), left_out=keep.count(False))
         self._count_nonfinite(merged.skipped)
         if merged.applied:
             self.version += 1
         return merged
+
+    def _kept(self, seqs: list[TrainSequence], spec: LossSpec) -> list[bool]:
+        """Which sequences the passes compute: all, or (`skip_zero_gradient`) those with a
+        gradient, and at least one, so that every step measures the trainer's logprobs
+        against the engine's (`logp/mismatch`) and the entropy."""
+        keep = [not (self.config.skip_zero_gradient and zero_gradient(s, spec)) for s in seqs]
+        if seqs and not any(keep):
+            keep[0] = True
+        return keep
 
     def _count_nonfinite(self, skipped: bool) -> None:
         """A step whose loss was NaN or inf on any rank was skipped by every rank (weights and
