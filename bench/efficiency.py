@@ -6,9 +6,10 @@ the trainer are per step, with generation overlapped with training and without.
     PYTHONPATH=. .venv/bin/python bench/efficiency.py [--steps 6] [--dtype bfloat16]
 
 The RL runs use bench/time_to_accuracy.py's settings (same task, batch and lengths); the
-first step of each run is warm-up and left out. Trainer FLOPs count 6 N per processed
-token (forward 2 N, backward 4 N; N = parameters, the tied output head included, since
-it multiplies every position), attention's own FLOPs left out (sequences under 100 tokens).
+first step of each run is warm-up and left out. Trainer FLOPs count 6 N per position the
+trainer computed (forward 2 N, backward 4 N; N = parameters, the tied output head included,
+since it multiplies every position; a group's prompt once, and no group of zero advantage,
+as the trainer computes them), attention's own FLOPs left out (sequences under 100 tokens).
 """
 
 from __future__ import annotations
@@ -117,6 +118,24 @@ def saved_run(run_dir: str) -> tuple[list[dict], list[dict], dict]:
     return rows, samples, {"weight_bytes_fp32": weights, "params": weights / 4, "run_dir": run_dir}
 
 
+def computed_tokens(samples: list[dict]) -> dict[int, int]:
+    """Positions the trainer computed per step: of each group (`trainer.share_prompts`) the
+    prompt once and every response, for the groups whose rewards differ (the others have
+    zero advantage, left out by `trainer.skip_zero_gradient`; one sample when all are)."""
+    groups: dict[tuple, list[dict]] = {}
+    for s in samples:
+        groups.setdefault((s["step"], s["group"]), []).append(s)
+    by_step: dict[int, int] = {}
+    for (step, _), members in sorted(groups.items()):
+        if len({m["reward"] for m in members}) > 1:
+            tokens = members[0]["prompt_tokens"] + sum(m["response_tokens"] for m in members)
+            by_step[step] = by_step.get(step, 0) + tokens
+    for step in {s for s, _ in groups} - set(by_step):  # every group zero: the first sample is computed
+        first = next(m for (s, _), ms in sorted(groups.items()) if s == step for m in ms)
+        by_step[step] = first["prompt_tokens"] + first["response_tokens"]
+    return by_step
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
@@ -144,10 +163,8 @@ def main() -> int:
     for mode, (rows, samples, info) in runs.items():
         timed = rows[1:]  # step 1 is warm-up
         n = info["params"]
-        by_step: dict[int, int] = {}
-        for s in samples:
-            by_step[s["step"]] = by_step.get(s["step"], 0) + s["prompt_tokens"] + s["response_tokens"]
-        flops = [6 * n * by_step[r["step"]] / r["time/train_s"] / 1e9 for r in timed]
+        by_step = computed_tokens(samples)
+        flops = [6 * n * by_step.get(r["step"], 0) / r["time/train_s"] / 1e9 for r in timed]
         # every generated sample is trained by the run's end (lambda 1): its tokens over the engines' busy time
         engine_tok = sum(s["response_tokens"] for s in samples) / sum(r["engine/busy_s"] for r in rows)
         threads = 1 if mode == "on" else cores
