@@ -125,15 +125,14 @@ def computed_tokens(samples: list[dict]) -> dict[int, int]:
     groups: dict[tuple, list[dict]] = {}
     for s in samples:
         groups.setdefault((s["step"], s["group"]), []).append(s)
-    by_step: dict[int, int] = {}
+    computed: dict[int, int] = {}
+    first: dict[int, int] = {}  # the batch's first sample: the one computed when every group is zero
     for (step, _), members in sorted(groups.items()):
+        first.setdefault(step, members[0]["prompt_tokens"] + members[0]["response_tokens"])
         if len({m["reward"] for m in members}) > 1:
             tokens = members[0]["prompt_tokens"] + sum(m["response_tokens"] for m in members)
-            by_step[step] = by_step.get(step, 0) + tokens
-    for step in {s for s, _ in groups} - set(by_step):  # every group zero: the first sample is computed
-        first = next(m for (s, _), ms in sorted(groups.items()) if s == step for m in ms)
-        by_step[step] = first["prompt_tokens"] + first["response_tokens"]
-    return by_step
+            computed[step] = computed.get(step, 0) + tokens
+    return {step: computed.get(step, size) for step, size in first.items()}
 
 
 def main() -> int:
