@@ -201,7 +201,9 @@ class _Launched:
     wall: float
     peak: int
     report: dict | None  # the harness's report
-    launcher: dict | None  # the launcher's last line: each side's wait status
+    launcher: (
+        dict | None
+    )  # the launcher's last line: each side's wait status (a program alone: and if it left one running)
     sandbox_errors: list[str]
 
 
@@ -397,6 +399,8 @@ def _judge(run: _Launched, limits: Limits, limit: float, function: bool) -> Verd
     status = run.launcher["candidate"]
     if status is None:
         return verdict("killed", "the program ended without an exit status: killed")
+    if run.launcher.get("candidate_left_running"):  # whatever they did next cannot depend on the scheduler
+        return verdict("killed", "left a process running when it ended: killed with it")
     code = exit_code(status)
     text = run.err.decode("utf-8", "replace")
     if code == 0:

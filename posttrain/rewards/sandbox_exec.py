@@ -16,7 +16,9 @@ the harness's report, and last this launcher's own line with each side's wait st
 (`{"launcher": {...}}`). The candidate never holds that pipe: its side keeps it
 close-on-exec until the program starts, so nothing it prints, however truncated, can pass
 for one of these lines. Each side's PID 1 sends its program's wait status to this
-launcher over a pipe of its own, whatever signal ended the program.
+launcher over a pipe of its own, whatever signal ended the program, and whether the
+program left a process running (a program run alone then fails: what that process
+would do next depends on the scheduler, never on the program's answer).
 """
 
 import _ctypes
@@ -224,8 +226,10 @@ def _program(spec: dict, side: dict, fds: dict, control: int, run) -> None:
     os._exit(0)
 
 
-def _namespace_init(spec: dict, side: dict, fds: dict, control: int, run, status_fd: int) -> int:
-    """PID 1 of the side's namespace: start the program, reap orphans, return its status."""
+def _namespace_init(spec: dict, side: dict, fds: dict, control: int, run, status_fd: int) -> str:
+    """PID 1 of the side's namespace: start the program, reap orphans, and return its
+    wait status, followed by " left" if a process of the namespace still ran when the
+    program ended (its orphans are PID 1's children by then; it dies with PID 1)."""
     program = os.fork()
     if program == 0:
         _program(spec, side, fds, control, run)  # never returns
@@ -233,7 +237,14 @@ def _namespace_init(spec: dict, side: dict, fds: dict, control: int, run, status
     while True:
         pid, status = os.wait()
         if pid == program:
-            return status
+            break
+    while True:  # the zombies are done; a live child was left running
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return str(status)
+        if pid == 0:
+            return f"{status} left"
 
 
 def _close_all_but(keep: list[int]) -> None:
@@ -260,8 +271,7 @@ def start_side(spec: dict, side: dict, fds: dict, control: int, run=None) -> tup
         if os.fork() == 0:
             # killing the side kills its PID 1, and so everything in the namespace
             _libc("prctl", PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
-            status = _namespace_init(spec, side, fds, control, run, status_w)
-            os.write(status_w, str(status).encode())
+            os.write(status_w, _namespace_init(spec, side, fds, control, run, status_w).encode())
             os._exit(0)
         _close_all_but([])
         os.wait()
@@ -288,15 +298,16 @@ def _wait(pid: int, block: bool = True) -> int | None:
     return _reaped[pid]
 
 
-def side_status(side: tuple[int, int], block: bool = True) -> tuple[bool, int | None]:
-    """(ended, its program's wait status): not ended if it runs and not `block`; a status
-    of None if the side ended without one (killed before its program ended)."""
+def side_status(side: tuple[int, int], block: bool = True) -> tuple[bool, int | None, bool]:
+    """(ended, its program's wait status, whether the program left a process running when
+    it ended): not ended if it runs and not `block`; a status of None if the side ended
+    without one (killed before its program ended)."""
     pid, status_r = side
     if _wait(pid, block) is None:
-        return False, None
-    data = os.read(status_r, 64)
+        return False, None, False
+    data = os.read(status_r, 64).split()
     os.close(status_r)
-    return True, int(data) if data else None
+    return True, int(data[0]) if data else None, data[1:] == [b"left"]
 
 
 def run_function(spec: dict, control: int) -> dict:
@@ -316,8 +327,8 @@ def run_function(spec: dict, control: int) -> dict:
     harness = start_side(spec, spec["harness"], harness_fds, control, harness_run)
     for fd in (requests_r, requests_w, replies_r, replies_w, ready_r, ready_w):
         os.close(fd)
-    _, harness_status = side_status(harness)
-    ended, candidate_status = side_status(candidate, block=False)
+    _, harness_status, _ = side_status(harness)
+    ended, candidate_status, _ = side_status(candidate, block=False)
     if not ended:
         os.kill(candidate[0], SIGKILL)  # its namespace's PID 1 dies with it (PDEATHSIG), and all inside
         side_status(candidate)
@@ -337,8 +348,8 @@ def main() -> None:
         if spec["mode"] == "function":
             statuses = run_function(spec, control)
         else:
-            _, status = side_status(start_side(spec, spec["candidate"], {0: "stdin", 1: 1, 2: 2}, control))
-            statuses = {"candidate": status}
+            _, status, left = side_status(start_side(spec, spec["candidate"], {0: "stdin", 1: 1, 2: 2}, control))
+            statuses = {"candidate": status, "candidate_left_running": int(left)}
     except BaseException as exc:  # the verifier reports this as a sandbox error, not a program failure
         sandbox_error(control, "launcher", exc)
         sys.exit(SETUP_EXIT)
