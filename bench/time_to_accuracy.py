@@ -4,7 +4,8 @@ against training wall-clock, on several seeds per side.
 Both sides run GRPO on SmolLM2-135M-Instruct with the same settings and dtype
 (bench/tta_sides.py), each for the same training wall-clock budget, one run after the
 other (posttrain and TRL alternate, seed by seed). Every `--eval-every-s` seconds of
-training (at the first step end after it; also at the start and the end) the weights are
+training (every `--eval-early-s` up to `--eval-early-until-s` first, where given; at the
+first step end after each; also at the start and the end) the weights are
 scored greedily on `--eval-n` held-out problems by one vLLM engine (of the run's dtype, or `--eval-dtype`);
 eval time is not training time. The numbers (bench/tta_curves.py): each curve smoothed
 over 3 eval points; accuracy levels at 25, 50, 75 and 100 % of the smallest best gain of
@@ -90,7 +91,7 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
         f"workload: {FAMILY[0]} {json.dumps(FAMILY[1])}, system prompt {SYSTEM!r}; {args['prompts']} prompts x "
         f"{args['group']} samples per step, max {args['max_tokens']} new tokens, lr {args['lr']}, temperature 1, "
         f"clip 0.2/0.28, no KL, token-mean loss; {args['eval_n']} held-out problems, greedy, eval every "
-        f"{args['eval_every_s']:.0f} s of training; {args['minutes']} min of training per run; both sides "
+        f"{schedule(args)} of training; {args['minutes']} min of training per run; both sides "
         f"{args['dtype']} (the eval engine {args.get('eval_dtype') or args['dtype']}); "
         f"posttrain overlap {args['overlap']} (rank cores: {args.get('trainer_cores', 'pinned')}), TRL HF generate",
         "",
@@ -119,6 +120,13 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
     else:
         lines.append(f"time ratio: {head['ratio']:.3f} (worst level: {head['fraction']:.0%} of TRL's best gain)")
     return "\n".join(lines), {"by_time": by_time, "by_step": by_step, "final": gap, "time_ratio": head}
+
+
+def schedule(args: dict) -> str:
+    every = f"{args['eval_every_s']:.0f} s"
+    if args.get("eval_early_s"):
+        return f"{args['eval_early_s']:.0f} s up to {args['eval_early_until_s']:.0f} s, then every {every}"
+    return every
 
 
 def level_table(by_time: list[dict], by_step: list[dict]) -> list[str]:
@@ -194,6 +202,13 @@ def main() -> int:
     parser.add_argument(
         "--eval-every-s", type=float, default=120.0, help="held-out eval every so many training seconds"
     )
+    parser.add_argument(
+        "--eval-early-s",
+        type=float,
+        default=0.0,
+        help="also evals this often until --eval-early-until-s (both sides alike): resolves a fast first rise",
+    )
+    parser.add_argument("--eval-early-until-s", type=float, default=120.0)
     parser.add_argument("--eval-n", type=int, default=1000)
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--prompts", type=int, default=8)

@@ -15,6 +15,17 @@ import statistics
 FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of TRL's best gain over the start: the levels the ratio is taken at
 
 
+def next_eval(last_s: float, every_s: float, early_s: float = 0.0, early_until_s: float = 0.0) -> float:
+    """The training time of the next eval after one at `last_s`: every `early_s` seconds up
+    to `early_until_s` (none if `early_s` is 0), then every `every_s`, on fixed grids from
+    the start. Both sides use the same schedule, so neither gets finer points than the other."""
+    if early_s > 0:
+        due = (math.floor(last_s / early_s) + 1) * early_s
+        if due <= early_until_s:
+            return due
+    return (math.floor(last_s / every_s) + 1) * every_s
+
+
 def smooth(points: list[dict], window: int = 3) -> list[dict]:
     """Centred moving average of `window` eval points (fewer at the end): each point keeps
     its time and step, its accuracy is the mean of its neighbourhood's. The first point stays

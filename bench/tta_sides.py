@@ -10,12 +10,13 @@ normalisation and reward (posttrain's reasoning-gym verifier), in the same dtype
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.tta_curves import next_eval
 
 SYSTEM = "Answer with the final number only."
 TRAIN_SEED, EVAL_SEED, TRAIN_SIZE, EVAL_SHARE = 11, 12, 4000, 5
@@ -125,11 +126,14 @@ class EvalEngine:
 @dataclass
 class Clock:
     """Training wall-clock (time since start, less the time spent evaluating) and held-out
-    evals at equal spacing of it: at the first step end at or after each `every_s`."""
+    evals at equal spacing of it: at the first step end at or after each `every_s` (each
+    `early_s` up to `early_until_s`, where given; `tta_curves.next_eval`)."""
 
     budget_s: float
     every_s: float
     n_eval: int
+    early_s: float = 0.0
+    early_until_s: float = 0.0
     started: float = 0.0
     paused: float = 0.0
     points: list = field(default_factory=list)
@@ -151,7 +155,8 @@ class Clock:
 
     def step_ended(self, step: int, score) -> None:
         """Evaluate if an eval time has passed since the last point, or the budget is spent."""
-        due = (math.floor(self.points[-1]["train_s"] / self.every_s) + 1) * self.every_s if self.points else 0.0
+        last = self.points[-1]["train_s"] if self.points else None
+        due = 0.0 if last is None else next_eval(last, self.every_s, self.early_s, self.early_until_s)
         if self.training_s() >= due or self.over():
             self.evaluate(step, score)
 
@@ -230,7 +235,7 @@ def run_posttrain(args, seed: int, model_dir: Path, train_tasks: list, evalset: 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     infra = Infra(config, run_dir, trainers, pool, MetricsLog(run_dir), tokenizer, live_progress=False)
     judge = EvalEngine(model_dir, evalset, args.max_model_len, args.eval_dtype or args.dtype)
-    clock = Clock(args.minutes * 60, args.eval_every_s, len(evalset.tasks))
+    clock = Clock(args.minutes * 60, args.eval_every_s, len(evalset.tasks), args.eval_early_s, args.eval_early_until_s)
 
     def score():
         return judge.score(trainers.workers[0].get_weights.remote(trainers.version))
@@ -338,7 +343,7 @@ def run_trl(args, seed: int, model_dir: Path, train_tasks: list, evalset: EvalSe
     torch.set_num_threads(os.cpu_count())
     judge = EvalEngine(model_dir, evalset, args.max_model_len, args.eval_dtype or args.dtype)
     data, reward = trl_data(train_tasks)
-    clock = Clock(args.minutes * 60, args.eval_every_s, len(evalset.tasks))
+    clock = Clock(args.minutes * 60, args.eval_every_s, len(evalset.tasks), args.eval_early_s, args.eval_early_until_s)
     steps: list[dict] = []
 
     class Timed(TrainerCallback):

@@ -16,6 +16,13 @@ def curve(*pairs, n=1000, seconds_per_step=10):
     return [{"train_s": t, "step": t / seconds_per_step, "accuracy": a, "n": n} for t, a in pairs]
 
 
+def test_evals_are_due_on_fixed_grids_early_then_every():
+    due = lambda last, **early: curves.next_eval(last, 60, **early)  # noqa: E731
+    assert [due(t) for t in (0, 59.9, 60, 61, 130)] == [60, 60, 120, 120, 180]
+    early = {"early_s": 30, "early_until_s": 120}
+    assert [due(t, **early) for t in (0, 31, 62, 95, 119, 121, 185)] == [30, 60, 90, 120, 120, 180, 240]
+
+
 def test_smoothing_is_a_centred_mean_of_three_with_the_start_as_measured():
     got = [p["accuracy"] for p in curves.smooth(curve((0, 0.1), (120, 0.4), (240, 0.1), (360, 0.7)))]
     assert got == pytest.approx([0.1, 0.2, 0.4, 0.4])  # the start is the starting model's: never averaged ahead
