@@ -6,7 +6,7 @@ gold written as a whole solution gives its final answer the way the verifier rea
 the prediction is scored as a response, through `MathVerifier`. Printed: how many pairs the
 suites call equal are credited, how many they call unequal are refused, and every
 disagreement. A credited unequal pair, or a refused equal one, that `EXCEPTIONS` lists is
-one that a rule of the README's "What a reward guarantees" refuses or credits on purpose.
+one that a rule of "What a reward guarantees" (docs/rewards.md) refuses or credits on purpose.
 
 .venv/bin/python bench/grading_suite.py [--json] [--quiet]
 """
@@ -25,9 +25,9 @@ from posttrain.types import Completion, Message, Sample, Task
 
 PAIRS = Path(__file__).resolve().parent.parent / "tests" / "data" / "grading_pairs.jsonl"
 
-# (gold, prediction) -> why the verifier's verdict differs from the suite's, by the README rule
+# (gold, prediction) -> why the verifier's verdict differs from the suite's, by the docs/rewards.md rule
 _UNORDERED = (
-    "README, What a reward guarantees: a list written without brackets is a set of values (the answers to "
+    "docs/rewards.md, What a reward guarantees: a list written without brackets is a set of values (the answers to "
     "'find all x'), so its order does not count; hendrycks/math compares the strings"
 )
 EXCEPTIONS: dict[tuple[str, str], str] = {

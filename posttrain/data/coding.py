@@ -1,5 +1,5 @@
 """Coding tasks: Python functions (or stdin/stdout programs) checked by tests, and the
-schema of their `Task.entry` (verifier `code`; README, What a reward guarantees).
+schema of their `Task.entry` (verifier `code`; docs/rewards.md, What a reward guarantees).
 
 Training tasks are generated from templates with random parameters: each template has a
 reference solution, and the tests are asserts of what the reference returns on random

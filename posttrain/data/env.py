@@ -1,7 +1,7 @@
 """Your own tool environments (`type: env`): the interface, and the tasks they give.
 
-An environment is a class named `package.module:Class` in the pipeline (README, Your own
-tool environments). Subclass `ToolEnv` (or write the same methods):
+An environment is a class named `package.module:Class` in the pipeline (docs/tasks.md, Your own
+tool environment). Subclass `ToolEnv` (or write the same methods):
 
     class KVStore(ToolEnv):
         tools = [{"type": "function", "function": {"name": "kv_set", "description": "...",

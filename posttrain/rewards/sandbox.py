@@ -17,7 +17,7 @@ each side ended. Stdout and stderr, which the candidate shares, are never read f
 verdict. So whatever the candidate does (any exit code or signal, output, a forged report)
 makes a verdict of its run; only a failure of the sandbox itself (status `sandbox_error`)
 leaves a check unscored.
-What it guarantees and what it does not is in the README (What a reward guarantees).
+What it guarantees and what it does not is in docs/rewards.md (What a reward guarantees).
 """
 
 from __future__ import annotations

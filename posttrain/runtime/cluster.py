@@ -76,7 +76,8 @@ def connect(address: str, token_file: str | None = None):
     status = _version_status(address, {})
     if status == 200:
         print(
-            f"warning: {address} has Ray token auth off; start the cluster with a token (see README)", file=sys.stderr
+            f"warning: {address} has Ray token auth off; start the cluster with a token (see docs/clusters.md)",
+            file=sys.stderr,
         )
     elif status == 401 and token is None:
         raise ClusterError(
