@@ -155,8 +155,9 @@ class Clock:
 
     def step_ended(self, step: int, score) -> None:
         """Evaluate if an eval time has passed since the last point, or the budget is spent."""
-        last = self.points[-1]["train_s"] if self.points else None
-        due = 0.0 if last is None else next_eval(last, self.every_s, self.early_s, self.early_until_s)
+        due = 0.0
+        if self.points:
+            due = next_eval(self.points[-1]["train_s"], self.every_s, self.early_s, self.early_until_s)
         if self.training_s() >= due or self.over():
             self.evaluate(step, score)
 
