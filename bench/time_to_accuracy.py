@@ -93,7 +93,8 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
         f"clip 0.2/0.28, no KL, token-mean loss; {args['eval_n']} held-out problems, greedy, eval every "
         f"{schedule(args)} of training; {args['minutes']} min of training per run; both sides "
         f"{args['dtype']} (the eval engine {args.get('eval_dtype') or args['dtype']}); "
-        f"posttrain overlap {args['overlap']} (rank cores: {args.get('trainer_cores', 'pinned')}), TRL HF generate",
+        f"posttrain overlap {args['overlap']} (rank cores: {args.get('trainer_cores', 'pinned')}), TRL HF generate"
+        + entropy_bonus(args),
         "",
         "| side | seed | steps | training s | s per step | held-out accuracy: start -> final (best) "
         "| eval points (training minutes: accuracy) |",
@@ -120,6 +121,15 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
     else:
         lines.append(f"time ratio: {head['ratio']:.3f} (worst level: {head['fraction']:.0%} of TRL's best gain)")
     return "\n".join(lines), {"by_time": by_time, "by_step": by_step, "final": gap, "time_ratio": head}
+
+
+def entropy_bonus(args: dict) -> str:
+    """posttrain's entropy bonus, where one was set (TRL has none: not an equal setting)."""
+    if not args.get("entropy_coef"):
+        return ""
+    if args.get("entropy_target") is None:
+        return f"; posttrain only: entropy bonus {args['entropy_coef']}"
+    return f"; posttrain only: adaptive entropy bonus (target {args['entropy_target']}, up to {args['entropy_coef']})"
 
 
 def schedule(args: dict) -> str:
@@ -224,6 +234,14 @@ def main() -> int:
     parser.add_argument(
         "--eval-dtype", choices=["float32", "bfloat16"], help="the eval engine's dtype (default: --dtype)"
     )
+    parser.add_argument(
+        "--entropy-coef",
+        type=float,
+        default=0.0,
+        help="posttrain only (TRL's GRPOTrainer has no entropy bonus): algo.entropy_coef, the bonus weight "
+        "(with --entropy-target, its ceiling)",
+    )
+    parser.add_argument("--entropy-target", type=float, help="posttrain only: algo.entropy_target (adaptive bonus)")
     parser.add_argument("--overlap", choices=["on", "off"], default="on")
     parser.add_argument(
         "--trainer-cores",

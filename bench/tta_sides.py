@@ -165,6 +165,12 @@ class Clock:
         return self.training_s() >= self.budget_s
 
 
+def entropy_settings(args) -> dict:
+    """posttrain's entropy bonus (`--entropy-coef`, `--entropy-target`); none by default."""
+    coef, target = getattr(args, "entropy_coef", 0.0), getattr(args, "entropy_target", None)
+    return {"entropy_coef": coef, "entropy_target": target} if coef else {}
+
+
 def posttrain_config(args, model_dir: Path, seed: int = 0):
     from posttrain.config.files import validate_pipeline
 
@@ -200,7 +206,7 @@ def posttrain_config(args, model_dir: Path, seed: int = 0):
         "max_tokens": args.max_tokens,
         "temperature": 1.0,
         "partial": {"lambda": 1.0, "max_staleness": 2},
-        "algo": {"clip_eps_lo": 0.2, "clip_eps_hi": 0.28, "kl_beta": 0.0},
+        "algo": {"clip_eps_lo": 0.2, "clip_eps_hi": 0.28, "kl_beta": 0.0, **entropy_settings(args)},
         "tasks": family_source(*FAMILY).model_dump(),
     }
     return validate_pipeline(

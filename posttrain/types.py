@@ -156,6 +156,7 @@ class LossSpec:
     distill_coef: float  # weight of the top-k KL to the teacher (sequences with `teacher`)
     minibatches: int  # optimizer steps per batch (PPO); logp_old from before the first
     epochs: int  # passes over the minibatches
+    entropy_coef: float  # weight of the entropy bonus (pg); RL stages set it each step (algo/entropy.py)
 
 
 @dataclass(frozen=True)

@@ -74,3 +74,27 @@ def test_lr_schedule_by_hand():
     expected += [0.1 + 0.9 * (1 + math.cos(3 * math.pi / 4)) / 2, 0.1, 0.1]
     assert cosine == pytest.approx(expected)
     assert lr_factor(5, warmup=0, total=0, decay="cosine", min_ratio=0.1) == 1.0  # no horizon: constant
+
+
+def test_entropy_bonus_weight_fixed_or_adaptive_by_hand():
+    """Fixed: entropy_coef on every step. Adaptive: from 0, +step after a step below the
+    target, -step after one above, within [0, entropy_coef]; a step that trained nothing
+    (NaN entropy) leaves it. The config refuses a target without a ceiling."""
+    from pydantic import ValidationError
+
+    from posttrain.algo.entropy import EntropyControl
+    from posttrain.config import GRPOConfig
+    from posttrain.train.spec import loss_spec
+
+    fixed = EntropyControl.of(GRPOConfig(entropy_coef=0.01))
+    assert [fixed.update(h) for h in (0.01, 5.0)] == [0.01, 0.01]
+    assert loss_spec("pg", GRPOConfig(entropy_coef=0.01)).entropy_coef == 0.01
+    algo = GRPOConfig(entropy_coef=0.02, entropy_target=0.3, entropy_coef_step=0.01)
+    assert loss_spec("pg", algo).entropy_coef == 0.0  # adaptive: the run sets it step by step
+    adaptive = EntropyControl.of(algo)
+    assert adaptive.coef == 0.0
+    weights = [adaptive.update(h) for h in (0.1, 0.2, 0.1, float("nan"), 0.5, 0.5, 0.5, 0.29)]
+    assert weights == pytest.approx([0.01, 0.02, 0.02, 0.02, 0.01, 0.0, 0.0, 0.01])
+    assert loss_spec("pg").entropy_coef == 0.0 and loss_spec("nll").entropy_coef == 0.0  # off by default
+    with pytest.raises(ValidationError, match="entropy_target needs entropy_coef"):
+        GRPOConfig(entropy_target=0.3)

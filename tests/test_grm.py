@@ -9,9 +9,9 @@ import json
 import pytest
 
 from posttrain.config import GRMConfig, TinyModelConfig
+from posttrain.records.rl_metrics import grm_metrics
 from posttrain.rewards.grm import GRM, final_score
 from posttrain.rewards.grm_parse import Criterion
-from posttrain.stages.rl import grm_metrics
 from posttrain.types import Completion, Message, Sample, Task
 
 RECIPE_FIELDS = [

@@ -108,7 +108,7 @@ def test_scores_are_wins_in_both_orders_and_relative_within_the_task():
 
 
 def test_a_judge_that_always_says_a_gives_every_response_a_tie():
-    from posttrain.stages.rl import grm_metrics
+    from posttrain.records.rl_metrics import grm_metrics
 
     results = score(grm_with(RuleJudge(lambda a, b: "A")), [sample("Paris."), sample("Lyon.")])
     assert [r.score for r in results] == [0.0, 0.0]  # the position bias cancels, it never pays

@@ -222,7 +222,7 @@ def test_cache_key_covers_task_candidate_judge_and_procedure():
 
 
 def test_grm_metrics_count_unscored_and_capped():
-    from posttrain.stages.rl import grm_metrics
+    from posttrain.records.rl_metrics import grm_metrics
     from posttrain.types import RewardResult
 
     results = [

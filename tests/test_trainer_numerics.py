@@ -34,23 +34,32 @@ def test_entropy_and_logprob_of_a_two_token_vocabulary_by_hand():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_fused_chunks_match_plain_autograd(monkeypatch, dtype, temperature):
+@pytest.mark.parametrize("uses", ["logp", "entropy", "both"])
+def test_fused_chunks_match_plain_autograd(monkeypatch, dtype, temperature, uses):
+    """Values and gradients of the fused function against plain autograd, for a loss that
+    uses the logprobs, the entropy (the entropy bonus) or both."""
     monkeypatch.setattr(losses, "CHUNK_ELEMENTS", 2 * 37)  # two positions per chunk, 8 chunks of 15 rows
     gen = torch.Generator().manual_seed(0)
     logits = (torch.randn(3, 5, 37, generator=gen) * 3).to(dtype).requires_grad_()
     targets = torch.randint(0, 37, (3, 5), generator=gen)
-    upstream = torch.randn(3, 5, generator=gen)
+    up_logp, up_entropy = torch.randn(3, 5, generator=gen), torch.randn(3, 5, generator=gen)
+
+    def loss(logp, entropy):
+        return {"logp": (logp * up_logp).sum(), "entropy": (entropy * up_entropy).sum()}.get(
+            uses, (logp * up_logp).sum() + (entropy * up_entropy).sum()
+        )
+
     logp, entropy = token_logprobs_entropy(logits, targets, temperature)
-    (logp * upstream).sum().backward()
+    loss(logp, entropy).backward()
     fused_grad = logits.grad.clone()
     logits.grad = None
     ref = torch.log_softmax(logits.float() / temperature, dim=-1)
-    ref_logp = ref.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    (ref_logp * upstream).sum().backward()
-    assert logp.dtype == torch.float32 and not entropy.requires_grad
+    ref_logp, ref_entropy = ref.gather(-1, targets.unsqueeze(-1)).squeeze(-1), -(ref.exp() * ref).sum(-1)
+    loss(ref_logp, ref_entropy).backward()
+    assert logp.dtype == torch.float32 and entropy.dtype == torch.float32
     assert torch.allclose(logp, ref_logp, atol=1e-5)
-    assert torch.allclose(entropy, -(ref.exp() * ref).sum(-1), atol=1e-5)
-    assert fused_grad.dtype == dtype
+    assert torch.allclose(entropy, ref_entropy, atol=1e-5)
+    assert fused_grad.dtype == dtype and fused_grad.abs().sum() > 0
     assert torch.allclose(fused_grad.float(), logits.grad.float(), atol=1e-6 if dtype == torch.float32 else 1e-2)
 
 

@@ -270,3 +270,31 @@ def test_sequences_with_zero_gradient_are_left_out_and_the_steps_stay_the_same(r
 
     kl_outs, _ = run(True, [seqs[:9]], loss_spec("pg", GRPOConfig(kl_beta=0.1)))
     assert kl_outs[0].left_out == 0  # the KL term has a gradient on every sequence
+    bonus_outs, _ = run(True, [all_zero], loss_spec("pg", GRPOConfig(entropy_coef=0.01)))
+    assert bonus_outs[0].left_out == 0 and bonus_outs[0].grad_norm > 0  # so has the entropy bonus
+
+
+def test_the_entropy_bonus_raises_the_entropy_of_zero_advantage_sequences(ray_session, tiny_dir):
+    """SFT steps first make the policy sure of the sequences' tokens (low entropy). Then
+    every advantage is 0, so the policy gradient is 0: with the bonus (-0.5 x entropy per
+    token) the steps raise the entropy again; without it only Adam's momentum moves the
+    weights (each step's sums measure the entropy before its update)."""
+    gen = torch.Generator().manual_seed(5)
+    seqs = [TrainSequence(tuple(torch.randint(3, 300, (8,), generator=gen).tolist()), 3, (0.0,) * 5, (1.0,) * 5)]
+    seqs *= 4
+    entropies = {}
+    for coef in (0.0, 0.5):
+        g = group(tiny_dir, lr=1e-2)
+        try:
+            for _ in range(6):
+                g.train_step(seqs, loss_spec("nll"))
+            spec = loss_spec("pg", GRPOConfig(entropy_coef=coef) if coef else GRPOConfig())
+            entropies[coef] = [
+                (o.sums.entropy / o.sums.tokens, o.grad_norm) for o in [g.train_step(seqs, spec) for _ in range(6)]
+            ]
+        finally:
+            g.shutdown()
+    plain, bonus = [h for h, _ in entropies[0.0]], [h for h, _ in entropies[0.5]]
+    assert all(n == 0 for _, n in entropies[0.0]) and all(n > 0 for _, n in entropies[0.5])
+    assert bonus[0] == pytest.approx(plain[0], abs=1e-5)  # the same policy before the first bonus step
+    assert bonus[-1] > bonus[0] + 0.5 and bonus[-1] > plain[-1] + 0.5, (plain, bonus)

@@ -26,9 +26,10 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
 def token_logprobs_entropy(
     logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per position: log softmax(logits / T)[target] (fp32, differentiable) and the entropy
-    -sum_v p_v log p_v of softmax(logits / T) (fp32, no gradient). `logits` [..., V] in any
-    dtype; the backward pass recomputes the softmax chunk by chunk from them."""
+    """Per position: log softmax(logits / T)[target] and the entropy -sum_v p_v log p_v of
+    softmax(logits / T), both fp32 and differentiable (the entropy's gradient is computed
+    only when a loss uses it: the entropy bonus). `logits` [..., V] in any dtype; the
+    backward pass recomputes the softmax chunk by chunk from them."""
     shape = targets.shape
     flat_logits = logits.reshape(-1, logits.shape[-1])
     logp, entropy = _FusedLogprob.apply(flat_logits, targets.reshape(-1), float(temperature))
@@ -41,8 +42,9 @@ def _chunks(rows: int, vocab: int):
 
 
 class _FusedLogprob(torch.autograd.Function):
-    """d logp_target / d logits_v = (1[v = target] - p_v) / T. Saves the logits as they came
-    (no fp32 copy) and one logsumexp per position; peak extra memory is one chunk."""
+    """d logp_target / d logits_v = (1[v = target] - p_v) / T and d H / d logits_v =
+    -p_v (log p_v + H) / T. Saves the logits as they came (no fp32 copy), one logsumexp and
+    one entropy per position; peak extra memory is one chunk."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, temperature: float):
@@ -56,20 +58,28 @@ class _FusedLogprob(torch.autograd.Function):
             x -= lse[part].unsqueeze(-1)  # log p
             logp[part] = x.gather(-1, targets[part].unsqueeze(-1)).squeeze(-1)
             entropy[part] = -(x.exp() * x).sum(-1)
-        ctx.save_for_backward(logits, targets, lse)
+        ctx.save_for_backward(logits, targets, lse, entropy)
         ctx.temperature = temperature
-        ctx.mark_non_differentiable(entropy)
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None: no entropy pass
         return logp, entropy
 
     @staticmethod
-    def backward(ctx, grad_logp: torch.Tensor, _grad_entropy):
-        logits, targets, lse = ctx.saved_tensors
+    def backward(ctx, grad_logp: torch.Tensor | None, grad_entropy: torch.Tensor | None):
+        logits, targets, lse, entropy = ctx.saved_tensors
         grad = torch.empty_like(logits)
         for part in _chunks(*logits.shape):
-            g = (logits[part].float() / ctx.temperature - lse[part].unsqueeze(-1)).exp_()  # p
-            g *= -grad_logp[part].unsqueeze(-1)
-            g.scatter_add_(-1, targets[part].unsqueeze(-1), grad_logp[part].unsqueeze(-1))
-            grad[part] = g / ctx.temperature
+            x = logits[part].float() / ctx.temperature - lse[part].unsqueeze(-1)  # log p
+            p = x.exp()
+            if grad_entropy is not None:  # -p (log p + H) per unit of the entropy's gradient
+                x += entropy[part].unsqueeze(-1)
+                x *= p
+                x *= -grad_entropy[part].unsqueeze(-1)
+            else:
+                x.zero_()
+            if grad_logp is not None:  # (1[v = target] - p) per unit of the logprob's gradient
+                x -= p.mul_(grad_logp[part].unsqueeze(-1))
+                x.scatter_add_(-1, targets[part].unsqueeze(-1), grad_logp[part].unsqueeze(-1))
+            grad[part] = x / ctx.temperature
         return grad, None, None
 
 

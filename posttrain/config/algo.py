@@ -24,6 +24,27 @@ class GRPOConfig(Base):
         1, ge=1, le=1024, description="Optimizer steps per batch (PPO minibatches); the clip acts from the second."
     )
     epochs: int = Field(1, ge=1, le=100, description="Passes over the batch's minibatches (PPO epochs).")
+    entropy_coef: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Weight of the entropy bonus, -weight x the policy's entropy on every trained token (0: "
+        "none); with entropy_target, the most the adaptive weight reaches.",
+    )
+    entropy_target: float | None = Field(
+        None,
+        gt=0,
+        description="Adaptive entropy bonus (nats per token): after a step whose `policy/entropy` is below "
+        "this the weight rises by entropy_coef_step, up to entropy_coef; after one above, it falls by as "
+        "much, down to 0 (it starts at 0). None: the weight is entropy_coef on every step.",
+    )
+    entropy_coef_step: float = Field(0.005, gt=0, le=1, description="How much the adaptive weight moves per step.")
+
+    @model_validator(mode="after")
+    def _target_needs_a_weight(self) -> GRPOConfig:
+        if self.entropy_target is not None and self.entropy_coef == 0:
+            raise ValueError("entropy_target needs entropy_coef > 0: the most the adaptive bonus weight may reach")
+        return self
 
 
 class TISCorrection(Base):

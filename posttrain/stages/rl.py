@@ -16,11 +16,13 @@ import asyncio
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from posttrain.algo.advantages import grpo_advantages
+from posttrain.algo.entropy import EntropyControl
 from posttrain.config import RLStage, RolloutStage
 from posttrain.data.chat import with_effort
 from posttrain.data.hf import task_sampler
@@ -29,6 +31,7 @@ from posttrain.errors import RunStopped
 from posttrain.records.checkpoints import retain_checkpoints
 from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
+from posttrain.records.rl_metrics import agent_metrics, cell_metrics, grm_metrics
 from posttrain.records.rollouts import RolloutLog
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
@@ -106,6 +109,7 @@ class RLRun:
         self.agents = AgentLoop(infra.tokenizer, infra.config.rollout.max_model_len)
         self.uses_outcome = True  # rewards drive the advantage: unscored samples cannot be trained on
         self.rollouts = RolloutLog(infra.run_dir, stage.name)
+        self.entropy = EntropyControl.of(stage.algo)  # the entropy bonus's weight (algo/entropy.py)
         self.step = 0
 
     # ------------------------------------------------------------ rollout
@@ -253,7 +257,8 @@ class RLRun:
             seqs, batch_stats = self.batch(groups, rewards, version)
             self.queue.mark_trained(len(seqs))
             train_start = time.perf_counter()
-            trained = infra.trainers.train_step(seqs, spec) if seqs else TrainStepResult(empty=True)
+            step_spec = replace(spec, entropy_coef=self.entropy.coef)
+            trained = infra.trainers.train_step(seqs, step_spec) if seqs else TrainStepResult(empty=True)
             train_seconds = time.perf_counter() - train_start
             if ahead is not None:  # the engines take the new weights once it is in
                 timing.add(self.land(ahead), overlapped=True)
@@ -263,7 +268,8 @@ class RLRun:
             row = step_metrics(samples, rewards, seqs, trained, started, train_seconds)
             row.update(rollout, **timing.metrics(), **batch_stats, **accounting, **sync)
             row.update(self.step_facts(row, version, budget), **code_test_counts(rewards))
-            row.update(sample_shares(rewards, self.queue, before))
+            row.update(sample_shares(rewards, self.queue, before), **{"loss/entropy_coef": step_spec.entropy_coef})
+            self.entropy.update(row["policy/entropy"] if trained.sums.tokens else math.nan)
             row.update(health.step(self.step, row))  # warnings and health/ keys (records/health.py)
             self.record(row, samples, rewards, groups, progress)
             self.after_step()
@@ -323,6 +329,7 @@ class RLRun:
             "sampler_position": self.sampler.position,
             "version": self.infra.trainers.version,
             "queue": self.queue.to_json(),
+            "entropy_coef": self.entropy.coef,
         }
         return self.infra.trainers.save(str(folder), extra={STATE_FILE: json.dumps(state), **self.extra_files()})
 
@@ -334,6 +341,7 @@ class RLRun:
         self.step = state["step"]
         self.sampler.position = state["sampler_position"]
         self.queue = PartialRolloutQueue.from_json(state["queue"])
+        self.entropy.coef = state.get("entropy_coef", self.entropy.coef)  # older checkpoints: the start
 
 
 def sample_shares(rewards: list[RewardResult], queue: PartialRolloutQueue, before: tuple[int, int]) -> dict:
@@ -399,55 +407,6 @@ def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, trai
 def fresh_weight_mean(sums: TrainSums) -> float:
     """Mean correction weight of the fresh sampled tokens: 1 unless `correction.fresh`."""
     return sums.fresh_weight / sums.fresh_tokens if sums.fresh_tokens else 1.0
-
-
-def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
-    """Per (domain, effort) cell, for prompts that carry one (MOPD): reward and length."""
-    by_cell: dict[str, list[float]] = {}
-    by_effort: dict[str, list[int]] = {}
-    for s, r in zip(samples, rewards):
-        if "cell" in s.task.entry:
-            if r.ok:
-                by_cell.setdefault(s.task.entry["cell"], []).append(r.score)
-            by_effort.setdefault(s.task.entry["effort"], []).append(s.model_tokens)
-    return {
-        **{f"reward/{cell}": float(np.mean(v)) for cell, v in by_cell.items()},
-        **{f"response_tokens/{effort}": float(np.mean(v)) for effort, v in by_effort.items()},
-    }
-
-
-def agent_metrics(samples: list[Sample]) -> dict:
-    episodes = [s.env for s in samples if s.task.verifier in ("agent", "env") and s.env]
-    if not episodes:
-        return {}
-    calls = [c for e in episodes for c in e["calls"]]
-    return {
-        "agent/turns_mean": float(np.mean([e["turns"] for e in episodes])),
-        "agent/tool_calls_mean": len(calls) / len(episodes),
-        "agent/tool_error_frac": float(np.mean([not c["ok"] for c in calls])) if calls else 0.0,
-        "agent/answered_frac": float(np.mean([e["final"] is not None for e in episodes])),
-    }
-
-
-def grm_metrics(rewards: list[RewardResult]) -> dict:
-    """Per step: mean GRM score of scored samples, unscored and length-capped counts, the
-    share answered from the cache, and the judge's wall time (one batched call per step);
-    pairwise: the share of comparisons whose two orders picked the same response."""
-    judged = [r for r in rewards if r.source == "grm" and "status" in r.details]
-    if not judged:
-        return {}
-    scored = [r.score for r in judged if r.ok and r.details["status"] == "scored"]
-    compared = [c for r in judged for c in r.details.get("comparisons") or [] if c.get("orders_agree") is not None]
-    pairwise = {"grm/orders_agree": float(np.mean([c["orders_agree"] for c in compared]))} if compared else {}
-    return pairwise | {
-        "grm/score_mean": float(np.mean(scored)) if scored else 0.0,
-        "grm/unscored": float(sum(not r.ok for r in judged)),
-        "grm/length_capped": float(sum(r.details["status"] == "length_capped" for r in judged)),
-        "grm/cache_hit": float(np.mean([bool(r.details.get("cache_hit")) for r in judged])),
-        "grm/latency_s": float(
-            max((r.details.get("latency_s", 0.0) for r in judged if not r.details.get("cache_hit")), default=0.0)
-        ),
-    }
 
 
 def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) -> float:

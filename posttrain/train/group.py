@@ -78,10 +78,11 @@ def split_minibatches(seqs: list[TrainSequence], count: int) -> list[list[int]]:
 def zero_gradient(seq: TrainSequence, spec: LossSpec) -> bool:
     """Whether the sequence's loss is exactly 0 at any weights: a policy-gradient loss with
     every advantage 0 (-min(r * 0, clip(r) * 0) = 0, whatever the off-policy weight), no KL
-    term and no teacher term. Leaving it out of the passes leaves the gradient as it was,
-    as long as its tokens still count in the token mean."""
+    term, no teacher term and no entropy bonus. Leaving it out of the passes leaves the
+    gradient as it was, as long as its tokens still count in the token mean."""
     no_teacher = seq.teacher is None or spec.distill_coef == 0
-    return spec.kind == "pg" and spec.kl_beta == 0 and no_teacher and not any(seq.advantages)
+    no_extra_term = spec.kl_beta == 0 and spec.entropy_coef == 0 and no_teacher
+    return spec.kind == "pg" and no_extra_term and not any(seq.advantages)
 
 
 def merge_results(results: list[TrainStepResult], order: list[list[int]], count: int) -> TrainStepResult:

@@ -42,5 +42,6 @@ def loss_spec(
         minibatches=algo.minibatches,
         epochs=algo.epochs,
         distill_coef=distill_coef,
+        entropy_coef=algo.entropy_coef if algo.entropy_target is None else 0.0,
         **settings,
     )

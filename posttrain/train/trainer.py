@@ -341,12 +341,12 @@ class TrainerWorker(WeightSender):
         mask = batch["loss_mask"]
         if old is None:
             old = {"logp": logp.detach(), "weights": self._token_weights(batch, logp.detach(), spec)}
-            self._add_token_sums(batch, old["weights"], entropy, sums)
+            self._add_token_sums(batch, old["weights"], entropy.detach(), sums)
         if spec.kind == "pg":
             per_token, clipped = policy_gradient_loss(
                 logp, old["logp"], batch["advantages"], spec.clip_eps_lo, spec.clip_eps_hi
             )
-            per_token = per_token * old["weights"]
+            per_token = per_token * old["weights"] - spec.entropy_coef * entropy  # the bonus: 0 unless set
             sums["clip_tokens"] += float((clipped * mask).sum()) / spec.epochs
         else:
             per_token = nll_loss(logp)
