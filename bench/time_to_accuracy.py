@@ -124,12 +124,14 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
 
 
 def entropy_bonus(args: dict) -> str:
-    """posttrain's entropy bonus, where one was set (TRL has none: not an equal setting)."""
-    if not args.get("entropy_coef"):
-        return ""
-    if args.get("entropy_target") is None:
-        return f"; posttrain only: entropy bonus {args['entropy_coef']}"
-    return f"; posttrain only: adaptive entropy bonus (target {args['entropy_target']}, up to {args['entropy_coef']})"
+    """The entropy bonus both sides trained with, where one was set."""
+    if args.get("entropy_target") is not None:
+        return (
+            f"; adaptive entropy bonus on both sides (target {args['entropy_target']}, weight from "
+            f"{args.get('entropy_coef', 0.0)}, +-{args['entropy_coef_step']} a step, "
+            f"at most {args['entropy_coef_max']})"
+        )
+    return f"; entropy bonus {args['entropy_coef']} on both sides" if args.get("entropy_coef") else ""
 
 
 def schedule(args: dict) -> str:
@@ -238,10 +240,14 @@ def main() -> int:
         "--entropy-coef",
         type=float,
         default=0.0,
-        help="posttrain only (TRL's GRPOTrainer has no entropy bonus): algo.entropy_coef, the bonus weight "
-        "(with --entropy-target, its ceiling)",
+        help="entropy bonus weight, both sides (posttrain algo.entropy_coef, TRL entropy_coef); with "
+        "--entropy-target, the adaptive weight's start",
     )
-    parser.add_argument("--entropy-target", type=float, help="posttrain only: algo.entropy_target (adaptive bonus)")
+    parser.add_argument(
+        "--entropy-target", type=float, help="adaptive entropy bonus (Skywork-OR1's rule on both sides), nats per token"
+    )
+    parser.add_argument("--entropy-coef-max", type=float, default=1.0)
+    parser.add_argument("--entropy-coef-step", type=float, default=0.005)
     parser.add_argument("--overlap", choices=["on", "off"], default="on")
     parser.add_argument(
         "--trainer-cores",

@@ -166,9 +166,31 @@ class Clock:
 
 
 def entropy_settings(args) -> dict:
-    """posttrain's entropy bonus (`--entropy-coef`, `--entropy-target`); none by default."""
+    """posttrain's entropy bonus (`--entropy-coef`, `--entropy-target`, `--entropy-coef-max`,
+    `--entropy-coef-step`); none by default. TRL's side gets the same (`trl_entropy`)."""
     coef, target = getattr(args, "entropy_coef", 0.0), getattr(args, "entropy_target", None)
-    return {"entropy_coef": coef, "entropy_target": target} if coef else {}
+    if not coef and target is None:
+        return {}
+    adaptive = {"entropy_coef_max": args.entropy_coef_max, "entropy_coef_step": args.entropy_coef_step}
+    return {"entropy_coef": coef, "entropy_target": target, **(adaptive if target is not None else {})}
+
+
+def trl_entropy(args) -> dict:
+    """The same bonus in TRL's GRPOConfig (its `use_adaptive_entropy` is Skywork-OR1's rule,
+    as posttrain's `algo.entropy_target`)."""
+    ours = entropy_settings(args)
+    if not ours:
+        return {}
+    if ours["entropy_target"] is None:
+        return {"entropy_coef": ours["entropy_coef"]}
+    return {
+        "entropy_coef": ours["entropy_coef"],
+        "use_adaptive_entropy": True,
+        "entropy_target": ours["entropy_target"],
+        "entropy_coef_min": 0.0,
+        "entropy_coef_max": ours["entropy_coef_max"],
+        "entropy_coef_delta": ours["entropy_coef_step"],
+    }
 
 
 def posttrain_config(args, model_dir: Path, seed: int = 0):
@@ -315,6 +337,7 @@ def trl_config(args, seed: int, dtype: str, **changes):
         use_vllm=False,
         dataloader_num_workers=0,
         disable_dropout=True,
+        **trl_entropy(args),
     )
     return GRPOConfig(**{**settings, **changes})
 

@@ -157,6 +157,7 @@ class LossSpec:
     minibatches: int  # optimizer steps per batch (PPO); logp_old from before the first
     epochs: int  # passes over the minibatches
     entropy_coef: float  # weight of the entropy bonus (pg); RL stages set it each step (algo/entropy.py)
+    entropy_target: float | None  # adaptive bonus: its entropy is measured over every sequence (none left out)
 
 
 @dataclass(frozen=True)

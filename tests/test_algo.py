@@ -77,9 +77,10 @@ def test_lr_schedule_by_hand():
 
 
 def test_entropy_bonus_weight_fixed_or_adaptive_by_hand():
-    """Fixed: entropy_coef on every step. Adaptive: from 0, +step after a step below the
-    target, -step after one above, within [0, entropy_coef]; a step that trained nothing
-    (NaN entropy) leaves it. The config refuses a target without a ceiling."""
+    """Fixed: entropy_coef on every step. Adaptive (Skywork-OR1, as TRL's): from entropy_coef,
+    +step after a step at or below the target, -step after one above, within [0, max]; it
+    acts only after a step at or below the target (not on the first); a step that trained
+    nothing (NaN entropy) changes nothing; the state survives a checkpoint."""
     from pydantic import ValidationError
 
     from posttrain.algo.entropy import EntropyControl
@@ -87,14 +88,24 @@ def test_entropy_bonus_weight_fixed_or_adaptive_by_hand():
     from posttrain.train.spec import loss_spec
 
     fixed = EntropyControl.of(GRPOConfig(entropy_coef=0.01))
-    assert [fixed.update(h) for h in (0.01, 5.0)] == [0.01, 0.01]
-    assert loss_spec("pg", GRPOConfig(entropy_coef=0.01)).entropy_coef == 0.01
-    algo = GRPOConfig(entropy_coef=0.02, entropy_target=0.3, entropy_coef_step=0.01)
-    assert loss_spec("pg", algo).entropy_coef == 0.0  # adaptive: the run sets it step by step
+    fixed.update(0.01)
+    assert fixed.weight() == 0.01 and loss_spec("pg", GRPOConfig(entropy_coef=0.01)).entropy_coef == 0.01
+    algo = GRPOConfig(entropy_coef=0.01, entropy_target=0.3, entropy_coef_step=0.01, entropy_coef_max=0.02)
+    assert loss_spec("pg", algo).entropy_coef == 0.0 and loss_spec("pg", algo).entropy_target == 0.3
     adaptive = EntropyControl.of(algo)
-    assert adaptive.coef == 0.0
-    weights = [adaptive.update(h) for h in (0.1, 0.2, 0.1, float("nan"), 0.5, 0.5, 0.5, 0.29)]
-    assert weights == pytest.approx([0.01, 0.02, 0.02, 0.02, 0.01, 0.0, 0.0, 0.01])
-    assert loss_spec("pg").entropy_coef == 0.0 and loss_spec("nll").entropy_coef == 0.0  # off by default
-    with pytest.raises(ValidationError, match="entropy_target needs entropy_coef"):
-        GRPOConfig(entropy_target=0.3)
+    weights = [adaptive.weight()]
+    for h in (0.1, 0.2, float("nan"), 0.5, 0.5, 0.5, 0.3):
+        adaptive.update(h)
+        weights.append(adaptive.weight())
+    assert weights == pytest.approx([0.0, 0.02, 0.02, 0.02, 0.0, 0.0, 0.0, 0.01])
+    resumed = EntropyControl.of(algo)
+    resumed.restore(adaptive.state())
+    assert (resumed.coef, resumed.last, resumed.weight()) == (adaptive.coef, 0.3, 0.01)
+    fresh = EntropyControl.of(algo)
+    fresh.restore(EntropyControl.of(algo).state())  # saved before any step: no entropy measured yet
+    assert fresh.weight() == 0.0
+    fresh.restore(None)  # a checkpoint from before the bonus: the start
+    assert fresh.coef == 0.01
+    assert loss_spec("pg").entropy_coef == 0.0 and loss_spec("nll").entropy_target is None  # off by default
+    with pytest.raises(ValidationError, match="entropy_coef .* must be <= entropy_coef_max"):
+        GRPOConfig(entropy_coef=0.5, entropy_target=0.3, entropy_coef_max=0.2)

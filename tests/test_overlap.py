@@ -70,7 +70,10 @@ def check_rows(grpo: list[dict]) -> None:
 
 @pytest.mark.timeout(1600)  # waits up to 600 s for the checkpoint and 900 s for the resumed run
 def test_overlap_bounds_staleness_and_resume_keeps_the_generated_batch(tmp_path):
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
+    # an adaptive entropy bonus whose target every entropy is under: its weight rises 0.004 a step, to 0.02
+    bonus = {"entropy_target": 100.0, "entropy_coef_step": 0.004, "entropy_coef_max": 0.02}
+    pipeline = {**PIPELINE, "stages": [{**PIPELINE["stages"][0], "algo": bonus}]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(pipeline))
     run = tmp_path / "run"
     proc = cli("run", str(tmp_path / "p.yaml"), "--run-dir", str(run))
     marker = run / "checkpoints" / "grpo" / "step_000004" / "rollout_state.json"
@@ -99,6 +102,10 @@ def test_overlap_bounds_staleness_and_resume_keeps_the_generated_batch(tmp_path)
     assert [r["step"] for r in grpo] == list(range(1, STEPS + 1))
     check_rows(grpo)
     assert grpo[newest]["samples/drawn"] > queue["drawn"]  # counters continue from the saved queue
+    assert saved["entropy"]["coef"] == pytest.approx(min(0.02, 0.004 * newest))  # and the bonus's weight:
+    weights = [r["loss/entropy_coef"] for r in grpo]
+    assert weights == pytest.approx([min(0.02, 0.004 * (step - 1)) for step in range(1, STEPS + 1)])
+    assert all(r["train/zero_gradient_frac"] == 0 for r in grpo)  # its entropy is every sequence's
 
     # the batch generated before the kill is the first one trained after the resume, as it was
     samples = [json.loads(line) for line in (run / "rollouts" / "grpo.jsonl").read_text().splitlines()]

@@ -1,5 +1,6 @@
 """The time-to-accuracy bench's numbers (bench/tta_curves.py) on curves small enough to
-compute by hand: smoothing, first crossing times, TRL's levels, the ratio and its spread."""
+compute by hand: smoothing, first crossing times, TRL's levels, the ratio and its spread; and
+the entropy bonus set alike on both sides."""
 
 import importlib.util
 import math
@@ -80,3 +81,31 @@ def test_final_gap_adds_binomial_and_between_seed_variance():
     var_trl = 0.24 / 100
     assert gap["posttrain"] == pytest.approx(0.6) and gap["difference"] == pytest.approx(0.2)
     assert gap["se"] == pytest.approx(math.sqrt(var_ours + var_trl))
+
+
+def test_the_entropy_bonus_is_the_same_setting_on_both_sides():
+    """`--entropy-*`: posttrain's algo settings and TRL's GRPOConfig fields, one rule (Skywork-OR1)."""
+    from argparse import Namespace
+
+    from bench.tta_sides import entropy_settings, trl_entropy
+
+    none = Namespace(entropy_coef=0.0, entropy_target=None, entropy_coef_max=1.0, entropy_coef_step=0.005)
+    assert entropy_settings(none) == {} and trl_entropy(none) == {} and trl_entropy(Namespace()) == {}
+    fixed = Namespace(**{**vars(none), "entropy_coef": 0.01})
+    assert entropy_settings(fixed) == {"entropy_coef": 0.01, "entropy_target": None}
+    assert trl_entropy(fixed) == {"entropy_coef": 0.01}
+    adaptive = Namespace(**{**vars(none), "entropy_target": 0.3, "entropy_coef_max": 0.05})
+    assert entropy_settings(adaptive) == {
+        "entropy_coef": 0.0,
+        "entropy_target": 0.3,
+        "entropy_coef_max": 0.05,
+        "entropy_coef_step": 0.005,
+    }
+    assert trl_entropy(adaptive) == {
+        "entropy_coef": 0.0,
+        "use_adaptive_entropy": True,
+        "entropy_target": 0.3,
+        "entropy_coef_min": 0.0,
+        "entropy_coef_max": 0.05,
+        "entropy_coef_delta": 0.005,
+    }

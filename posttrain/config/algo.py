@@ -28,22 +28,27 @@ class GRPOConfig(Base):
         0.0,
         ge=0,
         le=1,
-        description="Weight of the entropy bonus, -weight x the policy's entropy on every trained token (0: "
-        "none); with entropy_target, the most the adaptive weight reaches.",
+        description="Weight of the entropy bonus, -weight x the policy's mean entropy per trained token (0: "
+        "none); with entropy_target, the adaptive weight's start.",
     )
     entropy_target: float | None = Field(
         None,
         gt=0,
-        description="Adaptive entropy bonus (nats per token): after a step whose `policy/entropy` is below "
-        "this the weight rises by entropy_coef_step, up to entropy_coef; after one above, it falls by as "
-        "much, down to 0 (it starts at 0). None: the weight is entropy_coef on every step.",
+        description="Adaptive entropy bonus (Skywork-OR1; nats per token): after each step the weight moves by "
+        "entropy_coef_step, up if the step's `policy/entropy` was at or below this, down if above, within "
+        "[0, entropy_coef_max], and the bonus acts only on a step after one at or below it. None: the fixed "
+        "weight entropy_coef on every step.",
     )
     entropy_coef_step: float = Field(0.005, gt=0, le=1, description="How much the adaptive weight moves per step.")
+    entropy_coef_max: float = Field(1.0, gt=0, le=1, description="The most the adaptive weight reaches.")
 
     @model_validator(mode="after")
-    def _target_needs_a_weight(self) -> GRPOConfig:
-        if self.entropy_target is not None and self.entropy_coef == 0:
-            raise ValueError("entropy_target needs entropy_coef > 0: the most the adaptive bonus weight may reach")
+    def _start_within_the_range(self) -> GRPOConfig:
+        if self.entropy_target is not None and self.entropy_coef > self.entropy_coef_max:
+            raise ValueError(
+                f"entropy_coef ({self.entropy_coef}) is the adaptive weight's start: it must be <= "
+                f"entropy_coef_max ({self.entropy_coef_max})"
+            )
         return self
 
 

@@ -257,7 +257,7 @@ class RLRun:
             seqs, batch_stats = self.batch(groups, rewards, version)
             self.queue.mark_trained(len(seqs))
             train_start = time.perf_counter()
-            step_spec = replace(spec, entropy_coef=self.entropy.coef)
+            step_spec = replace(spec, entropy_coef=self.entropy.weight())
             trained = infra.trainers.train_step(seqs, step_spec) if seqs else TrainStepResult(empty=True)
             train_seconds = time.perf_counter() - train_start
             if ahead is not None:  # the engines take the new weights once it is in
@@ -329,7 +329,7 @@ class RLRun:
             "sampler_position": self.sampler.position,
             "version": self.infra.trainers.version,
             "queue": self.queue.to_json(),
-            "entropy_coef": self.entropy.coef,
+            "entropy": self.entropy.state(),
         }
         return self.infra.trainers.save(str(folder), extra={STATE_FILE: json.dumps(state), **self.extra_files()})
 
@@ -341,7 +341,7 @@ class RLRun:
         self.step = state["step"]
         self.sampler.position = state["sampler_position"]
         self.queue = PartialRolloutQueue.from_json(state["queue"])
-        self.entropy.coef = state.get("entropy_coef", self.entropy.coef)  # older checkpoints: the start
+        self.entropy.restore(state.get("entropy"))
 
 
 def sample_shares(rewards: list[RewardResult], queue: PartialRolloutQueue, before: tuple[int, int]) -> dict:

@@ -79,9 +79,11 @@ def zero_gradient(seq: TrainSequence, spec: LossSpec) -> bool:
     """Whether the sequence's loss is exactly 0 at any weights: a policy-gradient loss with
     every advantage 0 (-min(r * 0, clip(r) * 0) = 0, whatever the off-policy weight), no KL
     term, no teacher term and no entropy bonus. Leaving it out of the passes leaves the
-    gradient as it was, as long as its tokens still count in the token mean."""
+    gradient as it was, as long as its tokens still count in the token mean. (An adaptive
+    bonus measures the entropy of every sequence, so none is left out even while it rests.)"""
     no_teacher = seq.teacher is None or spec.distill_coef == 0
-    no_extra_term = spec.kl_beta == 0 and spec.entropy_coef == 0 and no_teacher
+    no_bonus = spec.entropy_coef == 0 and spec.entropy_target is None
+    no_extra_term = spec.kl_beta == 0 and no_bonus and no_teacher
     return spec.kind == "pg" and no_extra_term and not any(seq.advantages)
 
 

@@ -42,6 +42,7 @@ def loss_spec(
         minibatches=algo.minibatches,
         epochs=algo.epochs,
         distill_coef=distill_coef,
-        entropy_coef=algo.entropy_coef if algo.entropy_target is None else 0.0,
+        entropy_coef=algo.entropy_coef if algo.entropy_target is None else 0.0,  # adaptive: none on step 1
+        entropy_target=algo.entropy_target,
         **settings,
     )
