@@ -116,11 +116,17 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
         f"final accuracy (mean over seeds): posttrain {gap['posttrain']:.3f}, TRL {gap['trl']:.3f}, difference "
         f"{gap['difference']:+.3f} (SE {gap['se']:.3f}, {gap['z']:.1f} SE)"
     )
+    over_time = curves.gaps_over_time(ours, trl)
+    lines.append(
+        "accuracy difference by minute of training (posttrain - TRL, mean over seeds, linear between eval points): "
+        + ", ".join(f"{g['train_s'] / 60:.0f}m {g['difference']:+.3f} ({g['z']:.1f} SE)" for g in over_time)
+    )
     if head is None:
         lines.append("time ratio: no level (TRL's smoothed curves never rose above their start)")
     else:
         lines.append(f"time ratio: {head['ratio']:.3f} (worst level: {head['fraction']:.0%} of TRL's best gain)")
-    return "\n".join(lines), {"by_time": by_time, "by_step": by_step, "final": gap, "time_ratio": head}
+    headline = {"by_time": by_time, "by_step": by_step, "final": gap, "over_time": over_time, "time_ratio": head}
+    return "\n".join(lines), headline
 
 
 def entropy_bonus(args: dict) -> str:

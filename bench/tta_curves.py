@@ -84,17 +84,46 @@ def worst(rows: list[dict]) -> dict | None:
     return max(rows, key=lambda r: r["ratio"]) if rows else None
 
 
-def final_gap(ours: list[list[dict]], trl: list[list[dict]]) -> dict:
-    """Final raw accuracy of each side (mean over seeds), their difference and its standard
-    error: each seed's binomial variance on its eval set plus the variance between seeds (a
+def difference(ours: list[float], trl: list[float], n: int) -> dict:
+    """Mean accuracy of each side over its seeds, their difference and its standard error:
+    each seed's binomial variance on `n` eval problems plus the variance between seeds (a
     conservative sum: the spread between seeds already holds some of the binomial noise)."""
 
-    def side(curves: list[list[dict]]) -> tuple[float, float]:
-        finals = [c[-1]["accuracy"] for c in curves]
-        binomial = statistics.fmean(p * (1 - p) / c[-1]["n"] for p, c in zip(finals, curves))
-        between = statistics.variance(finals) if len(finals) > 1 else 0.0
-        return statistics.fmean(finals), (binomial + between) / len(finals)
+    def side(values: list[float]) -> tuple[float, float]:
+        binomial = statistics.fmean(p * (1 - p) / n for p in values)
+        between = statistics.variance(values) if len(values) > 1 else 0.0
+        return statistics.fmean(values), (binomial + between) / len(values)
 
     (a, var_a), (b, var_b) = side(ours), side(trl)
     se = math.sqrt(var_a + var_b)
     return {"posttrain": a, "trl": b, "difference": a - b, "se": se, "z": (a - b) / se if se else math.inf}
+
+
+def final_gap(ours: list[list[dict]], trl: list[list[dict]]) -> dict:
+    """The last raw eval point of each run (`difference`)."""
+    n = ours[0][-1]["n"]
+    return difference([c[-1]["accuracy"] for c in ours], [c[-1]["accuracy"] for c in trl], n)
+
+
+def accuracy_at(points: list[dict], t: float) -> float | None:
+    """A curve's raw accuracy at training time `t`: linear between the eval points around
+    it; None outside the curve."""
+    for a, b in zip(points, points[1:]):
+        if a["train_s"] <= t <= b["train_s"]:
+            span = b["train_s"] - a["train_s"]
+            return (
+                a["accuracy"] + (t - a["train_s"]) / span * (b["accuracy"] - a["accuracy"]) if span else b["accuracy"]
+            )
+    return None
+
+
+def gaps_over_time(ours: list[list[dict]], trl: list[list[dict]], every_s: float = 60.0) -> list[dict]:
+    """The accuracy difference (`difference`) at every `every_s` of training time that every
+    run reached: not only the end, which depends on the budget chosen."""
+    end = min(c[-1]["train_s"] for c in ours + trl)
+    rows, t = [], every_s
+    while t <= end:
+        at_ours, at_trl = [accuracy_at(c, t) for c in ours], [accuracy_at(c, t) for c in trl]
+        rows.append({"train_s": t, **difference(at_ours, at_trl, ours[0][0]["n"])})
+        t += every_s
+    return rows

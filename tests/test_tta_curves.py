@@ -83,6 +83,20 @@ def test_final_gap_adds_binomial_and_between_seed_variance():
     assert gap["se"] == pytest.approx(math.sqrt(var_ours + var_trl))
 
 
+def test_the_gap_over_time_is_taken_between_eval_points_up_to_the_shortest_run():
+    ours = [curve((0, 0.1), (50, 0.3), (130, 0.5), n=100), curve((0, 0.1), (70, 0.5), (125, 0.5), n=100)]
+    trl = [curve((0, 0.1), (90, 0.4), (121, 0.2), n=100)]
+    assert curves.accuracy_at(ours[0], 90) == pytest.approx(0.4) and curves.accuracy_at(ours[0], 131) is None
+    rows = curves.gaps_over_time(ours, trl, every_s=60)  # the shortest run ends at 121 s: 60 and 120 s
+    assert [r["train_s"] for r in rows] == [60, 120]
+    # at 60 s, linear between the points around it on each curve
+    at60 = curves.difference([0.3 + 0.2 * 10 / 80, 0.1 + 0.4 * 60 / 70], [0.1 + 0.3 * 60 / 90], 100)
+    assert rows[0]["difference"] == pytest.approx(at60["difference"]) and rows[0]["se"] == pytest.approx(at60["se"])
+    assert rows[1]["trl"] == pytest.approx(0.4 - 0.2 * 30 / 31) and rows[1]["posttrain"] == pytest.approx(
+        (0.3 + 0.2 * 70 / 80 + 0.5) / 2
+    )
+
+
 def test_the_entropy_bonus_is_the_same_setting_on_both_sides():
     """`--entropy-*`: posttrain's algo settings and TRL's GRPOConfig fields, one rule (Skywork-OR1)."""
     from argparse import Namespace
