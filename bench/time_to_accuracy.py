@@ -131,6 +131,11 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
 
 def entropy_bonus(args: dict) -> str:
     """The entropy bonus both sides trained with, where one was set."""
+    if args.get("entropy_target") is not None and "entropy_coef_max" not in args:  # bench/tta_entropy (a738944)
+        return (
+            f"; posttrain only: adaptive entropy bonus, a738944's rule (target {args['entropy_target']}, weight "
+            f"from 0, +-0.005 a step, at most {args['entropy_coef']}, acting above the target too)"
+        )
     if args.get("entropy_target") is not None:
         return (
             f"; adaptive entropy bonus on both sides (target {args['entropy_target']}, weight from "
