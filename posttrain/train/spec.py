@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from posttrain.algo.entropy import EntropyControl
 from posttrain.config.algo import Correction, ExcludeCorrection, GRPOConfig, MaskCorrection, TISCorrection
 from posttrain.types import LossSpec
 
@@ -42,7 +43,7 @@ def loss_spec(
         minibatches=algo.minibatches,
         epochs=algo.epochs,
         distill_coef=distill_coef,
-        entropy_coef=algo.entropy_coef if algo.entropy_target is None else 0.0,  # adaptive: none on step 1
+        entropy_coef=EntropyControl.of(algo).weight(),  # the first step's; RL stages set it step by step
         entropy_target=algo.entropy_target,
         **settings,
     )
