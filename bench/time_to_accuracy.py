@@ -39,6 +39,10 @@ from bench.tta_sides import FAMILY, SYSTEM, EvalSet, family_source, run_posttrai
 
 SIDES = {"posttrain": run_posttrain, "trl": run_trl}
 NAMES = {"posttrain": "posttrain", "trl": "TRL GRPOTrainer"}
+TRAIN_TASKS = {
+    "generated": "as generated (repeats kept)",
+    "distinct": "one per distinct prompt (the held-out part's distribution)",
+}
 
 
 def one_run(args) -> int:
@@ -50,7 +54,7 @@ def one_run(args) -> int:
 
     side, seed = args.one.split(":")
     model_dir = resolve_model(ModelConfig(name="smollm2-135m-instruct"))
-    train_tasks, eval_tasks = split_tasks(family_source(*FAMILY), args.eval_n)
+    train_tasks, eval_tasks = split_tasks(family_source(*FAMILY), args.eval_n, args.train_tasks == "distinct")
     evalset = EvalSet.build(eval_tasks, args.max_tokens, AutoTokenizer.from_pretrained(model_dir))
     print(f"{side} seed {seed}: {len(train_tasks)} training tasks, {len(eval_tasks)} held-out", flush=True)
     load = os.getloadavg()[0]
@@ -88,7 +92,8 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
     lines = [
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
         f"load average over the runs' starts and ends: {min(loads):.1f}-{max(loads):.1f}",
-        f"workload: {FAMILY[0]} {json.dumps(FAMILY[1])}, system prompt {SYSTEM!r}; {args['prompts']} prompts x "
+        f"workload: {FAMILY[0]} {json.dumps(FAMILY[1])}, system prompt {SYSTEM!r}; training tasks "
+        f"{TRAIN_TASKS[args.get('train_tasks', 'generated')]}; {args['prompts']} prompts x "
         f"{args['group']} samples per step, max {args['max_tokens']} new tokens, lr {args['lr']}, temperature 1, "
         f"clip 0.2/0.28, no KL, token-mean loss; {args['eval_n']} held-out problems, greedy, eval every "
         f"{schedule(args)} of training; {args['minutes']} min of training per run; both sides "
@@ -233,6 +238,12 @@ def main() -> int:
     )
     parser.add_argument("--eval-early-until-s", type=float, default=120.0)
     parser.add_argument("--eval-n", type=int, default=1000)
+    parser.add_argument(
+        "--train-tasks",
+        choices=["generated", "distinct"],
+        default="generated",
+        help="the training part as generated (repeats kept) or one task per distinct prompt, as the held-out part is",
+    )
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)

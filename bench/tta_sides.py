@@ -46,12 +46,17 @@ def is_eval(task, share: int = EVAL_SHARE) -> bool:
     return int.from_bytes(digest[:8], "big") % share == 0
 
 
-def split_tasks(source, n_eval: int) -> tuple[list, list]:
+def split_tasks(source, n_eval: int, distinct: bool = False) -> tuple[list, list]:
     """Training tasks (the source's, less the held-out part) and `n_eval` distinct held-out
-    ones (generated with EVAL_SEED)."""
+    ones (generated with EVAL_SEED). `distinct`: the training tasks too are one per distinct
+    prompt, so both parts come from one distribution (the generator repeats its few small
+    problems: chain_sum's one-digit sums are half of what it generates but a twelfth of its
+    distinct prompts)."""
     from posttrain.data.tasks import load_tasks
 
     train = [t for t in load_tasks(source) if not is_eval(t)]
+    if distinct:
+        train = list({_normal(t.messages[-1].content): t for t in reversed(train)}.values())[::-1]
     held_out, seen = [], set()
     for t in load_tasks(source.model_copy(update={"seed": EVAL_SEED, "size": 40 * n_eval})):
         key = _normal(t.messages[-1].content)

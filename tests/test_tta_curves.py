@@ -123,3 +123,23 @@ def test_the_entropy_bonus_is_the_same_setting_on_both_sides():
         "entropy_coef_max": 0.05,
         "entropy_coef_delta": 0.005,
     }
+
+
+def test_distinct_training_tasks_share_the_held_out_distribution():
+    """`--train-tasks distinct`: one training task per distinct prompt, none held out, and the
+    make-up (two-digit sums) that of the held-out part; as generated, repeats of the few
+    one-digit sums make them half the training part."""
+    from bench.tta_sides import FAMILY, _normal, family_source, split_tasks
+
+    def two_digit(tasks):
+        return sum(len(str(abs(int(t.entry["answer"])))) >= 2 for t in tasks) / len(tasks)
+
+    source = family_source(*FAMILY, size=1500)
+    generated, held_out = split_tasks(source, 200)
+    distinct, held_out_too = split_tasks(source, 200, distinct=True)
+    assert [t.task_id for t in held_out] == [t.task_id for t in held_out_too]
+    prompts = [_normal(t.messages[-1].content) for t in distinct]
+    assert len(prompts) == len(set(prompts)) < len(generated)
+    assert not set(prompts) & {_normal(t.messages[-1].content) for t in held_out}
+    assert set(prompts) == {_normal(t.messages[-1].content) for t in generated}
+    assert abs(two_digit(distinct) - two_digit(held_out)) < 0.1 < two_digit(held_out) - two_digit(generated)
