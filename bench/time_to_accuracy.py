@@ -35,7 +35,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import tta_curves as curves  # noqa: E402
-from bench.tta_sides import FAMILY, SYSTEM, EvalSet, family_source, run_posttrain, run_trl, split_tasks  # noqa: E402
+from bench.tta_sides import (  # noqa: E402
+    FAMILIES,
+    SYSTEM,
+    EvalSet,
+    bench_family,
+    family_source,
+    run_posttrain,
+    run_trl,
+    split_tasks,
+)
 
 SIDES = {"posttrain": run_posttrain, "trl": run_trl}
 NAMES = {"posttrain": "posttrain", "trl": "TRL GRPOTrainer"}
@@ -54,7 +63,8 @@ def one_run(args) -> int:
 
     side, seed = args.one.split(":")
     model_dir = resolve_model(ModelConfig(name="smollm2-135m-instruct"))
-    train_tasks, eval_tasks = split_tasks(family_source(*FAMILY), args.eval_n, args.train_tasks == "distinct")
+    source = family_source(*bench_family(args))
+    train_tasks, eval_tasks = split_tasks(source, args.eval_n, args.train_tasks == "distinct")
     evalset = EvalSet.build(eval_tasks, args.max_tokens, AutoTokenizer.from_pretrained(model_dir))
     print(f"{side} seed {seed}: {len(train_tasks)} training tasks, {len(eval_tasks)} held-out", flush=True)
     load = os.getloadavg()[0]
@@ -89,10 +99,11 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
     by_time, by_step = curves.ratios(ours, trl), curves.ratios(ours, trl, key="step")
     head, gap = curves.worst(by_time), curves.final_gap(ours, trl)
     loads = [x for s in runs.values() for r in s for x in r["load"]]
+    family = FAMILIES[args.get("family") or "chain_sum"]
     lines = [
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
         f"load average over the runs' starts and ends: {min(loads):.1f}-{max(loads):.1f}",
-        f"workload: {FAMILY[0]} {json.dumps(FAMILY[1])}, system prompt {SYSTEM!r}; training tasks "
+        f"workload: {family[0]} {json.dumps(family[1])}, system prompt {SYSTEM!r}; training tasks "
         f"{TRAIN_TASKS[args.get('train_tasks', 'generated')]}; {args['prompts']} prompts x "
         f"{args['group']} samples per step, max {args['max_tokens']} new tokens, lr {args['lr']}, temperature 1, "
         f"clip 0.2/0.28, no KL, token-mean loss; {args['eval_n']} held-out problems, greedy, eval every "
@@ -197,7 +208,7 @@ def where_time_goes(run: dict) -> str:
     )
 
 
-def plot(runs: dict, path: Path) -> None:
+def plot(runs: dict, path: Path, family: str) -> None:
     """Held-out accuracy against training minutes and against steps: raw points, smoothed lines."""
     import matplotlib
 
@@ -219,7 +230,7 @@ def plot(runs: dict, path: Path) -> None:
         ax.set_ylabel("held-out accuracy (greedy)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"SmolLM2-135M-Instruct GRPO, {FAMILY[0]}: points raw, lines smoothed over 3 evals")
+    fig.suptitle(f"SmolLM2-135M-Instruct GRPO, {family}: points raw, lines smoothed over 3 evals")
     fig.tight_layout()
     fig.savefig(path)
 
@@ -238,6 +249,7 @@ def main() -> int:
     )
     parser.add_argument("--eval-early-until-s", type=float, default=120.0)
     parser.add_argument("--eval-n", type=int, default=1000)
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="chain_sum", help="the task (tta_sides.FAMILIES)")
     parser.add_argument(
         "--train-tasks",
         choices=["generated", "distinct"],
@@ -299,7 +311,7 @@ def main() -> int:
     }
     if runs["posttrain"] and runs["trl"]:
         text, record["headline"] = report(vars(args), runs)
-        plot(runs, Path(args.out) / "time_to_accuracy.png")
+        plot(runs, Path(args.out) / "time_to_accuracy.png", args.family)
         print("\n" + text, flush=True)
     (Path(args.out) / "time_to_accuracy.json").write_text(json.dumps(record, indent=1, default=str))
     return 0

@@ -21,6 +21,19 @@ from bench.tta_curves import next_eval
 SYSTEM = "Answer with the final number only."
 TRAIN_SEED, EVAL_SEED, TRAIN_SIZE, EVAL_SHARE = 11, 12, 4000, 5
 FAMILY = ("chain_sum", {"min_terms": 2, "max_terms": 2, "max_digits": 2})
+# `--family`: the headline's task, or sums and differences of two 1-2 digit numbers asked in basic_arithmetic's
+# words (the base model starts lower on it: more to learn per step)
+FAMILIES = {
+    "chain_sum": FAMILY,
+    "basic_arithmetic": (
+        "basic_arithmetic",
+        {"min_terms": 2, "max_terms": 2, "max_digits": 2, "operators": ["+", "-"], "allow_negation": False},
+    ),
+}
+
+
+def bench_family(args) -> tuple[str, dict]:
+    return FAMILIES[getattr(args, "family", None) or "chain_sum"]
 
 
 def family_source(name: str, params: dict, seed: int = TRAIN_SEED, size: int = TRAIN_SIZE):
@@ -234,7 +247,7 @@ def posttrain_config(args, model_dir: Path, seed: int = 0):
         "temperature": 1.0,
         "partial": {"lambda": 1.0, "max_staleness": 2},
         "algo": {"clip_eps_lo": 0.2, "clip_eps_hi": 0.28, "kl_beta": 0.0, **entropy_settings(args)},
-        "tasks": family_source(*FAMILY).model_dump(),
+        "tasks": family_source(*bench_family(args)).model_dump(),
     }
     return validate_pipeline(
         {
