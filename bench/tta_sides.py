@@ -68,7 +68,7 @@ def split_tasks(source, n_eval: int, distinct: bool = False) -> tuple[list, list
     from posttrain.data.tasks import load_tasks
 
     train = [t for t in load_tasks(source) if not is_eval(t)]
-    if distinct:
+    if distinct:  # one task per prompt, ordered by each prompt's last occurrence (as bench/tta_arith ran)
         train = list({_normal(t.messages[-1].content): t for t in reversed(train)}.values())[::-1]
     held_out, seen = [], set()
     for t in load_tasks(source.model_copy(update={"seed": EVAL_SEED, "size": 40 * n_eval})):
