@@ -63,7 +63,7 @@ def one_run(args) -> int:
 
     side, seed = args.one.split(":")
     model_dir = resolve_model(ModelConfig(name="smollm2-135m-instruct"))
-    source = family_source(*bench_family(args))
+    source = family_source(*bench_family(args.family))
     train_tasks, eval_tasks = split_tasks(source, args.eval_n, args.train_tasks == "distinct")
     evalset = EvalSet.build(eval_tasks, args.max_tokens, AutoTokenizer.from_pretrained(model_dir))
     print(f"{side} seed {seed}: {len(train_tasks)} training tasks, {len(eval_tasks)} held-out", flush=True)
@@ -99,7 +99,7 @@ def report(args: dict, runs: dict) -> tuple[str, dict]:
     by_time, by_step = curves.ratios(ours, trl), curves.ratios(ours, trl, key="step")
     head, gap = curves.worst(by_time), curves.final_gap(ours, trl)
     loads = [x for s in runs.values() for r in s for x in r["load"]]
-    family = FAMILIES[args.get("family") or "chain_sum"]
+    family = bench_family(args.get("family"))
     lines = [
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; "
         f"load average over the runs' starts and ends: {min(loads):.1f}-{max(loads):.1f}",

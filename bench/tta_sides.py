@@ -32,8 +32,9 @@ FAMILIES = {
 }
 
 
-def bench_family(args) -> tuple[str, dict]:
-    return FAMILIES[getattr(args, "family", None) or "chain_sum"]
+def bench_family(name: str | None) -> tuple[str, dict]:
+    """`--family`'s task; none given (efficiency.py, runs saved before the option) is chain_sum."""
+    return FAMILIES[name or "chain_sum"]
 
 
 def family_source(name: str, params: dict, seed: int = TRAIN_SEED, size: int = TRAIN_SIZE):
@@ -247,7 +248,7 @@ def posttrain_config(args, model_dir: Path, seed: int = 0):
         "temperature": 1.0,
         "partial": {"lambda": 1.0, "max_staleness": 2},
         "algo": {"clip_eps_lo": 0.2, "clip_eps_hi": 0.28, "kl_beta": 0.0, **entropy_settings(args)},
-        "tasks": family_source(*bench_family(args)).model_dump(),
+        "tasks": family_source(*bench_family(getattr(args, "family", None))).model_dump(),
     }
     return validate_pipeline(
         {
