@@ -13,6 +13,9 @@ import pytest
 # minutes: CI runs it after the suite (.ci/run); up to 2400 s for make bench-setup and 600 s to load
 pytestmark = [pytest.mark.slow, pytest.mark.setup, pytest.mark.timeout(3100)]
 
+# the venv `make bench-setup` builds measured 3.6 GiB, and pip unpacks wheels beside it
+NEEDS_FREE = 5 * 2**30
+
 CHECK = """
 import importlib.util, sys
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -26,6 +29,12 @@ print("loaded", type(model).__name__, len(tok("2 + 2 =")["input_ids"]), "trl", t
 
 def test_bench_setup_on_a_fresh_clone_loads_a_model_and_its_tokenizer(tmp_path, tiny_dir):
     repo = Path(__file__).resolve().parent.parent
+    free = shutil.disk_usage(tmp_path).free
+    # fail before minutes of pip with a message that names the cause, not pip's Errno 28 halfway through
+    assert free >= NEEDS_FREE, (
+        f"make bench-setup needs about {NEEDS_FREE / 2**30:.0f} GiB free for its venv; {tmp_path} has "
+        f"{free / 2**30:.1f} GiB (old fresh clones or pytest tmp folders under /tmp?)"
+    )
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
     try:
