@@ -114,7 +114,7 @@ def tiny_dir(tmp_path_factory):
     return build_tiny(TinyModelConfig(), seed=0, target=tmp_path_factory.mktemp("models") / "tiny")
 
 
-# xdist: a crashed worker never hangs the run; the test it died in runs once more (tests/xdist_scheduling.py)
+# xdist: a crashed worker never hangs the run; the test it died in fails (tests/xdist_scheduling.py)
 from xdist_scheduling import (  # noqa: E402, F401
     pytest_configure,
     pytest_handlecrashitem,

@@ -15,8 +15,8 @@ same way, issue 1327). Here:
   more will come, so it runs its last test instead of waiting for a next one;
 - a worker that dies between reporting a test and being sent its next file is left for
   xdist to remove (its channel is closed; sending to it raised and broke the whole run);
-- the test a worker died in is run once more on a fresh worker (it shows as RERUN, with the
-  crash, in the report); if the worker dies in it again, it fails and is not run again;
+- the test a worker died in FAILS, naming the test (a native crash is a bug, never passed as
+  green by a rerun); the rest of its file runs on a fresh worker;
 - each worker's faulthandler writes to a file of its own (pytest's writes to a stderr that
   xdist drops), and a crash report ends with the dead worker's Python stacks from that file.
 """
@@ -34,7 +34,7 @@ from xdist.scheduler import LoadFileScheduling
 
 FAULTS_ENV = "POSTTRAIN_TEST_FAULTS"  # the folder of the workers' fault files, set by the controller
 
-RETRIES = 1  # fresh workers a test may take down before it fails
+RETRIES = 0  # fresh workers a test may take down before it fails: none, a crash is a failure
 
 
 class CrashSafeLoadFileScheduling(LoadFileScheduling):
@@ -94,12 +94,12 @@ def pytest_handlecrashitem(crashitem, report, sched):
     if retried is not None and retried(crashitem):
         report.outcome = "rerun"
         report.longrepr = f"{report.longrepr}: run again on a fresh worker"
-        terminal = sched.config.pluginmanager.get_plugin("terminalreporter")
-        if terminal is not None:  # named in the log, whatever the verbosity
-            terminal.write_line(f"\n{report.longrepr}")
-            stacks = dead_worker_stacks(getattr(sched, "last_dead", None))
-            if stacks:
-                terminal.write_line(stacks)
+    terminal = sched.config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:  # named in the log with the dead worker's stacks, whatever the verbosity
+        terminal.write_line(f"\n{report.longrepr}")
+        stacks = dead_worker_stacks(getattr(sched, "last_dead", None))
+        if stacks:
+            terminal.write_line(stacks)
 
 
 def dead_worker_stacks(worker: str | None) -> str:
