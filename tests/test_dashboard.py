@@ -254,8 +254,15 @@ def test_plots_have_data_points(page, server, run_dir):
     assert steps >= 2 and all(drawn[title] >= steps for title in JOB_PLOTS), drawn
     open_view(page, server, "job?stage=mopd&runs=0")
     page.wait_for_function("[...document.querySelectorAll('.plot')].some((d) => d.dataset.title.startsWith('reverse'))")
-    kl_keys = [k for k in metrics(run_dir, "mopd")[-1] if k.startswith("mopd/reverse_kl")]
-    assert points(page)["reverse KL (MOPD)"] == len(kl_keys) * len(metrics(run_dir, "mopd"))
+    # one point per value logged: which cells a step samples depends on the machine (timing,
+    # arithmetic), so count the values the rows hold rather than assume every cell at every step
+    logged = sum(
+        1
+        for row in metrics(run_dir, "mopd")
+        for k, v in row.items()
+        if k.startswith("mopd/reverse_kl") and v is not None
+    )
+    assert logged >= len(metrics(run_dir, "mopd")) and points(page)["reverse KL (MOPD)"] == logged
 
 
 @needs_browser
