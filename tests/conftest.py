@@ -106,6 +106,21 @@ def ray_session():
     ray.shutdown()
 
 
+_CHECKED_RUNS: set[Path] = set()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def runs_keep_their_books(tmp_path_factory):
+    """Every run a test module made (RL, expert and MOPD stages alike) is checked, after the
+    module, by the independent reader of its rollouts file (tests/sample_accounting.py): the
+    queue's own check, run before each metrics row, cannot fail a test by itself."""
+    yield
+    from sample_accounting import check_runs_under
+
+    failures = check_runs_under(tmp_path_factory.getbasetemp(), _CHECKED_RUNS)
+    assert not failures, "sample accounting broken:\n" + "\n".join(failures)
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     from posttrain.config import TinyModelConfig

@@ -40,3 +40,35 @@ def assert_accounting_matches_rollouts(run: Path, stage: str, group_size: int) -
         assert scored == saved, f"{stage} step {row['step']}: trained + dropped after scoring {scored} != {saved} saved"
         assert row["samples/drawn"] >= saved + row["samples/queued"], row
     return metrics
+
+
+def rl_stages(run: Path) -> dict[str, int]:
+    """The run's stages that keep queue books (their metrics rows count drawn samples), each
+    with the size of its groups as the rollouts file holds them (every group one size)."""
+    rows = jsonl(Path(run) / "metrics.jsonl")
+    booked = {r["stage"] for r in rows if "samples/drawn" in r and "samples/trained" in r}
+    stages = {}
+    for stage in sorted(booked):
+        path = Path(run) / "rollouts" / f"{stage}.jsonl"
+        samples = jsonl(path) if path.is_file() else []
+        sizes = Counter((r["step"], r["group"]) for r in samples)
+        if sizes:
+            stages[stage] = max(sizes.values())
+    return stages
+
+
+def check_runs_under(folder: Path, seen: set[Path]) -> list[str]:
+    """Every run folder under `folder` not in `seen` (a `metrics.jsonl` beside a `rollouts/`),
+    each RL, expert and MOPD stage checked by `assert_accounting_matches_rollouts`: what fails."""
+    failures = []
+    for metrics in sorted(Path(folder).rglob("metrics.jsonl")):
+        run = metrics.parent
+        if run in seen or not (run / "rollouts").is_dir():
+            continue
+        seen.add(run)
+        for stage, group_size in rl_stages(run).items():
+            try:
+                assert_accounting_matches_rollouts(run, stage, group_size)
+            except AssertionError as error:
+                failures.append(f"{run} stage {stage}: {error}")
+    return failures

@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import ray
+from sample_accounting import assert_accounting_matches_rollouts
 
 from posttrain.config import MOPDStage, TeacherPoolConfig
 from posttrain.mopd.advantage import mopd_advantages, reverse_kl
@@ -222,7 +223,11 @@ def mopd_run(ray_session, student, teachers, tmp_path_factory):
 
 
 def test_every_sample_is_scored_by_its_own_teacher(mopd_run, teachers):
-    run = mopd_run
+    from posttrain.stages.mopd import MOPDRun
+
+    # a run of its own on the same engines, trainers and teachers: what it draws and inspects
+    # never enters the books of the run that the next test trains and checks
+    run = MOPDRun(mopd_run.stage, mopd_run.infra, mopd_run.teachers)
     groups, _ = run.iterate(run.infra.trainers.version, None)
     run.prepare(groups)
     cells = {g.task.entry["cell"] for g in groups}
@@ -248,7 +253,6 @@ def test_every_sample_is_scored_by_its_own_teacher(mopd_run, teachers):
             assert at_sampled == pytest.approx(run.logp_teacher[t.traj_id], abs=1e-5)
         if own == "general-low":
             assert all(len(t.response_ids) <= 4 for t in trajs)  # the effort's token limit
-    run.queue.dropped["inspected_by_test"] += sum(len(g.trajectories) for g in groups)  # keep the books whole
 
 
 def test_reverse_kl_falls_and_the_manifest_is_written(mopd_run, teachers):
@@ -262,6 +266,7 @@ def test_reverse_kl_falls_and_the_manifest_is_written(mopd_run, teachers):
     assert {"reward/general-max", "response_tokens/low", "teacher_pool/loads"} <= set(rows[-1])
     distill = [r["loss/distill_kl"] for r in rows]  # the exact KL(teacher || student) per token
     assert sum(distill[-10:]) / 10 < 0.5 * sum(distill[:3]) / 3, [round(k, 2) for k in distill]
+    assert_accounting_matches_rollouts(run.infra.run_dir, "mopd", group_size=4)  # read from the rollouts file
     assert all(r["mopd/topk_mass"] == pytest.approx(1.0, abs=1e-4) for r in rows)  # k = vocabulary
     folder = run.save(run.infra.run_dir / "checkpoints" / "mopd" / "final")
     manifest = json.loads((run.infra.run_dir / "checkpoints/mopd/final/mopd_manifest.json").read_text())
