@@ -51,4 +51,4 @@ def test_a_live_builder_is_waited_for_and_a_dead_one_is_not(ext_dir):
         warnings.simplefilter("error")  # no stale torch lock this time: nothing to warn about
         with op_build_guard("demo_op"):
             pass
-    assert time.perf_counter() - started < 5  # the dead holder's kernel lock went with it
+    assert time.perf_counter() - started < 30  # the dead holder's kernel lock went with it (held, 60 s)

@@ -262,7 +262,7 @@ def test_a_stuck_peer_is_a_timeout_error_not_a_hang(ray_session):
     started = time.monotonic()
     with pytest.raises(GetTimeoutError, match="1 of 1 trainer ranks and engines gave no answer within 2 s"):
         wait_sync([peer.receive_weights.remote(1)], timeout=2)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # the receiver sleeps 60 s
     ray.kill(peer)
 
 
@@ -328,7 +328,7 @@ def test_an_nccl_broadcast_that_never_completes_aborts_its_group_and_raises_in_t
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="more than 0 s .*NCCL group aborted"):
         group.wait(_Work(done=False))
-    assert 0.3 <= time.monotonic() - started < 5 and pg.aborted == 1 and group.pg is None
+    assert 0.3 <= time.monotonic() - started < 30 and pg.aborted == 1 and group.pg is None
     group.pg, done = _NcclGroup(), _Work(done=True)
     group.wait(done)
     assert done.waited == 1 and group.pg.aborted == 0

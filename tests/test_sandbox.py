@@ -17,7 +17,8 @@ def run(program, limits=FAST, stdin=""):
     with UidLease(1) as lease:
         started = time.perf_counter()
         verdict = run_program(program, limits, uid=lease.uids[0], stdin=stdin)
-        assert time.perf_counter() - started < limits.wall_seconds + 3, "the parent waited too long"
+        # a limit against a hang (which waits forever), not a speed check: room for a loaded machine
+        assert time.perf_counter() - started < limits.wall_seconds + 15, "the parent waited too long"
         assert kill_uid(lease.uids[0]) == 0, "a sandboxed process outlived its run"
     return verdict
 
