@@ -196,3 +196,24 @@ def test_a_cpu_pipeline_is_planned_on_the_host_and_never_refused():
 def test_a_model_without_config_json_is_not_planned(tmp_path):
     shape, why = shape_of(str(tmp_path), ModelConfig(name="tiny"))
     assert shape is None and "no config.json" in why
+
+
+def test_the_plan_holds_against_a_measured_peak_of_a_real_trainer_step(tmp_path):
+    """One case of bench/memory_plan.py in the default tier: a real DeepSpeed rank (ZeRO-2,
+    fp32, a 6-layer model, a 4k-token micro-batch) steps once in a fresh process, and its
+    measured peak (VmHWM above the loaded baseline) is set against the plan's. Memory, not
+    speed: the figures do not depend on the machine's load."""
+    out = tmp_path / "plan.json"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "bench/memory_plan.py", "--only", "tiny-fp32-z2-4k", "--json", str(out)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    ratio = row["plan"]["peak_mib"] / row["measured"]["peak_mib"]
+    assert 0.8 <= ratio <= 1.25, row  # the bench's target: within 20 % of the measured peak
