@@ -224,3 +224,29 @@ def test_no_verifier_names_or_source_type_chains_outside_the_tables():
 )
 def test_the_grep_finds_what_it_forbids(line):
     assert COMPARED.search(line) or SOURCE_TYPES.search(line)
+
+
+def test_the_docs_verifier_runs_as_written(tmp_path, capsys):
+    """docs/add-a-verifier.md: its module and its table line, run as written; then the
+    verifier is tried and audited as a shipped one is."""
+    import types
+
+    from posttrain.rewards.audit import run_audit
+    from posttrain.rewards.audit_tasks import generated_tasks, source_for
+
+    module_block, line_block = re.findall(r"```python\n(.*?)```", (ROOT / "docs/add-a-verifier.md").read_text(), re.S)
+    exact = types.ModuleType("exact")
+    exec(module_block, exact.__dict__)
+    exec(line_block, {**vars(verifiers), "exact": exact})
+    try:
+        tasks = generated_tasks("exact", 3)
+        assert {t.verifier for t in tasks} == {"exact"}
+        audit = run_audit("exact", source_for("exact"), tasks, quick=True)
+        assert audit.outcomes and audit.wins == 0 and audit.voids == 0
+        row, response = tmp_path / "task.json", tmp_path / "response.txt"
+        row.write_text(json.dumps({"verifier": "exact", "prompt": "Say golf.", "answer": "golf"}))
+        response.write_text("golf")
+        assert main(["rewards", "try", "--task-file", str(row), "--response-file", str(response), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["score"] == 1.0
+    finally:
+        verifiers.unregister("exact")
