@@ -3,8 +3,8 @@ would be, before anything starts (`posttrain validate` and the run's preflight).
 
 A run whose gold cannot score trains on a reward of 0 at every step and learns nothing:
 GSM8K's `answer` is a worked solution ending in `#### 72`, and the math verifier compares
-a response with all of it. Up to `SAMPLE` tasks of each source are scored with their gold
-answer as the response (written the way the stage's `reward.answer_format` reads
+a response with all of it. Up to `SAMPLE` tasks of each source (`data/tasks.py`) are
+scored with their gold answer as the response (written the way the stage's `reward.answer_format` reads
 answers); an environment's gold calls are replayed and its `reward` scores the final
 state. Where they do not all score full marks (1), `GoldError` says how many did, shows
 one, and names the setting that would fix it: the `answer_format` the references are
@@ -19,7 +19,7 @@ from dataclasses import replace
 from posttrain.config.verifiers import verifier_facts
 from posttrain.data.answers import guesses, read_answer
 from posttrain.data.registry import source_kind
-from posttrain.data.tasks import SAMPLE, sampled  # noqa: F401 (SAMPLE: the size, named here too)
+from posttrain.data.tasks import sampled
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.registry import get_verifier
 from posttrain.types import Completion, RewardResult, Sample, Task
