@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posttrain.config.verifiers import VerifierFacts, register_verifier_facts, unregister_verifier_facts
+from posttrain.data.registry import verifiers_used
 from posttrain.rewards.base import RewardSource
 from posttrain.types import Task
 
@@ -128,8 +129,6 @@ def tried() -> tuple[str, ...]:
 
 def stage_sources(stage, judge=None) -> dict[str, RewardSource]:
     """Every reward source a stage needs, by verifier name (the reward router's table)."""
-    from posttrain.data.registry import verifiers_used
-
     scored = verifiers_used(leaf for _, leaf in stage.task_leaves())
     sources = {}
     for name, entry in VERIFIERS.items():
