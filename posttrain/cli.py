@@ -183,13 +183,15 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
 
 
 def _audit_parser(sub) -> None:
+    from posttrain.rewards.registry import audited  # the verifier table: light, no verifier is imported
+
     audit = sub.add_parser(
         "audit",
         help="reward-hack fuzzer: score attacks by class with a verifier; exit 1 if any won or was left unscored",
     )
     audit.add_argument(
         "--verifier",
-        choices=("code", "math", "reasoning_gym", "user", "agent", "env", "verifiers", "grm"),
+        choices=audited(),
         help="the verifier to audit (alone: on tasks of the shipped generators; else only its tasks)",
     )
     audit.add_argument(

@@ -18,45 +18,26 @@ import json
 import time
 from pathlib import Path
 
-from posttrain.config import (
-    CodingTasks,
-    EnvTasks,
-    EvalStage,
-    HFTasks,
-    PipelineConfig,
-    ReasoningGymTasks,
-    UserTasks,
-    VerifiersTasks,
-)
+from posttrain.config import EvalStage, PipelineConfig
 from posttrain.config.files import ConfigError, dump_config
 from posttrain.records.run_state import claim_run_dir, latest_checkpoint, set_aside_metrics
 from posttrain.stages.registry import StageRun, stage_type
 
 
 def preflight(config: PipelineConfig, source: str) -> None:
-    """Generate every task set once so that a bad family or parameter is a config error
-    naming its key, found before anything starts."""
-    from posttrain.data.tasks import load_tasks
+    """Read every task source once (as the task-source table says: `data/registry.py`), so
+    that a bad family, parameter, file or environment is a config error naming its key,
+    found before anything starts; the gold of the tasks read is checked where a stage scores
+    them."""
+    from posttrain.data.registry import source_kind
 
     for i, stage in enumerate(config.stages):
         for where, leaf in stage.task_leaves():
-            tasks = None
-            _preflight_answer_format(leaf, f"{source}: stages[{i}].{where}")
-            if isinstance(leaf, UserTasks):
-                tasks = _preflight_user(leaf, f"{source}: stages[{i}].{where}")
-            if isinstance(leaf, CodingTasks) and leaf.path is not None:
-                _preflight_file(leaf, f"{source}: stages[{i}].{where}")
-            if isinstance(leaf, (HFTasks, EnvTasks, VerifiersTasks)):
-                tasks = _preflight_own(stage, leaf, f"{source}: stages[{i}].{where}")
+            path = f"{source}: stages[{i}].{where}"
+            _preflight_answer_format(leaf, path)
+            tasks = source_kind(leaf).preflight(stage, leaf, path)
             if tasks is not None and stage.scores_tasks:
-                _preflight_gold(stage, leaf, tasks, f"{source}: stages[{i}].{where}")
-            if not isinstance(leaf, ReasoningGymTasks):
-                continue
-            for j, family in enumerate(leaf.families):
-                try:
-                    load_tasks(leaf.model_copy(update={"families": [family], "size": 1}))
-                except ValueError as exc:
-                    raise ConfigError(f"{source}: stages[{i}].{where}.families[{j}]: {exc}") from None
+                _preflight_gold(stage, leaf, tasks, path)
     _preflight_held_out(config, source)
     check_memory(config, source)
 
@@ -104,67 +85,6 @@ def _preflight_gold(stage, leaf, tasks: list, where: str) -> None:
         check_gold(stage, leaf, tasks)
     except (GoldError, EnvError) as exc:
         raise ConfigError(f"{where}: {exc}") from None
-
-
-def _preflight_own(stage, leaf, where: str) -> list:
-    """Your own data and environments, read once: a missing column, a bad file, an
-    environment that cannot be built or gives no tasks is a config error naming the key
-    (the key at fault where there is one: `env` for a class that cannot be loaded). Returns
-    the tasks (of a streamed source, its first window)."""
-    from posttrain.data.env import EnvError
-    from posttrain.data.hf import StreamSampler
-    from posttrain.data.tasks import load_tasks
-
-    if getattr(leaf, "streaming", False) and not stage.streams_tasks:
-        raise ConfigError(f"{where}.streaming: a {stage.type} stage reads its tasks whole; streaming is for RL stages")
-    if getattr(leaf, "streaming", False) and ".sources[" in where:
-        raise ConfigError(f"{where}.streaming: a streamed source cannot be mixed; give it as the stage's `tasks`")
-    try:
-        return StreamSampler(leaf, seed=0).tasks if getattr(leaf, "streaming", False) else load_tasks(leaf)
-    except EnvError as exc:
-        raise ConfigError(f"{where}{'.' + exc.key if exc.key else ''}: {exc}") from None
-    except (ValueError, ImportError, AttributeError, TypeError, NotImplementedError) as exc:
-        raise ConfigError(f"{where}: {exc}{_format_hint(leaf, exc)}") from None
-
-
-def _format_hint(leaf, exc: Exception) -> str:
-    """Where an `answer_format` read no row: the format the references are written in, if
-    one reads them all."""
-    spec = getattr(leaf, "answer_format", None)
-    if not spec or "answer_format" not in str(exc) or getattr(leaf, "streaming", False):
-        return ""
-    from posttrain.data.answers import guesses
-    from posttrain.data.tasks import load_tasks
-    from posttrain.rewards.gold import sampled
-
-    try:
-        tasks = load_tasks(leaf.model_copy(update={"answer_format": None}))
-    except (ValueError, ImportError, AttributeError, TypeError):
-        return ""
-    found = [g for g in guesses([t.answer for t in sampled(tasks) if t.answer is not None]) if g != spec]
-    return f"; the references read as `answer_format: {found[0]}`" if found else ""
-
-
-def _preflight_file(leaf, where: str) -> list:
-    """A task file (user or coding) read whole: a broken file is a config error."""
-    from posttrain.data.tasks import load_tasks
-
-    try:
-        return load_tasks(leaf)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}{_format_hint(leaf, exc)}") from None
-
-
-def _preflight_user(leaf: UserTasks, where: str) -> list:
-    tasks = _preflight_file(leaf, where)  # the file first, then the reward function
-    if leaf.reward:
-        from posttrain.rewards.user import load_reward_function
-
-        try:
-            load_reward_function(leaf.reward)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
-    return tasks
 
 
 def resolved_model(config: PipelineConfig, source: str) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from posttrain.config.base import Base
+from posttrain.config.base import SourceSchema
 
 FORMATS = ("gsm8k", "boxed", "final_line")
 _FUNCTION = re.compile(r"(?:[\w.]+|[\w./~-]+\.py):\w+")
@@ -66,7 +66,7 @@ def answer_format_spec(value) -> str | None:
     )
 
 
-class AnswerSource(Base):
+class AnswerSource(SourceSchema):
     """The reference-answer settings every source of your own data shares."""
 
     answer_format: str | None = Field(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import ClassVar, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,3 +34,23 @@ def model_name(name: str) -> str:
 
 class Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceSchema(Base):
+    """What every task source (and SFT data) schema answers about itself, as class facts and
+    pure methods, so that the code that opens sources asks the source instead of its type.
+    How a source's tasks are built, checked and held out is in the task-source table
+    (`posttrain/data/registry.py`)."""
+
+    holds_tasks: ClassVar[bool] = True
+    """It holds tasks that are drawn and scored; False: conversation data for SFT."""
+
+    @classmethod
+    def type_name(cls) -> str:
+        """The `type:` of this schema in the pipeline YAML (its `type` literal)."""
+        return get_args(cls.model_fields["type"].annotation)[0]
+
+    def parts(self) -> dict[str, SourceSchema]:
+        """Its leaf sources by the key path below it: itself (`""`), or a mixture's sources
+        (`.sources[K]`)."""
+        return {"": self}

@@ -18,7 +18,7 @@ from posttrain.config.algo import (
 from posttrain.config.base import Base
 from posttrain.config.rewards import RewardConfig
 from posttrain.config.synthesis import ReviewConfig, TeacherModel, VerifyConfig
-from posttrain.config.tasks import ChatJsonl, MixtureTasks, SFTSource, SynthesisData, TaskSource
+from posttrain.config.tasks import SFTSource, SynthesisData, TaskSource
 
 # ---------------------------------------------------------------- stages
 
@@ -64,13 +64,8 @@ class StageSchema(Base):
         """(key path, leaf task source) of the tasks this stage draws and scores: mixtures
         opened (`tasks.sources[K]`); conversation data (chat_jsonl, a synthesis stage's
         set) holds no tasks and is left out."""
-        out = []
-        for key, root in self.task_sources().items():
-            if isinstance(root, MixtureTasks):
-                out += [(f"{key}.sources[{k}]", leaf) for k, leaf in enumerate(root.sources)]
-            elif not isinstance(root, (ChatJsonl, SynthesisData)):
-                out.append((key, root))
-        return out
+        roots = self.task_sources().items()
+        return [(key + part, leaf) for key, root in roots if root.holds_tasks for part, leaf in root.parts().items()]
 
     def training_sources(self, config) -> list:
         """What this stage trains on or makes training data from, for the held-out check:

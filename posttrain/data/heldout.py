@@ -18,17 +18,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from posttrain.config import (
-    AgentTasks,
-    ArithmeticTasks,
-    ChatJsonl,
-    CodingTasks,
-    ExpertsStage,
-    MixtureTasks,
-    ReasoningGymTasks,
-    SynthesisData,
-    WritingTasks,
-)
+from posttrain.config import ChatJsonl, ExpertsStage, SynthesisData
+from posttrain.data.registry import source_kind
 from posttrain.types import Message, Task
 
 
@@ -51,14 +42,7 @@ def experts_of(stage, config):
 def held_out(source, offset: int):
     """The eval counterpart of a training source: its `eval` part where it has one, and
     every generator seed moved by `offset`."""
-    update = {}
-    if "seed" in type(source).model_fields:
-        update["seed"] = source.seed + offset
-    if "part" in type(source).model_fields:
-        update["part"] = "eval"
-    if isinstance(source, MixtureTasks):
-        update["sources"] = [held_out(s, offset) for s in source.sources]
-    return source.model_copy(update=update)
+    return source_kind(source).held_out(source, offset)
 
 
 def eval_sources(stage, config) -> dict:
@@ -86,16 +70,14 @@ def digest_of(messages: Iterable[Message]) -> bytes:
     return prompt_digest(normalize_prompt(messages))
 
 
-# Sources whose tasks are a pure function of their config and of installed code: their
-# prompts' fingerprints are cached on disk, so that a second `validate` or dry-run of a
-# large pipeline does not generate its tens of thousands of tasks again.
-_GENERATED = (ReasoningGymTasks, ArithmeticTasks, CodingTasks, AgentTasks, WritingTasks)
-
-
 def _generated_only(source) -> bool:
-    if isinstance(source, MixtureTasks):
-        return all(_generated_only(s) for s in source.sources)
-    return isinstance(source, _GENERATED) and getattr(source, "path", None) is None  # a user's file may change
+    """Its tasks are a pure function of its config and of installed code (the table's
+    `generated`): their prompts' fingerprints are cached on disk, so that a second `validate`
+    or dry-run of a large pipeline does not generate its tens of thousands of tasks again."""
+    return all(
+        source_kind(leaf).generated and getattr(leaf, "path", None) is None  # a user's file may change
+        for leaf in source.parts().values()
+    )
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.config import HFTasks
+from posttrain.config.verifiers import verifier_facts
 from posttrain.data.answers import read_answer
 from posttrain.data.rows import rows_to_tasks
 from posttrain.types import Message, Task, infer_answer_form
@@ -180,7 +181,7 @@ class RowMapper:
             return None
         if s.answer_key:
             answer = _text(row[s.answer_key], s.answer_key)
-        if s.verifier in ("math", "reasoning_gym") and not (answer or "").strip():
+        if verifier_facts(s.verifier).needs_answer and not (answer or "").strip():
             raise ValueError(f"{s.answer_key} is empty")
         reference = answer
         if answer is not None and s.answer_format:
@@ -237,9 +238,10 @@ class RowMapper:
         s = self.source
         mapped = set(mapped_columns(s))
         metadata = {k: _jsonable(v) for k, v in row.items() if k not in mapped}
-        if s.verifier == "code":
+        shape = verifier_facts(s.verifier).entry
+        if shape == "code":
             return _code_entry(s, row)
-        if s.verifier == "reasoning_gym":
+        if shape == "reasoning_gym":
             meta = row[s.metadata_key] if s.metadata_key else {}
             meta = _json(meta, s.metadata_key) if isinstance(meta, str) else meta
             question = next((m.content for m in reversed(messages) if m.role == "user"), "")
@@ -471,6 +473,6 @@ def task_sampler(source, seed: int, position=None):
     else a `TaskSampler` over every task."""
     from posttrain.data.tasks import TaskSampler, load_tasks
 
-    if isinstance(source, HFTasks) and source.streaming:
+    if getattr(source, "streaming", False):  # only an `hf` source streams
         return StreamSampler(source, seed, position)
     return TaskSampler(load_tasks(source), seed=seed, position=position or 0)

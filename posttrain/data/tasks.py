@@ -15,20 +15,7 @@ import json
 import random
 from pathlib import Path
 
-from posttrain.config import (
-    AgentTasks,
-    ArithmeticTasks,
-    ChatJsonl,
-    CodingTasks,
-    EnvTasks,
-    HFTasks,
-    JudgementTasks,
-    MixtureTasks,
-    ReasoningGymTasks,
-    UserTasks,
-    VerifiersTasks,
-    WritingTasks,
-)
+from posttrain.config import ArithmeticTasks, ChatJsonl, ReasoningGymTasks
 from posttrain.types import Message, Task, infer_answer_form
 
 TASK_COLUMNS = ("task_id", "family", "verifier", "messages", "answer", "entry")
@@ -101,61 +88,9 @@ def tasks_from_dataset(dataset) -> list[Task]:
 
 
 def _generate(source) -> list[Task]:
-    if isinstance(source, MixtureTasks):
-        tasks = [t for leaf in source.sources for t in _generate(leaf)]
-        random.Random(source.seed).shuffle(tasks)
-        return tasks
-    if isinstance(source, AgentTasks):
-        from posttrain.data.builtin_env import agent_tasks
+    from posttrain.data.registry import build_tasks
 
-        return agent_tasks(source)
-    if isinstance(source, WritingTasks):
-        from posttrain.data.writing import writing_tasks
-
-        return writing_tasks(source)
-    if isinstance(source, JudgementTasks):
-        from posttrain.data.judgements import judgement_tasks
-
-        return judgement_tasks(source)
-    if isinstance(source, ReasoningGymTasks):
-        return reasoning_gym_tasks(source)
-    if isinstance(source, ArithmeticTasks):
-        return arithmetic_tasks(source)
-    if isinstance(source, UserTasks):
-        from posttrain.data.user import user_tasks
-
-        return user_tasks(source)
-    if isinstance(source, CodingTasks):
-        from posttrain.data.coding import (
-            coding_file_tasks,
-            constant_tasks,
-            generated_tasks,
-            humaneval_tasks,
-            offset_tasks,
-        )
-
-        if source.path is not None:
-            return coding_file_tasks(source)
-        splits = {"train": generated_tasks, "offset": offset_tasks, "constant": constant_tasks}
-        return {**splits, "humaneval": humaneval_tasks}[source.split](source)
-    return _bring_your_own(source)
-
-
-def _bring_your_own(source) -> list[Task]:
-    """Sources of the user's own: a Hugging Face dataset, a tool environment, a `verifiers` one."""
-    if isinstance(source, HFTasks):
-        from posttrain.data.hf import hf_tasks
-
-        return hf_tasks(source)
-    if isinstance(source, EnvTasks):
-        from posttrain.data.env import env_tasks
-
-        return env_tasks(source)
-    if isinstance(source, VerifiersTasks):
-        from posttrain.data.vf import verifiers_tasks
-
-        return verifiers_tasks(source)
-    raise TypeError(f"unknown task source {type(source).__name__}")
+    return build_tasks(source)
 
 
 def _family_sizes(source: ReasoningGymTasks) -> list[int]:
@@ -266,6 +201,14 @@ def load_chat_jsonl(source: ChatJsonl) -> list[tuple[Message, ...]]:
     if not out:
         raise ValueError(f"{path}: no conversations")
     return out
+
+
+SAMPLE = 16  # tasks of a source whose gold is checked (`rewards/gold.py`)
+
+
+def sampled(tasks: list[Task], count: int = SAMPLE) -> list[Task]:
+    """Up to `count` tasks, the same ones every time (a seeded sample)."""
+    return list(tasks) if len(tasks) <= count else random.Random(0).sample(list(tasks), count)
 
 
 class TaskSampler:

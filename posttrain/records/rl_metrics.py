@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from posttrain.config.verifiers import verifier_facts
 from posttrain.types import RewardResult, Sample
 
 
@@ -24,7 +25,7 @@ def cell_metrics(samples: list[Sample], rewards: list[RewardResult]) -> dict:
 
 
 def agent_metrics(samples: list[Sample]) -> dict:
-    episodes = [s.env for s in samples if s.task.verifier in ("agent", "env") and s.env]
+    episodes = [s.env for s in samples if verifier_facts(s.task.verifier).episode and s.env]
     if not episodes:
         return {}
     calls = [c for e in episodes for c in e["calls"]]

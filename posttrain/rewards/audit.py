@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from posttrain.rewards import attacks as lib
 from posttrain.rewards import code_attacks as code_lib
 from posttrain.rewards.base import score_safely
+from posttrain.rewards.registry import ProbeCall, get_verifier
 from posttrain.types import Completion, Sample, Task
 
 EPS = 1e-9
-VERIFIERS = ("code", "math", "reasoning_gym", "user", "agent", "env", "verifiers", "grm")
-ANSWER_VERIFIERS = ("math", "reasoning_gym", "user")
 RAISED = re.compile(r"^reward source \S+ (raised|returned \d+ results)")
 
 
@@ -375,29 +374,48 @@ def run_audit(
     whose `verifier` is `verifier`. `quick`: each answer payload in one presentation per
     task (in turn), not in all three."""
     report = VerifierAudit(verifier, len(tasks))
+    entry = get_verifier(verifier)
     for number, task in enumerate(tasks):
-        if verifier == "code":
-            probes = code_probes(task, classes)
-        elif verifier in ANSWER_VERIFIERS:
-            probes = answer_probes(task, classes, rotate=number if quick else None)
-        elif verifier == "verifiers":
-            right = expected(task)
-            probes = [] if right is None else _bare_probes(task, right, classes, lambda p: (p, None))
-            if not quick:
-                probes += [p for p in answer_probes(task, classes, ("line",)) if p.cls != "honest"]
-        elif verifier == "agent":
-            probes = agent_probes(task, classes)
-        elif verifier == "env":
-            probes = env_probes(task, classes)
-        elif verifier == "grm":
-            probes = _grm_task(source, task, classes, length_cap or 256)
-        else:
+        if entry is None or entry.probes is None:
             raise AuditError(f"no attacks for verifier {verifier!r}")
+        probes = entry.probes(ProbeCall(source, task, classes, number, quick, length_cap))
         if not probes:
             report.notes.append(f"{task.task_id}: no attacks apply (no expected answer or checked value)")
             continue
         report.outcomes += score_probes(source, probes)
     return report
+
+
+# ---------------------------------------------------------------- each verifier's probes (the table's `probes`)
+
+
+def code_call_probes(call: ProbeCall) -> list[Probe]:
+    return code_probes(call.task, call.classes)
+
+
+def answer_call_probes(call: ProbeCall) -> list[Probe]:
+    return answer_probes(call.task, call.classes, rotate=call.number if call.quick else None)
+
+
+def verifiers_call_probes(call: ProbeCall) -> list[Probe]:
+    task, classes = call.task, call.classes
+    right = expected(task)
+    probes = [] if right is None else _bare_probes(task, right, classes, lambda p: (p, None))
+    if not call.quick:
+        probes += [p for p in answer_probes(task, classes, ("line",)) if p.cls != "honest"]
+    return probes
+
+
+def agent_call_probes(call: ProbeCall) -> list[Probe]:
+    return agent_probes(call.task, call.classes)
+
+
+def env_call_probes(call: ProbeCall) -> list[Probe]:
+    return env_probes(call.task, call.classes)
+
+
+def grm_call_probes(call: ProbeCall) -> list[Probe]:
+    return _grm_task(call.source, call.task, call.classes, call.length_cap or 256)
 
 
 def _grm_task(source, task: Task, classes, length_cap: int) -> list[Probe]:

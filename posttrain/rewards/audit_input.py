@@ -10,7 +10,9 @@ import json
 import sys
 from pathlib import Path
 
-from posttrain.rewards.audit import VERIFIERS, AuditError
+from posttrain.config.verifiers import verifier_facts
+from posttrain.rewards.audit import AuditError
+from posttrain.rewards.registry import Alone, audited, get_verifier
 
 
 def _rows(path: str) -> list[dict]:
@@ -36,9 +38,9 @@ def _rows(path: str) -> list[dict]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise AuditError(f"{path}:{number}: not JSON ({exc})") from None
-        if not isinstance(row, dict) or row.get("verifier") not in VERIFIERS:
+        if not isinstance(row, dict) or row.get("verifier") not in audited():
             got = row.get("verifier") if isinstance(row, dict) else row
-            raise AuditError(f"{path}:{number}: a row needs `verifier`, one of {', '.join(VERIFIERS)} (got {got!r})")
+            raise AuditError(f"{path}:{number}: a row needs `verifier`, one of {', '.join(audited())} (got {got!r})")
         rows.append(row)
     if not rows:
         raise AuditError(f"{path}: no task rows")
@@ -70,12 +72,6 @@ def _user_function(spec: str | None) -> str | None:
     return f"{module}:{name}"
 
 
-def _grm_config(reward: str | None):
-    from posttrain.rewards.try_grm import load_grm_config
-
-    return load_grm_config(reward)
-
-
 def _plan(args) -> list[tuple[str, object, list, int | None]]:
     """(verifier, reward source, tasks, length cap) for each verifier audited."""
     from posttrain.rewards.audit_tasks import generated_tasks
@@ -96,7 +92,7 @@ def _plan(args) -> list[tuple[str, object, list, int | None]]:
                 except (ValueError, TypeError, KeyError) as exc:
                     raise AuditError(f"{path}: {exc}") from None
                 by.setdefault(task.verifier, []).append(task)
-                if task.verifier == "user":
+                if verifier_facts(task.verifier).reward_function:
                     rewards.add(row.get("reward") or args.reward)
         if not by:
             raise AuditError(f"no task of verifier {args.verifier!r} in {', '.join(args.task_file)}")
@@ -114,7 +110,9 @@ def _plan(args) -> list[tuple[str, object, list, int | None]]:
         tasks = generated_tasks(args.verifier, args.tasks or 4, args.seed, **options)
     except (ImportError, AttributeError) as exc:
         raise AuditError(f"verifier {args.verifier}: cannot generate tasks: {exc}") from None
-    source, cap = _source(args.verifier, args, {args.reward} if args.verifier == "user" else set())
+    source, cap = _source(
+        args.verifier, args, {args.reward} if verifier_facts(args.verifier).reward_function else set()
+    )
     return [(args.verifier, source, tasks, cap)]
 
 
@@ -131,17 +129,13 @@ def _json(args) -> dict:
 
 
 def _source(verifier: str, args, rewards: set) -> tuple[object, int | None]:
-    from posttrain.rewards.audit_tasks import source_for
-
-    if verifier == "grm":
-        config = _grm_config(args.reward)
-        return source_for("grm", grm=config), config.length_cap
-    if verifier == "user":
-        spec = next(iter(rewards), None)
-        return source_for("user", user_reward=_user_function(spec)), None
-    if verifier == "verifiers":
-        return source_for("verifiers"), None
-    return source_for(verifier, workers=args.workers), None
+    """The verifier's reward source outside a stage (the verifier table's `alone`): a user
+    function from the rows or `--reward`, the GRM's config from `--reward`."""
+    entry = get_verifier(verifier)
+    if entry is None or entry.alone is None:
+        raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(audited())})")
+    reward = _user_function(next(iter(rewards), None)) if verifier_facts(verifier).reward_function else args.reward
+    return entry.alone(Alone(reward=reward, workers=args.workers))
 
 
 def _stage_plan(args) -> list:
@@ -164,11 +158,11 @@ def _stage_plan(args) -> list:
     for verifier, batch in tasks.items():
         if args.verifier and verifier != args.verifier:
             continue
-        if verifier not in router.sources:
+        entry = get_verifier(verifier)
+        if verifier not in router.sources or entry is None:
             print(f"note: stage {stage.name}: no reward source for {verifier} tasks: not audited", file=sys.stderr)
             continue
-        cap = stage.reward.grm.length_cap if verifier == "grm" and stage.reward.grm else None
-        plan.append((verifier, router, batch, cap))
+        plan.append((verifier, router, batch, entry.length_cap(stage)))
     if not plan:
         raise AuditError(f"stage {stage.name}: no tasks to audit" + (f" for {args.verifier}" if args.verifier else ""))
     return plan
@@ -207,7 +201,7 @@ def audit(args) -> int:
             if id(source) not in closed and hasattr(source, "close"):
                 closed.add(id(source))
                 source.close()
-        if any(v == "env" for v, *_ in plan):
+        if any(verifier_facts(v).episode == "env" for v, *_ in plan):
             from posttrain.rollout.env_workers import close_all
 
             close_all()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from posttrain.rewards.audit import ANSWER_VERIFIERS, VERIFIERS, AuditError
+from posttrain.config.verifiers import verifier_facts
+from posttrain.rewards.audit import AuditError
+from posttrain.rewards.registry import Alone, audited, get_verifier
 from posttrain.types import Task
 
 # reasoning-gym families the audit generates: those of the shipped pipelines, and some whose
@@ -25,48 +27,79 @@ DEFAULT_ENV = "examples.kv_env:KVStore"
 
 
 def generated_tasks(verifier: str, n: int, seed: int = 0, **options) -> list[Task]:
-    """`n` tasks from the shipped generators for `verifier` (several families each)."""
+    """`n` tasks from the shipped generators for `verifier` (several families each), as the
+    verifier table's `audit_tasks` makes them."""
+    entry = get_verifier(verifier)
+    if entry is None or entry.audit_tasks is None:
+        raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(audited())})")
+    return entry.audit_tasks(verifier, n, seed, options)
+
+
+def code_tasks(verifier: str, n: int, seed: int, options: dict) -> list[Task]:
     from posttrain import config as c
     from posttrain.data.tasks import generate_tasks
 
-    if verifier == "code":
-        timeout = options.get("timeout_s") or 3.0
-        tasks = generate_tasks(c.CodingTasks(type="coding", size=max(n - n // 3, 1), seed=seed, timeout_s=timeout))
-        if n >= 2:
-            tasks.append(feedback_task(timeout))
-        if n >= 3:
-            tasks += generate_tasks(c.CodingTasks(type="coding", split="offset", size=1, seed=seed, timeout_s=timeout))
-        if n >= 4:
-            try:
-                tasks += generate_tasks(c.CodingTasks(type="coding", split="humaneval", size=1, timeout_s=timeout))
-            except ImportError:
-                pass
-        return _spread_tasks(tasks, n)
-    if verifier in ANSWER_VERIFIERS:
-        families = [c.ReasoningGymFamily(name=f) for f in RG_FAMILIES]
-        rg = generate_tasks(c.ReasoningGymTasks(families=families, size=max(n, len(families)), seed=seed))
-        rg = _spread_tasks(sorted(rg, key=lambda t: t.task_id), n)
-        if verifier == "reasoning_gym":
-            return rg
-        sums = generate_tasks(c.ArithmeticTasks(type="arithmetic", size=1, seed=seed))
-        rows = [replace(t, verifier=verifier, entry={"answer": t.answer, "metadata": {}}) for t in rg]
-        tasks = [replace(t, verifier=verifier) for t in sums] + rows
-        return tasks[:n]
-    if verifier == "agent":
-        return _spread_tasks(
-            generate_tasks(c.AgentTasks(type="agent", families=list(_AGENT), size=6 * n, seed=seed)), n
-        )
-    if verifier == "env":
-        source = c.EnvTasks(type="env", env=options.get("env") or DEFAULT_ENV, size=4 * n, seed=seed, workers=1)
-        return _spread_tasks(generate_tasks(source), n)
-    if verifier == "verifiers":
-        if not options.get("taskset"):
-            raise AuditError("verifier verifiers: name a taskset with --taskset (none ships with posttrain)")
-        source = c.VerifiersTasks(type="verifiers", taskset=options["taskset"], args=options.get("taskset_args") or {})
-        return generate_tasks(source.model_copy(update={"size": n}))
-    if verifier == "grm":
-        return generate_tasks(c.WritingTasks(type="writing", size=n, seed=seed))
-    raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(VERIFIERS)})")
+    timeout = options.get("timeout_s") or 3.0
+    tasks = generate_tasks(c.CodingTasks(type="coding", size=max(n - n // 3, 1), seed=seed, timeout_s=timeout))
+    if n >= 2:
+        tasks.append(feedback_task(timeout))
+    if n >= 3:
+        tasks += generate_tasks(c.CodingTasks(type="coding", split="offset", size=1, seed=seed, timeout_s=timeout))
+    if n >= 4:
+        try:
+            tasks += generate_tasks(c.CodingTasks(type="coding", split="humaneval", size=1, timeout_s=timeout))
+        except ImportError:
+            pass
+    return _spread_tasks(tasks, n)
+
+
+def answer_tasks(verifier: str, n: int, seed: int, options: dict) -> list[Task]:
+    """reasoning-gym tasks (and a chain sum), their rows as `verifier` reads them: a
+    reasoning-gym entry for `reasoning_gym`, the answer for the others."""
+    from posttrain import config as c
+    from posttrain.data.tasks import generate_tasks
+
+    families = [c.ReasoningGymFamily(name=f) for f in RG_FAMILIES]
+    rg = generate_tasks(c.ReasoningGymTasks(families=families, size=max(n, len(families)), seed=seed))
+    rg = _spread_tasks(sorted(rg, key=lambda t: t.task_id), n)
+    if verifier_facts(verifier).entry == "reasoning_gym":
+        return rg
+    sums = generate_tasks(c.ArithmeticTasks(type="arithmetic", size=1, seed=seed))
+    rows = [replace(t, verifier=verifier, entry={"answer": t.answer, "metadata": {}}) for t in rg]
+    tasks = [replace(t, verifier=verifier) for t in sums] + rows
+    return tasks[:n]
+
+
+def agent_tasks(verifier: str, n: int, seed: int, options: dict) -> list[Task]:
+    from posttrain import config as c
+    from posttrain.data.tasks import generate_tasks
+
+    return _spread_tasks(generate_tasks(c.AgentTasks(type="agent", families=list(_AGENT), size=6 * n, seed=seed)), n)
+
+
+def env_tasks(verifier: str, n: int, seed: int, options: dict) -> list[Task]:
+    from posttrain import config as c
+    from posttrain.data.tasks import generate_tasks
+
+    source = c.EnvTasks(type="env", env=options.get("env") or DEFAULT_ENV, size=4 * n, seed=seed, workers=1)
+    return _spread_tasks(generate_tasks(source), n)
+
+
+def taskset_tasks(verifier: str, n: int, seed: int, options: dict) -> list[Task]:
+    from posttrain import config as c
+    from posttrain.data.tasks import generate_tasks
+
+    if not options.get("taskset"):
+        raise AuditError("verifier verifiers: name a taskset with --taskset (none ships with posttrain)")
+    source = c.VerifiersTasks(type="verifiers", taskset=options["taskset"], args=options.get("taskset_args") or {})
+    return generate_tasks(source.model_copy(update={"size": n}))
+
+
+def writing_tasks(verifier: str, n: int, seed: int, options: dict) -> list[Task]:
+    from posttrain import config as c
+    from posttrain.data.tasks import generate_tasks
+
+    return generate_tasks(c.WritingTasks(type="writing", size=n, seed=seed))
 
 
 def feedback_task(timeout_s: float) -> Task:
@@ -102,50 +135,20 @@ def _spread_tasks(tasks: list[Task], n: int) -> list[Task]:
 
 
 def source_for(verifier: str, *, user_reward: str | None = None, grm=None, workers: int = 2, leaves=()):
-    """The verifier a stage would build for tasks of `verifier` (the reward router's choices)."""
-    if verifier == "code":
-        from posttrain.rewards.code import CodeVerifier
-
-        return CodeVerifier(workers)
-    if verifier == "math":
-        from posttrain.rewards.math_verifier import MathVerifier
-
-        return MathVerifier()
-    if verifier == "reasoning_gym":
-        from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
-
-        return ReasoningGymVerifier()
-    if verifier == "user":
-        from posttrain.rewards.user import UserReward
-
-        return UserReward(user_reward)
-    if verifier == "agent":
-        from posttrain.rewards.agent_verifier import AgentVerifier
-
-        return AgentVerifier()
-    if verifier == "env":
-        from posttrain.rewards.env_reward import EnvReward
-
-        return EnvReward()
-    if verifier == "verifiers":
-        from posttrain.rewards.vf import VerifiersReward
-
-        return VerifiersReward(list(leaves))
-    if verifier == "grm":
-        from posttrain.rewards.grm import GRM
-
-        return GRM(grm)
-    raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(VERIFIERS)})")
+    """The verifier's reward source outside a stage (the verifier table's `alone`)."""
+    entry = get_verifier(verifier)
+    if entry is None or entry.alone is None:
+        raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(audited())})")
+    return entry.alone(Alone(reward=user_reward, workers=workers, leaves=tuple(leaves), grm=grm))[0]
 
 
 def stage_tasks(stage, n: int) -> dict[str, list[Task]]:
     """Up to `n` tasks per verifier of a pipeline stage's task sources (each leaf source
     generated at a small size)."""
     from posttrain.data.tasks import generate_tasks
-    from posttrain.rewards.router import task_leaves
 
     by: dict[str, list[Task]] = {}
-    for leaf in task_leaves(stage):
+    for _, leaf in stage.task_leaves():
         small = leaf.model_copy(update={"size": min(leaf.size or 4 * n, 4 * n)}) if hasattr(leaf, "size") else leaf
         for task in generate_tasks(small):
             by.setdefault(task.verifier, []).append(task)

@@ -3,8 +3,8 @@ would be, before anything starts (`posttrain validate` and the run's preflight).
 
 A run whose gold cannot score trains on a reward of 0 at every step and learns nothing:
 GSM8K's `answer` is a worked solution ending in `#### 72`, and the math verifier compares
-a response with all of it. Up to `SAMPLE` tasks of each source are scored with their gold
-answer as the response (written the way the stage's `reward.answer_format` reads
+a response with all of it. Up to `SAMPLE` tasks of each source (`data/tasks.py`) are
+scored with their gold answer as the response (written the way the stage's `reward.answer_format` reads
 answers); an environment's gold calls are replayed and its `reward` scores the final
 state. Where they do not all score full marks (1), `GoldError` says how many did, shows
 one, and names the setting that would fix it: the `answer_format` the references are
@@ -14,15 +14,16 @@ written in when one makes them score (tried on the same sample), else what to ch
 from __future__ import annotations
 
 import asyncio
-import random
 from dataclasses import replace
 
-from posttrain.config import EnvTasks
+from posttrain.config.verifiers import verifier_facts
 from posttrain.data.answers import guesses, read_answer
+from posttrain.data.registry import source_kind
+from posttrain.data.tasks import sampled
 from posttrain.rewards.base import score_safely
+from posttrain.rewards.registry import get_verifier
 from posttrain.types import Completion, RewardResult, Sample, Task
 
-SAMPLE = 16
 FULL_MARKS = 1.0 - 1e-6
 _FORMATS_HINT = "gsm8k, boxed, final_line, 'regex: PATTERN' or module:function"
 
@@ -41,11 +42,6 @@ def _plain(text: str, size: int = 80) -> str:
     return text if len(text) <= size else text[: size - 3] + "..."
 
 
-def sampled(tasks: list[Task], count: int = SAMPLE) -> list[Task]:
-    """Up to `count` tasks, the same ones every time (a seeded sample)."""
-    return list(tasks) if len(tasks) <= count else random.Random(0).sample(list(tasks), count)
-
-
 def as_response(answer: str, mode: str) -> str:
     """A gold answer written as a response the stage's answer extraction reads."""
     if mode == "boxed":
@@ -56,20 +52,10 @@ def as_response(answer: str, mode: str) -> str:
 
 
 def _verifier(stage, leaf, name: str):
-    mode = getattr(getattr(stage, "reward", None), "answer_format", "auto")
-    if name == "math":
-        from posttrain.rewards.math_verifier import MathVerifier
-
-        return MathVerifier(mode)
-    if name == "reasoning_gym":
-        from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
-
-        return ReasoningGymVerifier(mode)
-    if name == "user":
-        from posttrain.rewards.user import UserReward
-
-        return UserReward(getattr(leaf, "reward", None), getattr(leaf, "reward_timeout_s", 10.0))
-    return None
+    """The reward source that scores the leaf's reference answers (the verifier table's
+    `gold`), or None where its tasks have no gold answer to check (code, grm)."""
+    entry = get_verifier(name)
+    return entry.gold(stage, leaf) if entry is not None else None
 
 
 def _score(verifier, tasks: list[Task], mode: str) -> list[RewardResult]:
@@ -94,9 +80,10 @@ def check_gold(stage, leaf, tasks: list[Task]) -> tuple[int, int]:
     """(passed, checked) for the leaf's sampled gold; GoldError when not all pass."""
     if not getattr(leaf, "gold_check", False):
         return 0, 0
-    if isinstance(leaf, EnvTasks):
+    kind = source_kind(leaf)
+    if kind.gold == "episodes":
         return _check_env(stage, leaf, tasks)
-    name = getattr(leaf, "verifier", "user")
+    name = kind.uses(leaf)[0]
     golds = sampled([t for t in tasks if t.answer is not None])
     if not golds:
         return 0, 0
@@ -151,15 +138,14 @@ def _fix(leaf, verifier, golds: list[Task], mode: str, name: str) -> str:
 def _check_env(stage, leaf, tasks: list[Task]) -> tuple[int, int]:
     """An environment's gold: `verifier: math` compares the final answer; `env` replays the
     gold calls and scores the final state with the environment's `reward`."""
-    if leaf.verifier == "math":
+    facts = verifier_facts(leaf.verifier)
+    if facts.needs_answer:
         golds = sampled([t for t in tasks if t.answer is not None])
         if not golds:
             return 0, 0
-        from posttrain.rewards.math_verifier import MathVerifier
-
-        results = _score(MathVerifier(), golds, "auto")
-        kind = "math"
-    elif leaf.verifier == "env":
+        results = _score(_verifier(None, leaf, leaf.verifier), golds, "auto")
+        kind = leaf.verifier
+    elif facts.episode == "env":
         golds = sampled([t for t in tasks if t.entry.get("gold_calls")])
         if not golds:
             return 0, 0
@@ -173,8 +159,8 @@ def _check_env(stage, leaf, tasks: list[Task]) -> tuple[int, int]:
     task, result = next((t, r) for t, r in zip(golds, results) if not _full(r))
     fix = (
         f"check {leaf.env}.reward and the tasks' `gold` calls and `answer`, or set `gold_check: false`"
-        if leaf.verifier == "env"
-        else _fix(leaf, _verifier(stage, leaf, "math"), golds, "auto", "math")
+        if facts.episode == "env"
+        else _fix(leaf, _verifier(stage, leaf, leaf.verifier), golds, "auto", leaf.verifier)
     )
     raise GoldError(
         f"gold check: {passed} of {len(golds)} sampled gold episodes score full marks through verifier {kind} "

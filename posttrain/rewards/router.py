@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from posttrain.config import CodingTasks, EnvTasks, JudgementTasks, UserTasks, VerifiersTasks
-from posttrain.rewards.agent_verifier import AgentVerifier
 from posttrain.rewards.base import RewardSource, score_safely
-from posttrain.rewards.math_verifier import MathVerifier
-from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
+from posttrain.rewards.registry import get_verifier, stage_sources
 from posttrain.types import RewardResult, Sample
 
 
@@ -35,7 +32,7 @@ class RewardRouter:
     async def _score(self, name: str, samples: list[Sample]) -> list[RewardResult]:
         source = self.sources.get(name)
         if source is None:
-            hint = "; open-ended tasks are scored by the generative reward model" if name == "grm" else ""
+            hint = entry.missing if (entry := get_verifier(name)) is not None else ""
             return [
                 RewardResult(0.0, f"unscored: no reward source {name!r} configured{hint}", name, ok=False)
                 for _ in samples
@@ -56,50 +53,7 @@ class RewardRouter:
 
 
 def reward_router(stage, judge=None) -> RewardRouter:
-    """`judge`: the slot's `JudgeSlot`, whose judge engine outlives the stage."""
-    limit = stage.reward.answer_timeout_s
-    sources = {
-        "reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format, limit),
-        "math": MathVerifier(stage.reward.answer_format, limit),
-        "agent": AgentVerifier(),
-    }
-    leaves = [leaf for _, leaf in stage.task_leaves()]
-    coding = [leaf for leaf in leaves if isinstance(leaf, CodingTasks) or getattr(leaf, "verifier", None) == "code"]
-    if coding:
-        from posttrain.rewards.code import CodeVerifier
-
-        sources["code"] = CodeVerifier(max(c.workers for c in coding))  # each task carries its own timeout_s
-    user = [leaf for leaf in leaves if isinstance(leaf, UserTasks) or getattr(leaf, "verifier", None) == "user"]
-    if len({u.reward for u in user}) > 1:
-        raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
-    if user:
-        from posttrain.rewards.user import UserReward
-
-        sources["user"] = UserReward(user[0].reward, user[0].reward_timeout_s, answer_timeout_s=limit)
-    sources.update(own_sources(leaves))
-    if any(isinstance(leaf, JudgementTasks) for leaf in leaves):
-        from posttrain.rewards.judgement import JudgementVerifier
-
-        reason_chars = stage.reward.grm.reason_chars if stage.reward.grm is not None else 80
-        sources["judgement"] = JudgementVerifier(reason_chars)
-    if stage.reward.grm is not None:
-        from posttrain.rewards.grm import GRM
-
-        sources["grm"] = GRM(stage.reward.grm, shared=judge)
-    return RewardRouter(sources)
-
-
-def own_sources(leaves: list) -> dict[str, RewardSource]:
-    """The reward sources of the user's own environments: `env` (each environment's
-    reward, run in its workers) and `verifiers` (a verifiers environment's rubric)."""
-    sources: dict[str, RewardSource] = {}
-    if any(isinstance(leaf, EnvTasks) for leaf in leaves):
-        from posttrain.rewards.env_reward import EnvReward
-
-        sources["env"] = EnvReward()
-    vf = [leaf for leaf in leaves if isinstance(leaf, VerifiersTasks)]
-    if vf:
-        from posttrain.rewards.vf import VerifiersReward
-
-        sources["verifiers"] = VerifiersReward(vf)
-    return sources
+    """The router of a stage: a reward source per verifier its tasks need, as the verifier
+    table builds them (`rewards/registry.py`). `judge`: the slot's `JudgeSlot`, whose judge
+    engine outlives the stage."""
+    return RewardRouter(stage_sources(stage, judge))

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
+from posttrain.config.verifiers import verifier_facts
+from posttrain.rewards.registry import Alone, TryCall, get_verifier, tried
 from posttrain.types import Completion, Message, RewardResult, Sample, Task
 
-VERIFIERS = ("code", "reasoning_gym", "math", "agent", "user", "grm")
 TASK_KEYS = ("verifier", "id", "prompt", "messages", "question", "family", "entry")
 
 
@@ -35,8 +37,8 @@ def read_task_file(path: str) -> dict:
         raise TryError(f"{path}: not JSON ({exc})") from None
     if not isinstance(row, dict):
         raise TryError(f"{path}: a task row must be a JSON object")
-    if row.get("verifier") not in VERIFIERS:
-        raise TryError(f"{path}: verifier must be one of {', '.join(VERIFIERS)} (got {row.get('verifier')!r})")
+    if row.get("verifier") not in tried():
+        raise TryError(f"{path}: verifier must be one of {', '.join(tried())} (got {row.get('verifier')!r})")
     return row
 
 
@@ -61,28 +63,54 @@ def _entry(row: dict) -> dict:
 
 
 def task_of(row: dict, name: str) -> Task:
-    """A `Task` from a row (ValueError naming the problem)."""
-    verifier = row["verifier"]
-    if verifier == "code":
-        from posttrain.config import CodingTasks
-        from posttrain.data.coding import coding_row_task, validate_entry
+    """A `Task` from a row, read as the verifier it names reads rows (ValueError naming the
+    problem)."""
+    entry = get_verifier(row["verifier"])
+    read = entry.read_row if entry is not None and entry.read_row is not None else answer_row
+    return read(row, name)
 
-        if "entry" in row:
-            entry = validate_entry({"reward": "all_pass", "timeout_s": 5.0, **_entry(row)})
-            return Task(str(row.get("id", name)), "coding", _messages(row), entry=entry, verifier="code")
-        fields = {k: v for k, v in row.items() if k != "verifier"}
-        return coding_row_task(fields, 1, CodingTasks(type="coding"), name)
-    entry = _entry(row)
+
+def code_row(row: dict, name: str) -> Task:
+    """A coding row: entry_point and tests, check or io (or its entry whole)."""
+    from posttrain.config import CodingTasks
+    from posttrain.data.coding import coding_row_task, validate_entry
+
+    if "entry" in row:
+        entry = validate_entry({"reward": "all_pass", "timeout_s": 5.0, **_entry(row)})
+        return Task(str(row.get("id", name)), "coding", _messages(row), entry=entry, verifier="code")
+    fields = {k: v for k, v in row.items() if k != "verifier"}
+    return coding_row_task(fields, 1, CodingTasks(type="coding"), name)
+
+
+def answer_row(row: dict, name: str, entry: dict | None = None) -> Task:
+    """A row whose entry is the row's other fields (or its `entry`), with its `answer`."""
+    entry = _entry(row) if entry is None else entry
     answer = entry.get("answer", row.get("answer"))
-    family = row.get("family") or verifier
-    if verifier == "reasoning_gym" and not row.get("family"):
-        raise ValueError("a reasoning_gym row needs its `family` (e.g. basic_arithmetic)")
-    if verifier == "agent" and not isinstance(entry.get("check"), dict):
-        raise ValueError("an agent row needs its success `check` (an object)")
     answer = None if answer is None else str(answer)
-    if verifier == "user":
-        entry = {"answer": answer, "metadata": entry.get("metadata") or {}}
-    return Task(str(row.get("id", name)), family, _messages(row), answer=answer, entry=entry, verifier=verifier)
+    family = row.get("family") or row["verifier"]
+    return Task(str(row.get("id", name)), family, _messages(row), answer=answer, entry=entry, verifier=row["verifier"])
+
+
+def family_row(row: dict, name: str) -> Task:
+    """A reasoning-gym row: its `family` names the scorer."""
+    entry = _entry(row)
+    if not row.get("family"):
+        raise ValueError("a reasoning_gym row needs its `family` (e.g. basic_arithmetic)")
+    return answer_row(row, name, entry)
+
+
+def agent_row(row: dict, name: str) -> Task:
+    """An agent row: its entry holds the success `check`."""
+    entry = _entry(row)
+    if not isinstance(entry.get("check"), dict):
+        raise ValueError("an agent row needs its success `check` (an object)")
+    return answer_row(row, name, entry)
+
+
+def user_row(row: dict, name: str) -> Task:
+    """A user row: the entry a user function sees (answer and metadata)."""
+    task = answer_row(row, name)
+    return replace(task, entry={"answer": task.answer, "metadata": task.entry.get("metadata") or {}})
 
 
 def _agent_env(task: Task, response: str) -> tuple[dict, int]:
@@ -102,28 +130,6 @@ def _agent_env(task: Task, response: str) -> tuple[dict, int]:
     return state.to_dict(), len(turns)
 
 
-def _source(task: Task, user_reward: str | None):
-    if task.verifier == "code":
-        from posttrain.rewards.code import CodeVerifier
-
-        return CodeVerifier(workers=1)
-    if task.verifier == "reasoning_gym":
-        from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
-
-        return ReasoningGymVerifier()
-    if task.verifier == "math":
-        from posttrain.rewards.math_verifier import MathVerifier
-
-        return MathVerifier()
-    if task.verifier == "agent":
-        from posttrain.rewards.agent_verifier import AgentVerifier
-
-        return AgentVerifier()
-    from posttrain.rewards.user import UserReward
-
-    return UserReward(user_reward)
-
-
 def try_task_file(task_file: str, response_file: str, reward: str | None, as_json: bool, tokens: int | None) -> dict:
     """Score the response with the task row's verifier; print it (or one JSON line)."""
     row = read_task_file(task_file)
@@ -131,21 +137,22 @@ def try_task_file(task_file: str, response_file: str, reward: str | None, as_jso
         response = Path(response_file).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TryError(f"{response_file}: cannot read: {exc}") from None
-    if row["verifier"] == "grm":
-        from posttrain.rewards.try_grm import try_pair
+    call = TryCall(row, response, reward, as_json, tokens, Path(task_file).stem, task_file)
+    return get_verifier(row["verifier"]).try_row(call)
 
-        prompt = next((m.content for m in reversed(_messages(row)) if m.role == "user"), "")
-        return try_pair(prompt, response, reward, as_json, tokens)
+
+def try_scored(call: TryCall) -> dict:
+    """A row read into its Task, the response scored by the verifier's reward source."""
     try:
-        task = task_of(row, Path(task_file).stem)
+        task = task_of(call.row, call.name)
     except (ValueError, TypeError) as exc:
-        raise TryError(f"{task_file}: {exc}") from None
-    env = None
-    if task.verifier == "agent":
-        env, _ = _agent_env(task, response)
-    n = tokens if tokens is not None else len(response.split())
-    sample = Sample(task, 0, (0,), Completion((0,) * n, (0.0,) * n, response, "stop"), env=env)
-    source = _source(task, row.get("reward") if task.verifier == "user" else None)
+        raise TryError(f"{call.where}: {exc}") from None
+    facts = verifier_facts(task.verifier)
+    env = _agent_env(task, call.response)[0] if facts.episode == "agent" else None
+    n = call.tokens if call.tokens is not None else len(call.response.split())
+    sample = Sample(task, 0, (0,), Completion((0,) * n, (0.0,) * n, call.response, "stop"), env=env)
+    alone = Alone(reward=call.row.get("reward") if facts.reward_function else None, workers=1)
+    source, _ = get_verifier(task.verifier).alone(alone)
     try:
         from posttrain.rewards.base import score_safely
 
@@ -155,11 +162,19 @@ def try_task_file(task_file: str, response_file: str, reward: str | None, as_jso
             source.close()
     out = {"score": result.score, "ok": result.ok, "reason": result.reason, "source": result.source}
     out["details"] = result.details
-    if as_json:
+    if call.as_json:
         print(json.dumps(out, default=repr))
     else:
         print_result(task, result)
     return out
+
+
+def try_judged(call: TryCall) -> dict:
+    """The judge (from `--reward`) on the row's prompt and the response."""
+    from posttrain.rewards.try_grm import try_pair
+
+    prompt = next((m.content for m in reversed(_messages(call.row)) if m.role == "user"), "")
+    return try_pair(prompt, call.response, call.reward, call.as_json, call.tokens)
 
 
 def print_result(task: Task, result: RewardResult) -> None:

@@ -14,22 +14,15 @@ and returns a float, a (float, reason) pair, or {"score": float, "reason": str}.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import math
 
+from posttrain.data.preflight import load_reward_function
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
 from posttrain.rewards.math_verifier import answer_form, judge, question_of
 from posttrain.rollout.workers import CallRaised, CallTimeout, WorkerCrashed, WorkerPool, WorkerUnavailable
 from posttrain.types import RewardResult, Sample
 
 _FN = None
-
-
-def load_reward_function(spec: str):
-    """The function a `module:function` reward spec names (ImportError or AttributeError if
-    it cannot be loaded)."""
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def _init(spec: str) -> None:

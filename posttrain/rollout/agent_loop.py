@@ -13,6 +13,7 @@ across partial-rollout iterations and checkpoints like single-turn responses do.
 
 from __future__ import annotations
 
+from posttrain.config.verifiers import verifier_facts
 from posttrain.data import builtin_env
 from posttrain.data.chat import tool_turn_ids
 from posttrain.rollout.queue import PartialRolloutQueue, Trajectory
@@ -33,7 +34,7 @@ class AgentLoop:
         continued = 0
         for traj in trajs:
             task = queue.task_of(traj)
-            if task.verifier == "agent" and traj.finished and not (traj.env or {}).get("done"):
+            if verifier_facts(task.verifier).episode == "agent" and traj.finished and not (traj.env or {}).get("done"):
                 try:
                     continued += self.turn_ended(traj, task.entry, version)
                 except Exception as exc:  # a broken task or environment ends its episode, flagged

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 
+from posttrain.config.verifiers import verifier_facts
 from posttrain.data.env import episode_task, load_env
 from posttrain.data.tools import read_calls, tool_format, tool_names
 from posttrain.rollout.queue import PartialRolloutQueue, Trajectory
@@ -147,7 +148,7 @@ class EnvEpisodes:
         by_env: dict[tuple, list[tuple[Trajectory, object, list]]] = {}
         for traj in trajs:
             task = queue.task_of(traj)
-            if task.verifier != "env" or not traj.finished or (traj.env or {}).get("done"):
+            if verifier_facts(task.verifier).episode != "env" or not traj.finished or (traj.env or {}).get("done"):
                 continue
             episode = traj.env or {"state": None, "calls": [], "turns": 0, "final": None}
             episode["turns"] += 1

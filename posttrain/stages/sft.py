@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 from posttrain.config import ChatJsonl, SFTStage, SynthesisData
+from posttrain.config.verifiers import verifier_facts
 from posttrain.data.chat import sft_example
 from posttrain.data.tasks import load_chat_jsonl, load_tasks
 from posttrain.records.checkpoints import retain_checkpoints
@@ -51,7 +52,9 @@ def sft_conversations(stage: SFTStage, run_dir: Path | None = None) -> list[tupl
         if stage.think and stage.think.forms and "scratchpads" in t.entry:
             out.append(messages + answer_in_form(t, stage.think.forms, rng))
         else:
-            out.append(with_scratchpad(messages + gold_turns(t), stage.think, t.verifier == "code", rng, effort))
+            out.append(
+                with_scratchpad(messages + gold_turns(t), stage.think, verifier_facts(t.verifier).code, rng, effort)
+            )
     return out
 
 
@@ -67,7 +70,7 @@ def answer_in_form(task, weights: dict[str, float], rng: random.Random) -> tuple
     answer = str(task.entry["check"]["answer"]) if "check" in task.entry else task.answer
     if form == "none":
         return (Message("assistant", answer),)
-    comment = CODE_COMMENT if task.verifier == "code" else ""  # a code answer stays a program
+    comment = CODE_COMMENT if verifier_facts(task.verifier).code else ""  # a code answer stays a program
     return (Message("assistant", f"{comment}{SCRATCH_PREFIX[form]} {task.entry['scratchpads'][form]}\n{answer}"),)
 
 

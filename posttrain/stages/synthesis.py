@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from posttrain.config import ModelConfig, RolloutConfig, SynthesisStage
+from posttrain.config.verifiers import verifier_facts
 from posttrain.data.chat import TEMPLATE_VERSION
 from posttrain.data.tools import render_task
 from posttrain.records.metrics import Progress
@@ -119,7 +120,7 @@ class Synthesizer:
     def row(self, index: int, k: int, task, traj, result: RewardResult | None) -> dict:
         cid = f"{index}-{k}"
         student = self.infra.tokenizer
-        tools = task.verifier == "agent"
+        tools = verifier_facts(task.verifier).episode == "agent"
         if traj is None:
             fmt, messages = (
                 {

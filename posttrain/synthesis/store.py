@@ -21,6 +21,7 @@ import os
 import time
 from pathlib import Path
 
+from posttrain.config.verifiers import verifier_facts
 from posttrain.data.chat import TEMPLATE_VERSION
 from posttrain.records.rollouts import read_rows
 from posttrain.synthesis.verify import PASSED, REVIEW, check_messages
@@ -187,7 +188,7 @@ class SynthesisStore:
             if messages is None:
                 raise ReviewError("an edit needs the edited conversation")
             parsed = to_messages(messages)
-            tools = row.get("verifier") == "agent"
+            tools = verifier_facts(row.get("verifier") or "").episode == "agent"
             check = check_messages(parsed, tools)
             if not check["pass"]:
                 raise ReviewError(f"edited conversation of {cid}: {check['reason']}")

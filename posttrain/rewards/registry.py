@@ -1,0 +1,483 @@
+"""The verifier table: one entry per verifier name, what the rest of the code asks of it.
+
+A task names its verifier (`Task.verifier`); a `Verifier` entry under that name says how a
+stage builds its reward source (from the stage, the leaf sources it scores and the slot's
+judge), its gold check, its reward source outside a stage (`rewards try` and `rewards
+audit`), how `rewards try` reads a task row and scores a response, the audit's tasks and
+probes, and the facts the lower layers read (`config/verifiers.py`: `register` adds them).
+
+The router, the gold check, `rewards try` and `rewards audit` ask this table; nothing else
+compares verifier names. Adding a verifier: its reward source in its own module, one
+`register(Verifier(...))` line (docs/add-a-verifier.md). Entries import their reward
+sources when called: importing this table loads no verifier, sandbox or judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from posttrain.config.verifiers import VerifierFacts, register_verifier_facts, unregister_verifier_facts
+from posttrain.data.registry import verifiers_used
+from posttrain.rewards.base import RewardSource
+from posttrain.types import Task
+
+
+@dataclass(frozen=True)
+class Alone:
+    """What a reward source outside a stage is built from (`rewards try`, `rewards audit`)."""
+
+    reward: str | None = None  # a user function `module:function`, or the GRM's config file (`--reward`)
+    workers: int = 2
+    leaves: tuple = ()  # task sources it scores, where it reads them (a `verifiers` taskset)
+    grm: Any = None  # a GRM config, instead of reading `reward`
+
+
+@dataclass(frozen=True)
+class ProbeCall:
+    """One task of an audit: what the verifier's probes are built from."""
+
+    source: Any  # the reward source audited (a router for a pipeline stage)
+    task: Task
+    classes: set[str] | None  # attack classes wanted; None: all
+    number: int  # the task's place in the audit
+    quick: bool  # each answer payload in one presentation per task (in turn), not in all
+    length_cap: int | None
+
+
+@dataclass(frozen=True)
+class TryCall:
+    """`rewards try`: one task row, one response, and the command's options."""
+
+    row: dict
+    response: str
+    reward: str | None  # `--reward`: the GRM's config
+    as_json: bool
+    tokens: int | None
+    name: str  # the task's id where the row has none (the task file's stem)
+    where: str  # the task file, for errors
+
+
+def _none(*args) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """A verifier: its facts and how each part of the code uses it."""
+
+    facts: VerifierFacts
+    build: Callable[[Any, list, Any], RewardSource | None]
+    """(stage, the stage's leaf sources whose tasks it scores, the slot's judge) -> the stage's
+    reward source, or None where the stage needs none."""
+    alone: Callable[[Alone], tuple[RewardSource, int | None]] | None = None
+    """Its reward source outside a stage, and the response length cap its probes aim past."""
+    gold: Callable[[Any, Any], RewardSource | None] = _none
+    """(stage or None, leaf source) -> the source that scores reference answers as responses
+    (the stage's `answer_format`); None: its tasks have no gold answer to check."""
+    read_row: Callable[[dict, str], Task] | None = None
+    """(task row, fallback id) -> its Task (`rewards try`, audit task files); ValueError names
+    the problem. None: the plain row reader (`try_task.answer_row`)."""
+    try_row: Callable[[TryCall], dict] | None = None
+    """Score a response to a row (`rewards try`); None: `rewards try` does not take it."""
+    audit_tasks: Callable[[str, int, int, dict], list[Task]] | None = None
+    """(name, n, seed, options) -> n tasks from the shipped generators; None: not audited."""
+    probes: Callable[[ProbeCall], list] | None = None
+    """The audit's honest answers and attacks on one task."""
+    length_cap: Callable[[Any], int | None] = _none
+    """(stage) -> the response length cap its probes aim past in a stage's audit."""
+    missing: str = ""
+    """Said of its samples when a stage has no source for it (after "no reward source ...")."""
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+
+VERIFIERS: dict[str, Verifier] = {}
+
+
+def register(verifier: Verifier) -> Verifier:
+    """Add a verifier (and its facts to `config/verifiers.py`)."""
+    if verifier.name in VERIFIERS:
+        raise ValueError(f"verifier {verifier.name!r} is already registered")
+    register_verifier_facts(verifier.facts)
+    VERIFIERS[verifier.name] = verifier
+    return verifier
+
+
+def unregister(name: str) -> None:
+    """Take a registered verifier out again, facts included (a test's toy verifier)."""
+    VERIFIERS.pop(name)
+    unregister_verifier_facts(name)
+
+
+def get_verifier(name: str) -> Verifier | None:
+    return VERIFIERS.get(name)
+
+
+def audited() -> tuple[str, ...]:
+    """The verifiers `rewards audit` can attack, in the table's order."""
+    return tuple(name for name, v in VERIFIERS.items() if v.probes is not None)
+
+
+def tried() -> tuple[str, ...]:
+    """The verifiers `rewards try` scores a row for, in the table's order."""
+    return tuple(name for name, v in VERIFIERS.items() if v.try_row is not None)
+
+
+def stage_sources(stage, judge=None) -> dict[str, RewardSource]:
+    """Every reward source a stage needs, by verifier name (the reward router's table)."""
+    scored = verifiers_used(leaf for _, leaf in stage.task_leaves())
+    sources = {}
+    for name, entry in VERIFIERS.items():
+        source = entry.build(stage, scored.get(name, []), judge)
+        if source is not None:
+            sources[name] = source
+    return sources
+
+
+# ---------------------------------------------------------------- the shipped verifiers
+
+
+def _answer_format(stage) -> str:
+    return getattr(getattr(stage, "reward", None), "answer_format", "auto")
+
+
+def _build_math(stage, leaves, judge):
+    from posttrain.rewards.math_verifier import MathVerifier
+
+    return MathVerifier(stage.reward.answer_format, stage.reward.answer_timeout_s)
+
+
+def _gold_math(stage, leaf):
+    from posttrain.rewards.math_verifier import MathVerifier
+
+    return MathVerifier(_answer_format(stage))
+
+
+def _alone_math(alone: Alone):
+    from posttrain.rewards.math_verifier import MathVerifier
+
+    return MathVerifier(), None
+
+
+def _build_reasoning_gym(stage, leaves, judge):
+    from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
+
+    return ReasoningGymVerifier(stage.reward.answer_format, stage.reward.answer_timeout_s)
+
+
+def _gold_reasoning_gym(stage, leaf):
+    from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
+
+    return ReasoningGymVerifier(_answer_format(stage))
+
+
+def _alone_reasoning_gym(alone: Alone):
+    from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
+
+    return ReasoningGymVerifier(), None
+
+
+def _build_agent(stage, leaves, judge):
+    from posttrain.rewards.agent_verifier import AgentVerifier
+
+    return AgentVerifier()
+
+
+def _alone_agent(alone: Alone):
+    from posttrain.rewards.agent_verifier import AgentVerifier
+
+    return AgentVerifier(), None
+
+
+def _build_code(stage, leaves, judge):
+    if not leaves:
+        return None
+    from posttrain.rewards.code import CodeVerifier
+
+    return CodeVerifier(max(c.workers for c in leaves))  # each task carries its own timeout_s
+
+
+def _alone_code(alone: Alone):
+    from posttrain.rewards.code import CodeVerifier
+
+    return CodeVerifier(alone.workers), None
+
+
+def _build_user(stage, leaves, judge):
+    if len({u.reward for u in leaves}) > 1:
+        raise ValueError(f"stage {stage.name}: user task sources with different reward functions")
+    if not leaves:
+        return None
+    from posttrain.rewards.user import UserReward
+
+    first = leaves[0]
+    return UserReward(first.reward, first.reward_timeout_s, answer_timeout_s=stage.reward.answer_timeout_s)
+
+
+def _gold_user(stage, leaf):
+    from posttrain.rewards.user import UserReward
+
+    return UserReward(getattr(leaf, "reward", None), getattr(leaf, "reward_timeout_s", 10.0))
+
+
+def _alone_user(alone: Alone):
+    from posttrain.rewards.user import UserReward
+
+    return UserReward(alone.reward), None
+
+
+def _build_env(stage, leaves, judge):
+    if not leaves:
+        return None
+    from posttrain.rewards.env_reward import EnvReward
+
+    return EnvReward()
+
+
+def _alone_env(alone: Alone):
+    from posttrain.rewards.env_reward import EnvReward
+
+    return EnvReward(), None
+
+
+def _build_verifiers(stage, leaves, judge):
+    return _alone_verifiers(Alone(leaves=tuple(leaves)))[0] if leaves else None
+
+
+def _alone_verifiers(alone: Alone):
+    from posttrain.rewards.vf import VerifiersReward
+
+    return VerifiersReward(list(alone.leaves)), None
+
+
+def _build_judgement(stage, leaves, judge):
+    if not leaves:
+        return None
+    from posttrain.rewards.judgement import JudgementVerifier
+
+    return JudgementVerifier(stage.reward.grm.reason_chars if stage.reward.grm is not None else 80)
+
+
+def _build_grm(stage, leaves, judge):
+    if stage.reward.grm is None:
+        return None
+    from posttrain.rewards.grm import GRM
+
+    return GRM(stage.reward.grm, shared=judge)
+
+
+def _alone_grm(alone: Alone):
+    from posttrain.rewards.grm import GRM
+
+    if alone.grm is not None:
+        return GRM(alone.grm), alone.grm.length_cap
+    from posttrain.rewards.try_grm import load_grm_config
+
+    config = load_grm_config(alone.reward)
+    return GRM(config), config.length_cap
+
+
+def _grm_cap(stage) -> int | None:
+    return stage.reward.grm.length_cap if stage.reward.grm else None
+
+
+# `rewards try` and `rewards audit` import this table: their parts are imported when called.
+
+
+def _code_row(row, name):
+    from posttrain.rewards.try_task import code_row
+
+    return code_row(row, name)
+
+
+def _family_row(row, name):
+    from posttrain.rewards.try_task import family_row
+
+    return family_row(row, name)
+
+
+def _user_row(row, name):
+    from posttrain.rewards.try_task import user_row
+
+    return user_row(row, name)
+
+
+def _agent_row(row, name):
+    from posttrain.rewards.try_task import agent_row
+
+    return agent_row(row, name)
+
+
+def _try_scored(call):
+    from posttrain.rewards.try_task import try_scored
+
+    return try_scored(call)
+
+
+def _try_judged(call):
+    from posttrain.rewards.try_task import try_judged
+
+    return try_judged(call)
+
+
+def _code_tasks(name, n, seed, options):
+    from posttrain.rewards.audit_tasks import code_tasks
+
+    return code_tasks(name, n, seed, options)
+
+
+def _answer_tasks(name, n, seed, options):
+    from posttrain.rewards.audit_tasks import answer_tasks
+
+    return answer_tasks(name, n, seed, options)
+
+
+def _agent_tasks(name, n, seed, options):
+    from posttrain.rewards.audit_tasks import agent_tasks
+
+    return agent_tasks(name, n, seed, options)
+
+
+def _env_tasks(name, n, seed, options):
+    from posttrain.rewards.audit_tasks import env_tasks
+
+    return env_tasks(name, n, seed, options)
+
+
+def _taskset_tasks(name, n, seed, options):
+    from posttrain.rewards.audit_tasks import taskset_tasks
+
+    return taskset_tasks(name, n, seed, options)
+
+
+def _writing_tasks(name, n, seed, options):
+    from posttrain.rewards.audit_tasks import writing_tasks
+
+    return writing_tasks(name, n, seed, options)
+
+
+def _code_call_probes(call):
+    from posttrain.rewards.audit import code_call_probes
+
+    return code_call_probes(call)
+
+
+def _answer_call_probes(call):
+    from posttrain.rewards.audit import answer_call_probes
+
+    return answer_call_probes(call)
+
+
+def _agent_call_probes(call):
+    from posttrain.rewards.audit import agent_call_probes
+
+    return agent_call_probes(call)
+
+
+def _env_call_probes(call):
+    from posttrain.rewards.audit import env_call_probes
+
+    return env_call_probes(call)
+
+
+def _verifiers_call_probes(call):
+    from posttrain.rewards.audit import verifiers_call_probes
+
+    return verifiers_call_probes(call)
+
+
+def _grm_call_probes(call):
+    from posttrain.rewards.audit import grm_call_probes
+
+    return grm_call_probes(call)
+
+
+# the answer verifiers: `rewards try` reads their rows, the audit attacks the final answer
+_ANSWER = {"try_row": _try_scored, "audit_tasks": _answer_tasks, "probes": _answer_call_probes}
+
+register(
+    Verifier(
+        VerifierFacts("code", entry="code"),
+        _build_code,
+        _alone_code,
+        read_row=_code_row,
+        try_row=_try_scored,
+        audit_tasks=_code_tasks,
+        probes=_code_call_probes,
+    )
+)
+register(
+    Verifier(
+        VerifierFacts("math", needs_answer=True),
+        _build_math,
+        _alone_math,
+        _gold_math,
+        **_ANSWER,
+    )
+)
+register(
+    Verifier(
+        VerifierFacts("reasoning_gym", needs_answer=True, entry="reasoning_gym"),
+        _build_reasoning_gym,
+        _alone_reasoning_gym,
+        _gold_reasoning_gym,
+        read_row=_family_row,
+        **_ANSWER,
+    )
+)
+register(
+    Verifier(
+        VerifierFacts("user", reward_function=True),
+        _build_user,
+        _alone_user,
+        _gold_user,
+        read_row=_user_row,
+        **_ANSWER,
+    )
+)
+register(
+    Verifier(
+        VerifierFacts("agent", episode="agent"),
+        _build_agent,
+        _alone_agent,
+        read_row=_agent_row,
+        try_row=_try_scored,
+        audit_tasks=_agent_tasks,
+        probes=_agent_call_probes,
+    )
+)
+register(
+    Verifier(
+        VerifierFacts("env", episode="env"),
+        _build_env,
+        _alone_env,
+        audit_tasks=_env_tasks,
+        probes=_env_call_probes,
+    )
+)
+register(
+    Verifier(
+        VerifierFacts("verifiers"),
+        _build_verifiers,
+        _alone_verifiers,
+        audit_tasks=_taskset_tasks,
+        probes=_verifiers_call_probes,
+    )
+)
+register(Verifier(VerifierFacts("judgement"), _build_judgement))
+register(
+    Verifier(
+        VerifierFacts("grm"),
+        _build_grm,
+        _alone_grm,
+        try_row=_try_judged,
+        audit_tasks=_writing_tasks,
+        probes=_grm_call_probes,
+        length_cap=_grm_cap,
+        missing="; open-ended tasks are scored by the generative reward model",
+    )
+)
