@@ -6,8 +6,9 @@ entry_point and tests, check or io), `reasoning_gym` (`family`, `answer`, `metad
 `math` (`answer`), `agent` (the entry: `check`, `initial_kv`, `corpus_seed`, `max_turns`;
 the response is the model's turns, a JSON list of strings or one text), `user` (`answer`
 and `metadata`, and `reward: module:function` or none to match the answer), or `grm`
-(the judge from `--reward`). A row may also carry its entry whole (`entry`, as a saved
-task dataset does). Prints the score, the reason and the verifier's details.
+(the judge from `--reward`). `answer_form: choice` (math, user) makes the row multiple
+choice: its options are the prompt's `A) ...` lines, its answer a letter. A row may also
+carry its entry whole (`entry`, as a saved task dataset does). Prints the score, the reason and the verifier's details.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import json
 from pathlib import Path
 
+from posttrain.data.choices import CHOICE, choice_entry
 from posttrain.types import Completion, Message, RewardResult, Sample, Task
 
 VERIFIERS = ("code", "reasoning_gym", "math", "agent", "user", "grm")
@@ -82,7 +84,12 @@ def task_of(row: dict, name: str) -> Task:
     answer = None if answer is None else str(answer)
     if verifier == "user":
         entry = {"answer": answer, "metadata": entry.get("metadata") or {}}
-    return Task(str(row.get("id", name)), family, _messages(row), answer=answer, entry=entry, verifier=verifier)
+    form = row.get("answer_form")
+    if form == CHOICE:  # multiple choice: the options are read from the prompt, as a task file's are
+        entry = {**entry, **choice_entry(_messages(row)[-1].content, answer), "answer_form": form}
+        answer = entry["answer"]
+    task_id = str(row.get("id", name))
+    return Task(task_id, family, _messages(row), answer=answer, entry=entry, verifier=verifier, answer_form=form)
 
 
 def _agent_env(task: Task, response: str) -> tuple[dict, int]:
