@@ -47,6 +47,10 @@ HONEST = [
     "B is correct.",
     "4 * 4 = 16.\nA quick check agrees.\nThe answer is B.",
     "Final answer: B. I hope it is correct.",
+    "**B**",
+    "\\boxed{16}",
+    "So the answer should be clear.\nB",  # an answer word with no option, then the letter
+    "The options are\nA) 12\nB) 16\nThe answer is B.",
 ]
 REFUSED = [
     "A or B",  # several letters
@@ -61,6 +65,9 @@ REFUSED = [
     "<answer>A</answer> then <answer>B</answer>",
     "\\boxed{B} Actually, C.",  # a different letter after the final slot
     "The answer is B.\nOr maybe D",
+    "\\boxed{B, C}",
+    "A) 12\nB) 16\nC) 20\nD) 24",  # the options echoed: the last line is no answer
+    "Answer options:\nA) 12\nB) 16",
     "I choose A",  # honest, but wrong
     "",
 ]

@@ -33,10 +33,15 @@ def render(template: str, row: dict) -> str:
     return template.format_map(values)
 
 
+def option_lines(text: str) -> list[tuple[str, str]]:
+    """Every option line of a text, in order: (letter, its text)."""
+    return [((m.group(1) or m.group(2)), m.group(3).strip()) for m in _OPTION_LINE.finditer(text)]
+
+
 def options(prompt: str) -> dict[str, str]:
     """The option letters of a prompt and their texts: the last run of option lines that
     starts at `A` and goes on letter by letter (`{}` when there are fewer than two)."""
-    lines = [((m.group(1) or m.group(2)), m.group(3).strip()) for m in _OPTION_LINE.finditer(prompt)]
+    lines = option_lines(prompt)
     starts = [i for i, (letter, _) in enumerate(lines) if letter == "A"]
     if not starts:
         return {}

@@ -5,8 +5,9 @@ The final answer slot is the last `<answer>` tag or `\\boxed{}`, else the last s
 an answer word ("The answer is B.", "I choose B", "Option B"), else the last line. The slot
 names an option by its letter ("B", "(B)", "B)") or its text ("16"). It is refused when it
 names several ("A or B", two letters, a letter and another option's text), when the text
-written as a letter's option ("B) 16") is not that option's, and when a box, tag or letter
-after it, or another box or tag, names another option (a hedge). Every pattern is linear-time;
+written as a letter's option ("B) 16") is not that option's, when a box, tag or letter
+after it, or another box or tag, names another option (a hedge), and when the response ends
+listing the options (its last line is then no answer). Every pattern is linear-time;
 the check runs in the answer-check workers under their time limit (rewards/deadline.py).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from posttrain.data.choices import CHOICE
+from posttrain.data.choices import CHOICE, option_lines
 from posttrain.rewards.extract import cut_turn
 from posttrain.types import RewardResult, Sample
 
@@ -89,21 +90,27 @@ def _sentence_around(text: str, at: int) -> tuple[int, int]:
     return start, end
 
 
-def final_slot(text: str) -> tuple[int, int, str] | None:
+def final_slot(text: str, choices: dict[str, str]) -> tuple[int, int, str] | None:
     """The final answer slot's span and how it was found: the last tag or box, else the
-    sentence of the last answer word, else the last line."""
+    sentence of the last answer word, else (or when that names no option and a later line
+    does: "... the answer should be clear.\nB") the last line."""
     spans = [(span, "answer tag") for span in tag_spans(text)] + [(span, "boxed") for span in box_spans(text)]
     if spans:
         (start, end), how = max(spans, key=lambda item: item[0][1])
         return start, end, how
+    stripped = text.rstrip()
+    line_start = stripped.rfind("\n") + 1
+    last_line = (line_start, len(stripped), "last line") if stripped[line_start:].strip() else None
     marker = None
     for marker in _MARKER.finditer(text):
         pass
-    if marker is not None:
-        return (*_sentence_around(text, marker.start()), "answer statement")
-    stripped = text.rstrip()
-    start = stripped.rfind("\n") + 1
-    return (start, len(stripped), "last line") if stripped[start:].strip() else None
+    if marker is None:
+        return last_line
+    start, end = _sentence_around(text, marker.start())
+    named = read_slot(text[start:end], choices)
+    if last_line and line_start >= end and not named.letters:
+        return last_line
+    return start, end, "answer statement"
 
 
 def _letters(text: str, choices: dict[str, str]) -> set[str]:
@@ -210,7 +217,7 @@ def _others(text: str, slot: tuple[int, int], letter: str, choices: dict[str, st
 def judge_choice(gold: str, text: str, choices: dict[str, str]) -> RewardResult:
     """The verdict on a multiple-choice response against the letter `gold`."""
     body = cut_turn(text)
-    found = final_slot(body)
+    found = final_slot(body, choices)
     if found is None:
         return RewardResult(0.0, "no answer found", CHOICE)
     start, end, how = found
@@ -219,6 +226,10 @@ def judge_choice(gold: str, text: str, choices: dict[str, str]) -> RewardResult:
     reading = read_slot(slot, choices)
     if reading.problem:
         return RewardResult(0.0, f"{reading.problem} ({how}: {slot.strip()[:60]!r})", CHOICE, details)
+    listed = {letter for letter, _ in option_lines(body)}
+    if how == "last line" and option_lines(slot) and len(listed) > 1:
+        reason = f"no answer: the response ends listing the options ({', '.join(sorted(listed))})"
+        return RewardResult(0.0, reason, CHOICE, details)
     letter = min(reading.letters)
     details["value"] = letter
     hedge = _others(body, (start, end), letter, choices)
