@@ -145,6 +145,11 @@ def test_a_template_that_names_no_column_is_a_config_error(tmp_path, template):
         UserTasks(type="user", path=write(tmp_path, ROWS), prompt_template=template)
 
 
+def test_choice_with_a_reward_function_is_refused(tmp_path):
+    with pytest.raises(ValidationError, match="scored by the choice verifier, not a reward function"):
+        UserTasks(type="user", path=write(tmp_path, ROWS), answer_form="choice", reward="mod:fn")
+
+
 def sample(task, text):
     return Sample(task, 0, (1,), Completion((1,), (0.0,), text, "stop"))
 

@@ -177,6 +177,12 @@ class UserTasks(AnswerSource):
 
     _module_function = field_validator("reward")(classmethod(lambda cls, reward: _reward_spec(reward)))
 
+    @model_validator(mode="after")
+    def _one_scorer(self) -> UserTasks:
+        if self.answer_form == "choice" and self.reward:
+            raise ValueError("reward: answer_form choice is scored by the choice verifier, not a reward function")
+        return self
+
 
 class ChatJsonl(Base):
     """Chat data for SFT: a JSONL file, one {"messages": [{"role", "content"}, ...]} per line."""
@@ -392,6 +398,8 @@ class HFTasks(AnswerSource):
             raise ValueError("prompt_template: give prompt_template, prompt_key or messages_key, one of them")
         if self.answer_form == "choice" and self.verifier not in ("math", "user"):
             raise ValueError(f"answer_form: choice is read by the math and user verifiers, not {self.verifier}")
+        if self.answer_form == "choice" and self.reward:
+            raise ValueError("reward: answer_form choice is scored by the choice verifier, not a reward function")
         if self.verifier in ("math", "reasoning_gym") and not self.answer_key:
             raise ValueError(f"answer_key: verifier {self.verifier} compares with an answer: name its column")
         if self.reward and self.verifier != "user":
