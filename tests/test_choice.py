@@ -95,7 +95,7 @@ def test_options_by_their_words():
 
 def test_reading_is_linear_time_on_adversarial_responses():
     attacks = ["(" * 50_000, "\\boxed{" * 20_000, "<answer>" * 20_000, "A) " * 30_000, "answer " * 30_000]
-    attacks += ["B" * 100_000, "16 " * 30_000]
+    attacks += ["B" * 100_000, "16 " * 30_000, "\\boxed{B}" * 20_000, "<answer>A</answer>" * 10_000]
     for text in attacks:
         start = time.perf_counter()
         judge_choice("B", text, NUMBERS)

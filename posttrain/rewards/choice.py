@@ -42,8 +42,8 @@ _TAG = re.compile(r"</?answer>", re.I)
 
 @dataclass(frozen=True)
 class Reading:
-    """What one answer slot names: option letters, options by their text, and a reason it
-    names none or several (when it does)."""
+    """What one answer slot names: the options' letters (named by letter or by text), and
+    why it names none or several, or contradicts itself (None when it names one cleanly)."""
 
     letters: frozenset[str]
     problem: str | None = None
@@ -129,15 +129,15 @@ def _letters(text: str, choices: dict[str, str]) -> set[str]:
     return found
 
 
-def _texts(text: str, choices: dict[str, str]) -> tuple[set[str], str]:
-    """The options a text names by their own text (whole words, the longest where one holds
-    another), and the text with them cut out."""
+def _texts(text: str, choices: dict[str, str]) -> set[str]:
+    """The options a text names by their own text: whole words, and where one option's text
+    holds another's ("New York City", "New York"), the longer."""
     lower = text.casefold()
     spans: list[tuple[int, int, str]] = []
     for letter, option in choices.items():
         needle = option.strip().casefold().rstrip(".")
-        if len(needle) < 1 or needle.isalpha() and len(needle) == 1:
-            continue
+        if not needle or (needle.isalpha() and len(needle) == 1):
+            continue  # a one-letter option text reads as a letter, not as a text
         at = lower.find(needle)
         while at >= 0:
             end = at + len(needle)
@@ -145,10 +145,7 @@ def _texts(text: str, choices: dict[str, str]) -> tuple[set[str], str]:
                 spans.append((at, end, letter))
             at = lower.find(needle, at + 1)
     kept = [s for s in spans if not any(o[0] <= s[0] and s[1] <= o[1] and o[:2] != s[:2] for o in spans)]
-    rest = lower
-    for start, end, _ in sorted(kept, reverse=True):
-        rest = rest[:start] + " " + rest[end:]
-    return {letter for _, _, letter in kept}, rest
+    return {letter for _, _, letter in kept}
 
 
 def _whole(text: str, start: int, end: int) -> bool:
@@ -170,7 +167,7 @@ def read_slot(slot: str, choices: dict[str, str]) -> Reading:
     if len(slot) > MAX_SLOT_CHARS:
         return Reading(frozenset(), f"no answer: the final statement is {len(slot)} characters")
     letters = _letters(slot, choices)
-    texts, rest = _texts(slot, choices)
+    texts = _texts(slot, choices)
     if not letters and not texts:
         core = _words_left(slot).upper()
         letters = {core} if core in choices else set()
