@@ -89,6 +89,42 @@ def test_errors_name_file_key_and_problem(tmp_path, data, expected):
     assert "\n" not in message
 
 
+def renamed(path: str, new: str):
+    """GOOD with the key at `path` (dotted) renamed to `new`: a typo of the key."""
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    *parents, old = path.split(".")
+    node = data
+    for p in parents:
+        node = node[int(p)] if p.isdigit() else node[p]
+    node[new] = node.pop(old)
+    return data
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        # a typo of a required key: pydantic reports the missing key first; the typo is what to fix
+        (renamed("stages.1.steps", "step"), "p.yaml: stages[1].step: unknown key; did you mean 'steps'?"),
+        (renamed("stages.0.lr", "lrate"), "p.yaml: stages[0].lrate: unknown key; did you mean 'lr'?"),
+        (
+            renamed("stages.1.tasks.families", "familes"),
+            "stages[1].tasks.familes: unknown key; did you mean 'families'?",
+        ),
+        (renamed("model.name", "nmae"), "p.yaml: model.nmae: unknown key; did you mean 'name'?"),
+        # a typo of the key that picks the variant
+        (renamed("stages.1.type", "typ"), "p.yaml: stages[1]: needs a `type:` key; did you mean 'type' for 'typ'?"),
+        (
+            renamed("stages.1.tasks.type", "tpye"),
+            "stages[1].tasks: needs a `type:` key; did you mean 'type' for 'tpye'?",
+        ),
+    ],
+)
+def test_a_misspelt_required_key_gets_a_did_you_mean(tmp_path, data, expected):
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(write(tmp_path, data))
+    assert str(info.value).endswith(expected), str(info.value)
+
+
 def test_overrides(tmp_path):
     config = load_pipeline(write(tmp_path, GOOD), ["stages[1].steps=7", "trainer.workers=1", "stages.0.lr=0.5"])
     assert config.stages[1].steps == 7 and config.trainer.workers == 1 and config.stages[0].lr == 0.5

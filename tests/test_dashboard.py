@@ -226,7 +226,8 @@ def test_pages_load(page, server, run_dir):
     reward = metrics(run_dir, "mopd")[-1]["reward/mean"]
     assert first.locator("tr[data-stage=mopd] td").nth(5).inner_text() == js_number(reward)
     open_view(page, server, "eval")
-    assert page.locator(".missing").first.inner_text() == "missing: eval.json"
+    # the pipeline has no eval stage: said so, not "missing: eval.json"
+    assert page.locator(".no-eval").first.inner_text() == "this run has no eval stage (eval.json is written by one)"
     open_view(page, server, "rewards?stage=experts/coding-high")
     saved = (run_dir / "rollouts" / "experts" / "coding-high.jsonl").read_text().splitlines()
     page.wait_for_function(f"document.querySelectorAll('#samples tbody tr').length === {len(saved)}")

@@ -6,6 +6,8 @@ non-loopback bind refused without one."""
 
 import json
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,8 @@ from posttrain.dashboard.app import DashboardError, check_bind, create_app
 from posttrain.dashboard.eval_view import eval_grids
 from posttrain.dashboard.series import CURATED, downsample, plot_groups
 from posttrain.dashboard.tail import CHUNK, JsonlTail
+
+ROOT_STATIC = Path(__file__).resolve().parents[1] / "posttrain" / "dashboard" / "static"
 
 
 def client(*folders, token=None) -> TestClient:
@@ -546,3 +550,45 @@ def test_rewards_show_into_a_closed_pipe_ends_quietly_and_leaves_sigpipe_alone(t
     )  # fmt: skip
     assert piped.returncode == 0 and piped.stdout.startswith("=== grpo step"), piped.stdout
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr[-2000:]
+
+
+def test_health_values_are_plotted_in_their_metrics_units_apart_from_the_flag_count():
+    from posttrain.dashboard.series import layout, unit_of
+
+    assert unit_of("health/flags") == "flagged (count)"
+    assert unit_of("health/truncated") == "fraction" and unit_of("health/entropy_floor") == "nats"
+    plots = layout(plot_groups(["health/flags", "health/truncated", "health/dropped"]), set())
+    health = {t: p for t, p in plots.items() if t.startswith("health flags")}
+    assert sorted(a for p in health.values() for a in p["axes"]) == ["flagged (count)", "fraction"]
+    for p in health.values():  # no fraction on the count's axis
+        assert all(p["units"][k] == ("flagged (count)" if k == "health/flags" else "fraction") for k in p["keys"])
+
+
+def test_a_run_with_no_eval_stage_says_so_instead_of_a_missing_file(tmp_path):
+    (tmp_path / "config.resolved.yaml").write_text("name: r\nstages: [{name: grpo, type: rl}]\n")
+    ev = client(tmp_path).get("/api/eval").json()[0]
+    assert ev["missing"] == [] and ev["note"] == "this run has no eval stage (eval.json is written by one)"
+    (tmp_path / "config.resolved.yaml").write_text(
+        "name: r\nstages: [{name: grpo, type: rl}, {name: ev, type: eval}]\n"
+    )
+    assert client(tmp_path).get("/api/eval").json()[0]["missing"] == ["eval.json"]  # not written yet
+    assert "e.note" in (ROOT_STATIC / "app.js").read_text()  # the view shows the note
+
+
+def css_rules(text: str) -> list[tuple[list[str], dict[str, str]]]:
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)
+    rules = []
+    for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", text):
+        props = dict(p.split(":", 1) for p in body.split(";") if ":" in p)
+        rules.append(([s.strip() for s in selectors.split(",")], {k.strip(): v.strip() for k, v in props.items()}))
+    return rules
+
+
+def test_table_headers_wrap_between_words_only():
+    # the cascade for a bare `th`: the last rule naming it decides how its text may break
+    found = {}
+    for selectors, props in css_rules((ROOT_STATIC / "style.css").read_text()):
+        if "th" in selectors:
+            found.update({k: v for k, v in props.items() if k in ("overflow-wrap", "word-break")})
+    assert found.get("overflow-wrap", "normal") in ("normal", "break-word"), found
+    assert found.get("word-break", "normal") in ("normal", "keep-all"), found

@@ -109,7 +109,9 @@ def test_a_tool_that_raises_hangs_or_returns_garbage_ends_only_its_episode(token
     assert echo.action_mask[-1] == 0 and tokenizer.decode(echo.response_ids).count(tasks[0].answer) == 2
     assert [t.finish_reason for t in (boom, sleep, junk)] == ["env_error"] * 3
     assert boom.env["error"] == "RuntimeError: the tool exploded"
-    assert sleep.env["error"] == "timed out after 4s" and spent < 200  # the hung worker was killed, not waited on
+    # the hung worker was killed, not waited on; the reason names the tool it was running
+    assert sleep.env["error"] == "tool 'sleep' (or the reset before it, on the episode's first turn) timed out after 4s"
+    assert spent < 200
     assert junk.env["error"] == "TypeError: step returned int, not a reply string or (reply, done)"
     results = asyncio.run(EnvReward().score([sample_of(queue, t) for t in (boom, sleep, junk)]))
     # the policy's own calls made the environment fail: 0 with why, never a void
@@ -119,13 +121,29 @@ def test_a_tool_that_raises_hangs_or_returns_garbage_ends_only_its_episode(token
     assert (
         results[0].reason == "scored 0: the environment's call on this episode raised: RuntimeError: the tool exploded"
     )
-    assert results[1].reason == "scored 0: the environment's call on this episode timed out: timed out after 4s"
+    assert results[1].reason == (
+        "scored 0: the environment's call on this episode timed out: tool 'sleep' (or the reset before it, on the "
+        "episode's first turn) timed out after 4s"
+    )
     # the healthy episode goes on: its next turn answers, and its reward comes from the environment
     final = turn_ids(tokenizer, tasks[0].answer)
     echo.extend(final, [0.0] * len(final), 0, "stop")
     assert loop.advance(queue, [echo], 0) == 0 and echo.env["final"] == tasks[0].answer
     good = asyncio.run(EnvReward().score([sample_of(queue, echo)]))[0]
     assert good.ok and good.score == 1.0 and good.reason == f"echoed ['{tasks[0].answer}']"
+
+
+def test_an_unknown_tool_is_recorded_with_the_error_the_model_read(tokenizer):
+    tasks = load_tasks(EnvTasks(type="env", env="env_fixtures:Faulty", size=1))
+    queue, (traj,) = start(tokenizer, tasks)
+    ids = turn_ids(tokenizer, format_call("teleport", {"to": "mars"}) + format_call("echo", {"text": "x"}))
+    traj.extend(ids, [0.0] * len(ids), 0, "stop")
+    assert AgentLoop(tokenizer, 1024).advance(queue, [traj], 0) == 1
+    unknown = traj.env["calls"][0]
+    assert unknown["name"] == "teleport" and not unknown["ok"]
+    assert unknown["reply"].startswith("error: unknown tool 'teleport' (tools: ")
+    observation = tokenizer.decode(traj.response_ids[len(ids) :])
+    assert unknown["reply"] in observation  # the record holds what the model saw
 
 
 def test_a_reward_that_hangs_or_is_not_a_number_scores_0_with_why(tokenizer):

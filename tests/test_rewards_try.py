@@ -93,6 +93,16 @@ def test_user_function_and_answer_matching(tmp_path):
     assert scored(tmp_path, matched, "The answer is 42")["score"] == 1.0
 
 
+def test_multiple_choice_row(tmp_path):
+    row = {"verifier": "user", "answer_form": "choice", "prompt": "4 * 4?\nA) 12\nB) 16\nC) 20", "answer": "B"}
+    assert scored(tmp_path, row, "4 times 4 is 16, so I choose B.")["score"] == 1.0
+    refused = scored(tmp_path, row, "B) 20")
+    assert refused["score"] == 0.0 and "several options" in refused["reason"]
+    assert scored(tmp_path, dict(row, verifier="math"), "The answer is A or B.")["score"] == 0.0
+    proc = rewards_try(tmp_path, dict(row, answer="E"), "B", expect=2)
+    assert "not one of the option letters A, B, C" in proc.stderr
+
+
 def test_grm_with_an_http_judge(tmp_path):
     from test_grm_http import KEY, Judge
 

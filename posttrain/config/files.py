@@ -165,6 +165,10 @@ def _did_you_mean(word, options) -> str:
 def _hint(err: dict) -> str:
     """`did you mean` for an unknown key, value or type (difflib against the schema)."""
     kind, loc = err["type"], tuple(err["loc"])
+    if kind == "extra_forbidden" and err.get("missing"):  # beside a missing key: a looser match is safe
+        close = difflib.get_close_matches(str(loc[-1]), [str(k) for k in err["missing"]], n=1, cutoff=0.3)
+        if close:
+            return f"; did you mean {close[0]!r}?"
     if kind == "extra_forbidden":
         model = model_at(loc[:-1])
         return _did_you_mean(loc[-1], _keys(model)) if model else ""
@@ -174,6 +178,10 @@ def _hint(err: dict) -> str:
     if kind == "union_tag_invalid":
         expected = re.findall(r"'([^']*)'", err["ctx"]["expected_tags"])
         return _did_you_mean(err["ctx"]["tag"], expected)
+    if kind == "union_tag_not_found" and isinstance(err.get("input"), dict):
+        key = err["ctx"]["discriminator"].strip("'")
+        close = difflib.get_close_matches(key, [str(k) for k in err["input"]], n=1, cutoff=0.6)
+        return f"; did you mean {key!r} for {close[0]!r}?" if close else ""
     return ""
 
 
@@ -190,10 +198,22 @@ def _at_key(err: dict, path: str, problem: str) -> tuple[str, str]:
     return (f"{path}.{key}" if path else key), match.group(3)
 
 
+def _shown(errors: list) -> dict:
+    """The error to report: the first, except that an unknown key beside a missing one is
+    the typo that caused both (`step:` for `steps:`), so it is shown, with its `did you mean`."""
+    first = errors[0]
+    if first["type"] == "missing":
+        parent = tuple(first["loc"][:-1])
+        typo = [e for e in errors if e["type"] == "extra_forbidden" and tuple(e["loc"][:-1]) == parent]
+        missing = [e["loc"][-1] for e in errors if e["type"] == "missing" and tuple(e["loc"][:-1]) == parent]
+        return {**typo[0], "missing": missing} if typo else first
+    return first
+
+
 def format_validation_error(source: str, exc: ValidationError) -> str:
     """The first error of a ValidationError as `source: key.path: problem`, with a `did you
     mean` for an unknown key, value or type."""
-    err = exc.errors()[0]
+    err = _shown(exc.errors())
     path = _loc_path(tuple(err["loc"]))
     path, problem = _at_key(err, path, _describe(err) + _hint(err))
     return f"{source}: {path}: {problem}" if path else f"{source}: {problem}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import string
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -105,9 +106,37 @@ def _task_file(path: str) -> str:
     return path
 
 
+def template_columns(template: str) -> list[str]:
+    """The column names a `prompt_template` fills (`{question}`, `{a}`), in order, once each;
+    ValueError for a template that does not parse or names something other than a column."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"prompt_template: does not parse: {exc} (write a literal brace as {{{{ or }}}})") from None
+    names = [name for _, name, _, _ in parsed if name is not None]
+    for name in names:
+        if not name.isidentifier():
+            raise ValueError(f"prompt_template: {{{name}}} is not a column name (write {{column}})")
+    if not names:
+        raise ValueError("prompt_template names no column (write {column} where a row's value goes)")
+    return list(dict.fromkeys(names))
+
+
+def _template(template: str | None) -> str | None:
+    if template is not None:
+        template_columns(template)
+    return template
+
+
+# `answer_form` of a source: the forms a value answer may be asked in, or `choice`: a
+# multiple-choice task whose answer is one option letter (rewards/choice.py)
+SourceAnswerForm = Literal["simplified", "expanded", "factored", "decimal", "fraction", "choice"]
+
+
 class UserTasks(AnswerSource):
     """Your own tasks: a JSONL or Parquet file, one task per row (schema in docs/tasks.md):
-    `prompt` (or `messages`), and optionally `id`, `answer`, `metadata`."""
+    `prompt` (or `messages`, or the columns `prompt_template` names), and optionally `id`,
+    `answer`, `metadata`, `answer_form`."""
 
     type: Literal["user"]
     path: str = Field(description="JSONL (.jsonl) or Parquet (.parquet) file.")
@@ -125,13 +154,35 @@ class UserTasks(AnswerSource):
         "skip", description="Skip and report bad rows, or reject the whole file."
     )
     system_prompt: str | None = Field(None, description="System message added to `prompt` rows.")
+    prompt_template: str | None = Field(
+        None,
+        description=(
+            "The prompt built from each row's columns, instead of a `prompt` column: "
+            '`"{question}\\nA) {a}\\nB) {b}"` (every `{name}` must be a column of every row).'
+        ),
+    )
+    answer_form: SourceAnswerForm | None = Field(
+        None,
+        description=(
+            "The form every row's answer takes (a row's own `answer_form` wins): a value form as in `hf`, or "
+            "`choice`: multiple choice, the answer one option letter of the prompt's `A) ...` lines."
+        ),
+    )
 
     @field_validator("path")
     @classmethod
     def _readable(cls, path: str) -> str:
         return _task_file(path)
 
+    _template_columns = field_validator("prompt_template")(classmethod(lambda cls, t: _template(t)))
+
     _module_function = field_validator("reward")(classmethod(lambda cls, reward: _reward_spec(reward)))
+
+    @model_validator(mode="after")
+    def _one_scorer(self) -> UserTasks:
+        if self.answer_form == "choice" and self.reward:
+            raise ValueError("reward: answer_form choice is scored by the choice verifier, not a reward function")
+        return self
 
 
 class ChatJsonl(SourceSchema):
@@ -274,12 +325,20 @@ class HFTasks(AnswerSource):
             "own scoring), `code` (tests in the sandbox), `user` (`reward`, or the answer matched), `grm` (the judge)."
         ),
     )
-    answer_form: Literal["simplified", "expanded", "factored", "decimal", "fraction", "infer"] | None = Field(
+    prompt_template: str | None = Field(
+        None,
+        description=(
+            "The prompt built from each row's columns, instead of `prompt_key`: "
+            '`"{question}\\nA) {a}\\nB) {b}"` (every `{name}` must be a column).'
+        ),
+    )
+    answer_form: SourceAnswerForm | Literal["infer"] | None = Field(
         None,
         description=(
             "math, reasoning_gym, user: the form every answer must take (checked on the parsed answer: an "
             "unexpanded product fails `expanded`, a fraction fails `decimal`), or `infer`: from each prompt's "
-            'wording ("Expand", "in lowest terms", "as a decimal"); none: any form of the value.'
+            'wording ("Expand", "in lowest terms", "as a decimal"); none: any form of the value. math, user: '
+            "`choice`: multiple choice, the answer one option letter of the prompt's `A) ...` lines."
         ),
     )
     family: str | None = Field(
@@ -334,12 +393,19 @@ class HFTasks(AnswerSource):
         return _local_or_hub(path)
 
     _module_function = field_validator("reward")(classmethod(lambda cls, reward: _reward_spec(reward)))
+    _template_columns = field_validator("prompt_template")(classmethod(lambda cls, t: _template(t)))
 
     @model_validator(mode="after")
     def _mapping_fits_verifier(self) -> HFTasks:
         if self.messages_key and "prompt_key" in self.model_fields_set:
             raise ValueError("prompt_key: give prompt_key or messages_key, not both")
         facts = verifier_facts(self.verifier)
+        if self.prompt_template and (self.messages_key or "prompt_key" in self.model_fields_set):
+            raise ValueError("prompt_template: give prompt_template, prompt_key or messages_key, one of them")
+        if self.answer_form == "choice" and not facts.answer_forms:
+            raise ValueError(f"answer_form: choice is read by the math and user verifiers, not {self.verifier}")
+        if self.answer_form == "choice" and self.reward:
+            raise ValueError("reward: answer_form choice is scored by the choice verifier, not a reward function")
         if facts.needs_answer and not self.answer_key:
             raise ValueError(f"answer_key: verifier {self.verifier} compares with an answer: name its column")
         if self.reward and not facts.reward_function:

@@ -25,6 +25,8 @@ class VerifierFacts:
     """It compares a response with the task's reference answer and cannot score without one."""
     reward_function: bool = False
     """It scores with a `reward: module:function` a task source may name."""
+    answer_forms: bool = False
+    """It reads the task's `answer_form` (a value form, or `choice`: one option letter)."""
     entry: Entry = "answer"
     """The shape of a task's `entry` it reads: the reference answer and metadata, a program's
     tests (`code`), or a reasoning-gym entry (question, answer, metadata)."""
@@ -60,9 +62,9 @@ def verifier_facts(name: str) -> VerifierFacts:
 
 for _facts in (
     VerifierFacts("code", entry="code"),
-    VerifierFacts("math", needs_answer=True),
+    VerifierFacts("math", needs_answer=True, answer_forms=True),
     VerifierFacts("reasoning_gym", needs_answer=True, entry="reasoning_gym"),
-    VerifierFacts("user", reward_function=True),
+    VerifierFacts("user", reward_function=True, answer_forms=True),
     VerifierFacts("agent", episode="agent"),
     VerifierFacts("env", episode="env"),
     VerifierFacts("verifiers"),

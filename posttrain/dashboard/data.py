@@ -346,6 +346,12 @@ class Run:
         data, why = self.files.get(self.path / "eval.json", _json)
         self.eval_bad.clear()
         out = {"run": self.index, "name": self.name(), "missing": [], "grids": [], "comparisons": []}
+        if data is None and why is None and not self._has_eval_stage():
+            return {
+                **out,
+                "note": "this run has no eval stage (eval.json is written by one)",
+                "problems": self.problems(),
+            }
         if data is None and why is None:
             return {**out, "missing": ["eval.json"], "problems": self.problems()}
         problem = why or (None if isinstance(data, dict) else f"a JSON {type(data).__name__}, not an object")
@@ -358,6 +364,16 @@ class Run:
             found = self._valid(found if isinstance(found, list) else [found], comparison_row, "comparisons")
             out.update(grids=eval_grids(rows), comparisons=comparison_table(found))
         return {**out, "problems": self.problems()}
+
+    def _has_eval_stage(self) -> bool:
+        """Whether the run's config has an eval stage (true when the config cannot be read:
+        then eval.json is only missing)."""
+        if not (self.path / "config.resolved.yaml").exists():
+            return True
+        stages = self.config().get("stages")
+        if not isinstance(stages, list) or self.file_problems.get("config.resolved.yaml"):
+            return True
+        return any(isinstance(s, dict) and s.get("type") == "eval" for s in stages)
 
     def _valid(self, rows: list, check, where: str) -> list:
         kept = []

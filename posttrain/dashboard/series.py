@@ -13,6 +13,7 @@ import numpy as np
 
 from posttrain.dashboard.rows import metrics_row, read_rows
 from posttrain.dashboard.tail import BadRows, JsonlTail
+from posttrain.records.health import CHECKS
 
 MAX_POINTS = 2000
 NOT_SERIES = {"stage", "job", "step", "time"}
@@ -51,7 +52,7 @@ UNITS = (
     ("suffix", "/seconds", "seconds"),
     ("prefix", "time/", "seconds"),
     ("suffix", "_gib", "GiB"),
-    ("prefix", "health/", "flagged (count)"),
+    ("exact", "health/flags", "flagged (count)"),
     ("prefix", "staleness/", "policy versions"),
     ("exact", "policy/version", "policy versions"),
     ("prefix", "queue/", "trajectories"),
@@ -80,6 +81,9 @@ UNITS = (
 
 
 def unit_of(key: str) -> str:
+    check = CHECKS.get(key.removeprefix("health/")) if key.startswith("health/") else None
+    if check is not None:  # the value a check measured, in its metric's unit (`health/flags` is the count)
+        return unit_of(check.metric)
     for how, text, unit in UNITS:
         if (
             (how == "exact" and key == text)

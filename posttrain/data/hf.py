@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from posttrain.config import HFTasks
+from posttrain.config.tasks import template_columns
 from posttrain.config.verifiers import verifier_facts
 from posttrain.data.answers import read_answer
+from posttrain.data.choices import CHOICE, choice_entry, render
 from posttrain.data.rows import rows_to_tasks
 from posttrain.types import Message, Task, infer_answer_form
 
@@ -130,7 +132,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def mapped_columns(source: HFTasks) -> list[str]:
-    keys = [source.messages_key or source.prompt_key, source.answer_key, source.id_key, source.family_key]
+    prompt = template_columns(source.prompt_template) if source.prompt_template else [source.prompt_key]
+    keys = [*([source.messages_key] if source.messages_key else prompt), source.answer_key, source.id_key]
+    keys += [source.family_key]
     keys += [source.metadata_key, source.entry_point_key, source.tests_key, source.check_key]
     keys += [source.context_key, source.io_key, *(source.filter or {})]
     return [k for k in keys if k]
@@ -194,6 +198,9 @@ class RowMapper:
         form = s.answer_form
         if form == "infer":
             form = infer_answer_form("\n".join(m.content for m in messages if m.role == "user"))
+        if form == CHOICE:
+            entry.update(choice_entry(messages[-1].content, answer))
+            answer = entry["answer"]
         if form:
             entry["answer_form"] = form
         return Task(
@@ -210,7 +217,7 @@ class RowMapper:
         """The prompt messages, and the answer when a chat row ends with the assistant's turn."""
         s = self.source
         if not s.messages_key:
-            prompt = row[s.prompt_key]
+            prompt = render(s.prompt_template, row) if s.prompt_template else row[s.prompt_key]
             if not isinstance(prompt, str) or not prompt.strip():
                 raise ValueError(f"{s.prompt_key} must be a non-empty string")
             system = (Message("system", s.system_prompt),) if s.system_prompt else ()

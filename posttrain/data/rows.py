@@ -1,6 +1,7 @@
 """The one row loop of every task source that reads rows (user files, coding files,
 Hugging Face datasets): each row is parsed into a Task, and a row the parser rejects
 (ValueError) is reported by its number and skipped, or stops the load (`on_bad_row: fail`).
+A row that shows the source's settings do not fit the data (`SettingsMismatch`) always stops it.
 """
 
 from __future__ import annotations
@@ -8,6 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from posttrain.types import Task
+
+
+class SettingsMismatch(ValueError):
+    """A row the source's own settings cannot read (a `prompt_template` column it lacks, a
+    multiple-choice answer that is no option's letter): the settings are wrong, not the row."""
 
 
 def rows_to_tasks(
@@ -32,7 +38,7 @@ def rows_to_tasks(
                 raise ValueError(f"invalid JSON ({getattr(row, 'msg', row)})")
             task = parse(row, number)
         except ValueError as exc:
-            if on_bad_row == "fail":
+            if on_bad_row == "fail" or isinstance(exc, SettingsMismatch):
                 raise error(f"{at.format(where=where, number=number)}: {exc}") from None
             bad.append(f"row {number}: {exc}")
             continue

@@ -1,8 +1,9 @@
 """User task files: JSONL or Parquet, one task per row.
 
 Row schema: {"prompt": str} or {"messages": [{"role", "content"}, ...]} (ending with the
-user's turn), and optionally "id" (str), "answer" (str), "metadata" (object). A bad row is
-reported with its number and skipped, or rejects the whole file (`on_bad_row: fail`).
+user's turn), or the columns `prompt_template` names, and optionally "id" (str), "answer"
+(str), "metadata" (object), "answer_form". A bad row is reported with its number and
+skipped, or rejects the whole file (`on_bad_row: fail`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import json
 from pathlib import Path
 
 from posttrain.config import UserTasks
+from posttrain.config.tasks import template_columns
 from posttrain.data.answers import read_answer
+from posttrain.data.choices import CHOICE, choice_entry, render
 from posttrain.data.rows import rows_to_tasks
 from posttrain.types import ANSWER_FORMS, Message, Task
 
@@ -68,9 +71,13 @@ def _task(row, number: int, source: UserTasks) -> Task:
         raise ValueError(f"invalid JSON ({row.msg})")
     if not isinstance(row, dict):
         raise ValueError(f"a row must be an object, got {type(row).__name__}")
-    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata", "answer_form"}
+    columns = template_columns(source.prompt_template) if source.prompt_template else []
+    prompt = render(source.prompt_template, row) if source.prompt_template else None
+    unknown = set(row) - {"id", "prompt", "messages", "answer", "metadata", "answer_form", *columns}
     if unknown:
         raise ValueError(f"unknown field(s) {sorted(unknown)}")
+    if prompt is not None:
+        row = {**row, "prompt": prompt, "messages": None}
     messages = row_messages(row, source.system_prompt)
     answer = row.get("answer")
     if answer is not None and not isinstance(answer, (str, int, float)):
@@ -81,10 +88,12 @@ def _task(row, number: int, source: UserTasks) -> Task:
     task_id = str(row.get("id", f"{Path(source.path).name}:{number}"))
     reference = None if answer is None else str(answer)
     answer = reference if reference is None else read_answer(reference, source.answer_format, row)
-    form = row.get("answer_form")
-    if form is not None and form not in ANSWER_FORMS:
-        raise ValueError(f"answer_form {form!r} is not one of {', '.join(ANSWER_FORMS)}")
+    form = row.get("answer_form") or source.answer_form
+    if form is not None and form not in (*ANSWER_FORMS, CHOICE):
+        raise ValueError(f"answer_form {form!r} is not one of {', '.join((*ANSWER_FORMS, CHOICE))}")
     entry = {"answer": answer, "metadata": metadata, "row": number}
+    if form == CHOICE:
+        entry.update(choice_entry(messages[-1].content, answer))
     if reference != answer:
         entry["reference"] = reference  # the reference as written (the gold check reads it)
     if form:

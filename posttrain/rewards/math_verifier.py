@@ -34,6 +34,7 @@ from fractions import Fraction
 from posttrain.rewards import answers
 from posttrain.rewards.answer_clean import clean
 from posttrain.rewards.answers import final_part, same, values_of
+from posttrain.rewards.choice import is_choice, score_choice
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
 from posttrain.rewards.extract import after_final, all_boxed, box_operand, cut_turn, extract_answer, final_answers
 from posttrain.types import RewardResult, Sample
@@ -293,6 +294,8 @@ class MathVerifier:
         gold = sample.task.answer if sample.task.answer is not None else sample.task.entry.get("answer")
         if gold is None:
             return RewardResult(0.0, "task has no answer to compare with", self.name, ok=False)
+        if is_choice(sample):
+            return score_choice(sample, self.name)
         verdict = judge(str(gold), sample.completion.text, self.answer_format, answer_form(sample), question_of(sample))
         return RewardResult(verdict.score, verdict.reason, self.name, verdict.details)
 

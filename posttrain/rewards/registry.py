@@ -412,7 +412,7 @@ register(
 )
 register(
     Verifier(
-        VerifierFacts("math", needs_answer=True),
+        VerifierFacts("math", needs_answer=True, answer_forms=True),
         _build_math,
         _alone_math,
         _gold_math,
@@ -431,7 +431,7 @@ register(
 )
 register(
     Verifier(
-        VerifierFacts("user", reward_function=True),
+        VerifierFacts("user", reward_function=True, answer_forms=True),
         _build_user,
         _alone_user,
         _gold_user,

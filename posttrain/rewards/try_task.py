@@ -6,8 +6,9 @@ entry_point and tests, check or io), `reasoning_gym` (`family`, `answer`, `metad
 `math` (`answer`), `agent` (the entry: `check`, `initial_kv`, `corpus_seed`, `max_turns`;
 the response is the model's turns, a JSON list of strings or one text), `user` (`answer`
 and `metadata`, and `reward: module:function` or none to match the answer), or `grm`
-(the judge from `--reward`). A row may also carry its entry whole (`entry`, as a saved
-task dataset does). Prints the score, the reason and the verifier's details.
+(the judge from `--reward`). `answer_form: choice` (math, user) makes the row multiple
+choice: its options are the prompt's `A) ...` lines, its answer a letter. A row may also
+carry its entry whole (`entry`, as a saved task dataset does). Prints the score, the reason and the verifier's details.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from posttrain.config.verifiers import verifier_facts
+from posttrain.data.choices import CHOICE, choice_entry
 from posttrain.rewards.registry import Alone, TryCall, get_verifier, tried
 from posttrain.types import Completion, Message, RewardResult, Sample, Task
 
@@ -88,7 +90,12 @@ def answer_row(row: dict, name: str, entry: dict | None = None) -> Task:
     answer = entry.get("answer", row.get("answer"))
     answer = None if answer is None else str(answer)
     family = row.get("family") or row["verifier"]
-    return Task(str(row.get("id", name)), family, _messages(row), answer=answer, entry=entry, verifier=row["verifier"])
+    form = row.get("answer_form")
+    if form == CHOICE:  # multiple choice: the options are read from the prompt, as a task file's are
+        entry = {**entry, **choice_entry(_messages(row)[-1].content, answer), "answer_form": form}
+        answer = entry["answer"]
+    task_id = str(row.get("id", name))
+    return Task(task_id, family, _messages(row), answer=answer, entry=entry, verifier=row["verifier"], answer_form=form)
 
 
 def family_row(row: dict, name: str) -> Task:
@@ -108,9 +115,11 @@ def agent_row(row: dict, name: str) -> Task:
 
 
 def user_row(row: dict, name: str) -> Task:
-    """A user row: the entry a user function sees (answer and metadata)."""
+    """A user row: the entry a user function sees (answer and metadata; a multiple-choice
+    row's options too)."""
     task = answer_row(row, name)
-    return replace(task, entry={"answer": task.answer, "metadata": task.entry.get("metadata") or {}})
+    choice = {k: task.entry[k] for k in ("choices", "answer_form") if k in task.entry}
+    return replace(task, entry={"answer": task.answer, "metadata": task.entry.get("metadata") or {}, **choice})
 
 
 def _agent_env(task: Task, response: str) -> tuple[dict, int]:

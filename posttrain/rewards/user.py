@@ -17,6 +17,7 @@ import asyncio
 import math
 
 from posttrain.data.preflight import load_reward_function
+from posttrain.rewards.choice import is_choice, score_choice
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
 from posttrain.rewards.math_verifier import answer_form, judge, question_of
 from posttrain.rollout.workers import CallRaised, CallTimeout, WorkerCrashed, WorkerPool, WorkerUnavailable
@@ -120,6 +121,8 @@ class UserReward:
         gold = sample.task.answer
         if gold is None:
             return RewardResult(0.0, "task has no answer and no reward function is set", self.name, ok=False)
+        if is_choice(sample):
+            return score_choice(sample, self.name)
         verdict = judge(gold, sample.completion.text, "auto", answer_form(sample), question_of(sample))
         return RewardResult(verdict.score, verdict.reason, self.name, verdict.details)
 

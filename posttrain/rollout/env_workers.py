@@ -115,6 +115,17 @@ class Failure(str):
         return failure
 
 
+def _hung_call(calls: list, episode: dict) -> str:
+    """What a turn that timed out was running: its tool call (the worker dies with it, so
+    of several calls the one that hung is not known; nor, on a first turn, whether the
+    reset before it returned)."""
+    names = ", ".join(repr(name) for name, _ in calls)
+    what = f"tool {names}" if len(calls) == 1 else f"one of the tools {names}" if calls else ""
+    if episode.get("state") is None:
+        return f"{what} (or the reset before it, on the episode's first turn)" if what else "the reset"
+    return what or "the turn"
+
+
 def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -187,8 +198,9 @@ class EnvEpisodes:
             if name in known:
                 good.append([name, arguments])
             else:
-                episode["pending"].append(f"error: unknown tool {name!r} (tools: {', '.join(sorted(known))})")
-                episode["calls"].append({"name": name, "arguments": arguments, "reply": "", "ok": False})
+                error = f"error: unknown tool {name!r} (tools: {', '.join(sorted(known))})"
+                episode["pending"].append(error)  # what the model reads back, and what the record keeps
+                episode["calls"].append({"name": name, "arguments": arguments, "reply": error, "ok": False})
         if len(calls) > MAX_CALLS_PER_TURN:
             episode["pending"].append(f"error: at most {MAX_CALLS_PER_TURN} tool calls per turn; the rest were ignored")
         return good
@@ -198,7 +210,9 @@ class EnvEpisodes:
         if not ok:  # the environment raised, hung or returned garbage: this episode ends (`Failure.kind` says how)
             traj.finish_reason = "env_error"
             episode.pop("pending", None)
-            episode.update(done=True, error=str(out), error_kind=getattr(out, "kind", "start"))
+            kind = getattr(out, "kind", "start")
+            error = f"{_hung_call(calls, episode)} {out}" if kind == "timeout" else str(out)
+            episode.update(done=True, error=error, error_kind=kind)
             return False
         episode["state"] = out["state"]
         for (name, arguments), reply in zip(calls, out["replies"]):

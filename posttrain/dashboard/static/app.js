@@ -291,6 +291,7 @@ function comparisonsTable(list) {  // eval.json's paired differences: the recipe
 async function evalView() {
   const data = await api("api/eval");
   view.innerHTML = data.map((e) => {
+    if (e.note) return `<section class="card"><h3>${esc(e.name)}</h3><p class="no-eval">${esc(e.note)}</p>${problems(e.problems)}</section>`;
     if (e.missing.length) return `<section class="card"><h3>${esc(e.name)}</h3>${missing(e.missing)}${problems(e.problems)}<p class="muted">written by the eval stage</p></section>`;
     return `<section><h3>${esc(e.name)}</h3>${problems(e.problems)}<p class="muted">score in [0, 1] ± its standard error, mean response tokens, tasks scored (n)</p>
       ${comparisonsTable(e.comparisons)}<div class="heats">${e.grids.map(heatmap).join("")}</div></section>`;
