@@ -63,6 +63,16 @@ class RolloutConfig(Base):
     sync_bucket_mib: float = Field(
         256, gt=0, le=65536, description="Collective weight sync: MiB per broadcast bucket (tensors packed together)."
     )
+    start_timeout_s: float = Field(
+        1800,
+        gt=0,
+        le=86400,
+        description=(
+            "Seconds an engine may take to start (load the model, compile, capture CUDA graphs). A weight push "
+            "waits for engines still starting up to this, and only then does its own deadline count; an engine "
+            "not ready by then stops the run with an error naming this key."
+        ),
+    )
 
     @model_validator(mode="after")
     def _tensor_parallel_fits(self) -> RolloutConfig:

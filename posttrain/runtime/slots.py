@@ -98,7 +98,7 @@ def open_slot(config: PipelineConfig, model_dir: Path, index: int, pg) -> Slot:
             str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + i, placement=Placement(pg, i)
         )
 
-    pool = EnginePool([start(i) for i in range(engines)], start)
+    pool = EnginePool([start(i) for i in range(engines)], start, config.rollout.start_timeout_s)
     trainers = TrainerGroup(
         config.trainer,
         config.seed,

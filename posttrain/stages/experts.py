@@ -127,6 +127,8 @@ class ExpertsRunner:
         if not ACTOR_ERRORS:  # an actor or its worker process died: killed, crashed, OOM-killed, node lost
             from ray import exceptions as rex
 
+            from posttrain.rollout.pool import EnginesTimedOut
+
             ACTOR_ERRORS = tuple(
                 getattr(rex, n)
                 for n in (
@@ -137,7 +139,7 @@ class ExpertsRunner:
                     "ActorUnavailableError",
                 )
                 if hasattr(rex, n)
-            )
+            ) + (EnginesTimedOut,)  # engines stuck through every push of a try
         state = self.entry["jobs"][job.name]
         init = Path(self.entry["jobs"][job.after]["checkpoint"]) if job.after else self.init_dir
         infra = replace(self.infra, pool=slot.pool, trainers=slot.trainers, judge=slot.judge, live_progress=False)
