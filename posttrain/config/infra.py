@@ -261,6 +261,12 @@ class RayConfig(Base):
         description="Memory of one GPU of the cluster; the memory plan checks every GPU actor against it "
         "(unset: this machine's GPUs, or unchecked without any).",
     )
+    placement: Literal["pipeline", "per_stage"] = Field(
+        "pipeline",
+        description="pipeline: slot 0 holds every role any stage uses (engines, trainer ranks, judge) for the whole "
+        "run; per_stage: each stage reserves only the roles it uses, sized by its `slot`, and gives them back when "
+        "it ends (one node can then run stages that together need more GPUs than it has).",
+    )
 
 
 class WandbConfig(Base):
