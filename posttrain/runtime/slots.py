@@ -150,6 +150,13 @@ def open_first_slot(config: PipelineConfig, model_dir: Path, run_dir: Path, metr
     )
 
 
+def _granted(pg) -> dict[str, float]:
+    """What a placement group holds, from Ray's own record of its bundles."""
+    from posttrain.config.resources import total
+
+    return total([{k: v for k, v in b.items() if k in ("CPU", "GPU")} for b in pg.bundle_specs])
+
+
 class StageSlots:
     """The slot each stage runs on: slot 0 opened once and held through every stage
     (`ray.placement: pipeline`), or a slot of the stage's own roles and sizes opened when it
@@ -177,6 +184,9 @@ class StageSlots:
         extra = {} if self.tokenizer is None else {"tokenizer": self.tokenizer}
         slot, infra = open_first_slot(self.config, self.model_dir, self.run_dir, self.metrics, stage, **extra)
         self.tokenizer = infra.tokenizer
+        granted = slot_parts(self.config, stage)
+        whose = f"[{stage.name}] its own slot" if stage is not None else "slot 0 (every stage)"
+        print(f"{whose}: {granted} = {_granted(slot.pg)} on node {slot.node}", flush=True)
         return slot, infra
 
     def close(self) -> None:
