@@ -153,16 +153,15 @@ def run_pipeline(
 
     from posttrain.records.metrics import MetricsLog, write_json_atomic
     from posttrain.runtime.infra import start_ray
-    from posttrain.runtime.slots import check_placeable, open_first_slot
+    from posttrain.runtime.slots import StageSlots, check_placeable
 
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
     model_dir = resolved_model(config, source)
     state["model"] = str(model_dir)
     start_ray(config, verbose)
     check_placeable(config, source)  # a slot or teachers no node can hold: exit 2 now, not a silent wait
-    slot, infra = open_first_slot(
-        config, model_dir, run_dir, MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"]))
-    )
+    metrics = MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"]))
+    slots = StageSlots(config, model_dir, run_dir, metrics)
     save_state = lambda: write_json_atomic(run_dir / "run_state.json", state)  # noqa: E731
     checkpoints: dict[str, Path] = {"model": model_dir}
     previous = model_dir
@@ -177,22 +176,23 @@ def run_pipeline(
             if kind.records_init:
                 entry["init_from"] = str(init_dir)
             save_state()
-            run = StageRun(
-                stage.with_judge_from(checkpoints),  # a judge an earlier stage trained: its checkpoint
-                init_dir,
-                infra,
-                resume_dirs.get(stage.name),
-                checkpoints,
-                entry,
-                save_state,
-                model_dir,
-            )
-            previous = kind.run(run) or previous
+            with slots.for_stage(stage) as infra:
+                run = StageRun(
+                    stage.with_judge_from(checkpoints),  # a judge an earlier stage trained: its checkpoint
+                    init_dir,
+                    infra,
+                    resume_dirs.get(stage.name),
+                    checkpoints,
+                    entry,
+                    save_state,
+                    model_dir,
+                )
+                previous = kind.run(run) or previous
             entry.update(status="done", finished=time.time())
             entry["seconds"] = round(entry["finished"] - entry["started"], 1)
             save_state()
     finally:
         save_state()
-        infra.metrics.close()
-        slot.close()
+        metrics.close()
+        slots.close()
     return state

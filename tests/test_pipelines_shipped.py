@@ -180,3 +180,61 @@ def test_cluster_template_puts_one_slot_on_each_8_gpu_node(monkeypatch):
         "head",
         None,
     ]
+
+
+# ---------------------------------------------------------------- one node of 8 GPUs
+
+
+def gpu_lines(stdout: str) -> dict[str, str]:
+    """Each stage's GPU line of a dry run, by stage name."""
+    out, stage = {}, None
+    for line in stdout.splitlines():
+        if line.startswith("stage ") and "(" in line:
+            stage = line.split()[1]
+        elif line.strip().startswith("GPUs: ") and stage:
+            out[stage] = line.strip()
+    return out
+
+
+def test_the_recipe_fits_one_8_gpu_node_with_every_gpu_in_use_in_every_stage():
+    env = {**without_cluster_env(), "POSTTRAIN_NODES": "1"}
+    checked = cli("validate", "pipelines/node-8gpu.yaml", env=env)
+    assert checked.returncode == 0, checked.stderr
+    plan = cli("run", "--dry-run", "pipelines/node-8gpu.yaml", env=env)
+    assert plan.returncode == 0, plan.stderr
+    lines = gpu_lines(plan.stdout)
+    assert list(lines) == ["sft", "experts", "mopd", "eval"], plan.stdout
+    for stage, line in lines.items():
+        assert line.startswith("GPUs: 8 of 8 in use (") and line.endswith("; 0 idle"), (stage, line)
+        roles = dict(part.rsplit(" ", 1) for part in line.split("(", 1)[1].split(")")[0].split(", "))
+        assert sum(float(n) for n in roles.values()) == 8, (stage, roles)
+    assert "engines" not in lines["sft"] and "judge" not in lines["sft"]  # SFT: trainer ranks alone
+    assert "teachers 2" in lines["mopd"] and "judge" not in lines["mopd"]
+
+
+def test_the_cluster_template_shows_the_gpus_slot_0_holds_idle_through_sft(monkeypatch):
+    from posttrain.config.resources import declared_nodes, stage_gpus
+
+    for var in CLUSTER_VARS:
+        monkeypatch.delenv(var, raising=False)
+    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml")
+    sft = stage_gpus(config, config.stages[0], declared_nodes(config.ray))
+    assert sft.used == {"trainer ranks": 4} and sft.held_idle == {"engines": 3, "judge": 1} and sft.idle == 20
+
+
+def test_a_stage_slot_larger_than_any_node_is_refused_in_one_line(tmp_path):
+    data = expand_env(yaml.safe_load((PIPELINES / "node-8gpu.yaml").read_text()), "node-8gpu.yaml", environ={})
+    data["stages"][0]["slot"] = {"trainer_workers": 9}
+    checked = cli("validate", str(write(tmp_path, data)))
+    assert checked.returncode == 2
+    assert len(checked.stderr.strip().splitlines()) == 1, checked.stderr
+    assert "stages[0] (sft): its slot (ray.placement: per_stage)" in checked.stderr
+    assert "{CPU: 36, GPU: 9} (9 trainer ranks" in checked.stderr
+    assert "stages[0].slot.engines or .trainer_workers" in checked.stderr
+
+
+def test_a_stage_slot_needs_per_stage_placement(tmp_path):
+    data = {**GOOD, "stages": [{**GOOD["stages"][0], "slot": {"trainer_workers": 2}}]}
+    checked = cli("validate", str(write(tmp_path, data)))
+    assert checked.returncode == 2 and "stages[0].slot: " in checked.stderr
+    assert "need ray.placement: per_stage" in checked.stderr

@@ -63,6 +63,16 @@ class RolloutConfig(Base):
     sync_bucket_mib: float = Field(
         256, gt=0, le=65536, description="Collective weight sync: MiB per broadcast bucket (tensors packed together)."
     )
+    start_timeout_s: float = Field(
+        1800,
+        gt=0,
+        le=86400,
+        description=(
+            "Seconds an engine may take to start (load the model, compile, capture CUDA graphs). A weight push "
+            "waits for engines still starting up to this, and only then does its own deadline count; an engine "
+            "not ready by then stops the run with an error naming this key."
+        ),
+    )
 
     @model_validator(mode="after")
     def _tensor_parallel_fits(self) -> RolloutConfig:
@@ -250,6 +260,12 @@ class RayConfig(Base):
         le=100_000,
         description="Memory of one GPU of the cluster; the memory plan checks every GPU actor against it "
         "(unset: this machine's GPUs, or unchecked without any).",
+    )
+    placement: Literal["pipeline", "per_stage"] = Field(
+        "pipeline",
+        description="pipeline: slot 0 holds every role any stage uses (engines, trainer ranks, judge) for the whole "
+        "run; per_stage: each stage reserves only the roles it uses, sized by its `slot`, and gives them back when "
+        "it ends (one node can then run stages that together need more GPUs than it has).",
     )
 
 

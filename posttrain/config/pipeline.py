@@ -121,6 +121,18 @@ class PipelineConfig(Base):
         return self
 
     @model_validator(mode="after")
+    def _stage_slots_need_per_stage(self) -> PipelineConfig:
+        if self.ray.placement == "per_stage":
+            return self
+        for index, stage in enumerate(self.stages):
+            if stage.slot.engines is not None or stage.slot.trainer_workers is not None:
+                raise ValueError(
+                    f"stages[{index}].slot: a stage's own engines and trainer ranks need ray.placement: per_stage "
+                    "(with ray.placement: pipeline, slot 0 holds rollout.engines and trainer.workers for every stage)"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _placeable(self) -> PipelineConfig:
         """On the cluster the file declares (ray.nodes, node_gpus, node_cpus), every slot and
         teacher must fit somewhere: an impossible placement group waits forever, silently."""

@@ -34,6 +34,17 @@ def stage_name(name: str) -> str:
 Trains = Literal["checkpoint", "jobs", "nothing"]
 
 
+class StageSlot(Base):
+    """With `ray.placement: per_stage`, the sizes of one stage's slot (unset: the pipeline's)."""
+
+    engines: int | None = Field(
+        None, ge=1, le=1024, description="Rollout engines while this stage runs (instead of rollout.engines)."
+    )
+    trainer_workers: int | None = Field(
+        None, ge=1, le=4096, description="Trainer ranks while this stage runs (instead of trainer.workers)."
+    )
+
+
 class StageSchema(Base):
     """What every stage type's schema answers about itself, as class facts and pure
     methods, so that validation, placement, the pipeline, the held-out check and the reward
@@ -49,6 +60,10 @@ class StageSchema(Base):
     """It may read a task source as a stream (RL draws); other stages read their tasks whole."""
     scores_tasks: ClassVar[bool] = False
     """Its verifiers score responses to its tasks, so its sources' gold answers must score full marks."""
+    slot: StageSlot = Field(
+        default_factory=StageSlot,
+        description="With ray.placement: per_stage, this stage's engines and trainer ranks (its slot's sizes).",
+    )
 
     @classmethod
     def type_name(cls) -> str:

@@ -5,7 +5,9 @@ Trajectories are spread over the engines; each engine stops once its share of th
 trajectories it held are left exactly as they were before the iteration (they continue
 in a later one), and a new engine with the current weights takes its place. An
 iteration can be started and collected later (`rollout.overlap`: the engines generate
-while the trainer trains).
+while the trainer trains). An engine is waited for until it has started (loaded, compiled,
+graphs captured; `rollout.start_timeout_s`) before anything is pushed to it: a push's own
+deadline counts only once every engine is ready.
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ from posttrain.rollout.queue import Trajectory
 from posttrain.types import GenerationRequest, SamplingSettings
 
 T = TypeVar("T")
+START_TIMEOUT_S = 1800.0  # rollout.start_timeout_s's default
+
+
+class EnginesTimedOut(GetTimeoutError):
+    """A push that some engines did not answer within its deadline: those engines are at
+    fault (hung, or stuck in a collective), and are replaced like dead ones."""
+
+    def __init__(self, message: str, engines: list):
+        super().__init__(message)
+        self.engines = engines
+
+
+class EngineStartTimeout(RuntimeError):
+    """An engine that did not become ready within `rollout.start_timeout_s`."""
 
 
 @dataclass
@@ -38,11 +54,36 @@ class Iteration:
 
 
 class EnginePool:
-    def __init__(self, engines: list, start_engine: Callable[[int], object]):
+    def __init__(self, engines: list, start_engine: Callable[[int], object], start_timeout_s: float = START_TIMEOUT_S):
         self.engines = engines
         self.start_engine = start_engine
+        self.start_timeout_s = start_timeout_s
         self.restarts = 0
         self.on_restart: Callable[[object], None] | None = None  # pushes current weights
+        now = time.monotonic()
+        self.starting: dict[int, float] = {i: now for i in range(len(engines))}  # index -> when it was started
+
+    def wait_ready(self) -> None:
+        """Wait until every engine still starting answers (its constructor has returned: the
+        model loaded, compiled, CUDA graphs captured), each up to `start_timeout_s` from its
+        start. One that dies while starting raises its RayActorError; one that outlasts the
+        deadline is an EngineStartTimeout naming the key."""
+        for index in sorted(self.starting):
+            ping = self.engines[index].info.remote()
+            left = self.starting[index] + self.start_timeout_s - time.monotonic()
+            if not ray.wait([ping], timeout=max(left, 0.0))[0]:
+                raise EngineStartTimeout(
+                    f"engine {index} was not ready {self.start_timeout_s:.0f} s after it started (loading, "
+                    "compiling, capturing CUDA graphs): raise rollout.start_timeout_s, or set "
+                    "rollout.enforce_eager: true to skip compilation"
+                )
+            del self.starting[index]  # dead or alive, it has stopped starting: `revive` replaces a dead one
+            ray.get(ping)  # raises its death
+
+    def _start(self, index: int) -> None:
+        self.engines[index] = self.start_engine(index)
+        self.starting[index] = time.monotonic()
+        self.restarts += 1
 
     def busy_seconds(self) -> list[float]:
         return [info["busy_seconds"] for info in ray.get([e.info.remote() for e in self.engines])]
@@ -103,34 +144,53 @@ class EnginePool:
             ray.kill(self.engines[index])
         except Exception:  # already gone
             pass
-        self.engines[index] = self.start_engine(index)
-        self.restarts += 1
+        self._start(index)
         if self.on_restart:
+            self.wait_ready()  # the push's deadline must not count the new engine's start
             self.on_restart(self.engines[index])
 
     def on_every_engine(self, push: Callable[[list], T], attempts: int = 3) -> T:
-        """Run `push(engines)` (a weight sync, a checkpoint load). If an engine died or hung
-        meanwhile, the dead ones are replaced and `push` runs again on all: an engine lost
-        at that moment costs a restart, not the run. A failure while every engine answers
-        (a trainer rank died) is raised as it is."""
+        """Run `push(engines)` (a weight sync, a checkpoint load) once every engine has
+        started. If an engine died meanwhile, or the push timed out (an engine fault: those
+        it names, EnginesTimedOut, and those that no longer answer are replaced), `push` runs
+        again on all: an engine lost or stuck at that moment costs a restart, not the run. A
+        failure while every engine answers (a trainer rank died) is raised as it is."""
         for attempt in range(attempts):
             try:
+                self.wait_ready()
                 return push(self.engines)
-            except (RayActorError, GetTimeoutError):
-                if attempt + 1 == attempts or not self.revive():
+            except GetTimeoutError as exc:  # EnginesTimedOut names the engines that missed it
+                if attempt + 1 == attempts:
                     raise
-                print(
-                    f"[engines] an engine died during a weight push: replaced, pushing again "
-                    f"(try {attempt + 2} of {attempts})",
-                    flush=True,
-                )
+                replaced = self.replace_engines(getattr(exc, "engines", [])) + self.revive()
+                what = f"a push timed out ({exc}); {replaced} engine(s)"
+            except RayActorError as exc:
+                if attempt + 1 == attempts or not (replaced := self.revive()):
+                    raise
+                what = f"{replaced} engine(s) died during a push ({type(exc).__name__})"
+            print(f"[engines] {what}: replaced, pushing again (try {attempt + 2} of {attempts})", flush=True)
         raise AssertionError("unreachable")
 
+    def replace_engines(self, engines: list) -> int:
+        """Replace these engine actors (killed, started again), without pushing weights."""
+        ids = {e._actor_id for e in engines}
+        stuck = [i for i, e in enumerate(self.engines) if e._actor_id in ids]
+        for index in stuck:
+            try:
+                ray.kill(self.engines[index])
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            self._start(index)
+        return len(stuck)
+
     def revive(self, timeout: float = 120.0) -> int:
-        """Replace every engine that died (an actor error on a ping), without pushing weights:
-        the caller syncs them next. Returns how many were replaced."""
+        """Replace every started engine that died (an actor error on a ping), without pushing
+        weights: the caller syncs them next (engines still starting are waited for by the
+        push, not pinged here). Returns how many were replaced."""
         replaced = 0
         for index, engine in enumerate(self.engines):
+            if index in self.starting:
+                continue
             try:
                 ray.get(engine.info.remote(), timeout=timeout)
             except Exception:  # noqa: BLE001 - died, OOM-killed, unreachable: any failed ping replaces it
@@ -138,8 +198,7 @@ class EnginePool:
                     ray.kill(engine)
                 except Exception:  # already gone
                     pass
-                self.engines[index] = self.start_engine(index)
-                self.restarts += 1
+                self._start(index)
                 replaced += 1
         return replaced
 

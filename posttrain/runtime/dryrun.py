@@ -171,18 +171,40 @@ def dry_run(config: PipelineConfig, stage_lines: StageLines, run_dir: Path | Non
     """The plan, and the problems that would keep it from ever being placed (one line each).
     `stage_lines(stage, view)`: each stage's lines, from its type (the stage registry's
     `dry_run_lines`). `run_dir`: where the checkpoints go, for the disk they take now."""
-    from posttrain.config.resources import placement_problems, slot_need, slot_parts
-    from posttrain.runtime.slots import plan
+    from posttrain.config.resources import per_stage, placement_problems, slot_need, slot_parts, stage_gpus
 
     where, nodes, whole = cluster_nodes(config)
     lines = [f"placement plan for pipeline '{config.name}' on {where}:"]
     for n in nodes:
         lines.append(f"  node {n['node']}: free {n['resources']}")
     spread = "on as few nodes as fit (PACK)" if config.trainer.span_nodes else "on one node (STRICT_PACK)"
-    lines.append(f"a slot = one placement group {spread}: {slot_parts(config)} = {slot_need(config)}")
-    wanted = max(s.job_slots() for s in config.stages)
-    placed = plan(config, nodes, wanted)
-    granted = [p for p in placed if p["node"] is not None]
+    if per_stage(config):
+        lines.append(
+            f"each stage reserves a slot of its own {spread} (ray.placement: per_stage): the roles it uses, sized "
+            "by its `slot`, given back when it ends"
+        )
+        granted = 1
+    else:
+        lines.append(f"a slot = one placement group {spread}: {slot_parts(config)} = {slot_need(config)}")
+        granted = _slot0_lines(config, nodes, lines)
+    free = [n["resources"] for n in nodes]
+    for i, stage in enumerate(config.stages):
+        slots = _stage_slots(config, stage, free) if per_stage(config) else granted
+        lines += stage_lines(stage, PlanView(config, i, nodes, max(1, slots)))
+        gpus = stage_gpus(config, stage, free)
+        if gpus.cluster or gpus.in_use:
+            lines.append("  " + gpu_line(gpus))
+    lines += disk_lines(config, run_dir)
+    problems = placement_problems(config, [n["total"] for n in nodes], whole=whole)
+    return "\n".join(lines), problems
+
+
+def _slot0_lines(config: PipelineConfig, nodes: list[dict], lines: list[str]) -> int:
+    """Where slot 0 and the experts' extra slots go (ray.placement: pipeline); returns how
+    many are granted."""
+    from posttrain.runtime.slots import plan
+
+    placed = plan(config, nodes, max(s.job_slots() for s in config.stages))
     for p in placed:
         role = "the pipeline's own (every stage)" if p["slot"] == 0 else "expert jobs"
         lines.append(
@@ -193,27 +215,55 @@ def dry_run(config: PipelineConfig, stage_lines: StageLines, run_dir: Path | Non
                 else "waits: no node has the resources free (its jobs queue for the others)"
             )
         )
-    for i, stage in enumerate(config.stages):
-        lines += stage_lines(stage, PlanView(config, i, nodes, max(1, len(granted))))
-    lines += disk_lines(config, run_dir)
-    problems = placement_problems(config, [n["total"] for n in nodes], whole=whole)
-    return "\n".join(lines), problems
+    return len([p for p in placed if p["node"] is not None])
+
+
+def _stage_slots(config: PipelineConfig, stage, free: list[dict]) -> int:
+    """Slots of a stage's own (per_stage) that fit on the nodes at once."""
+    from posttrain.config.resources import take_slot
+
+    room = [dict(n) for n in free]
+    return sum(take_slot(room, config, stage) is not None for _ in range(stage.job_slots()))
+
+
+def gpu_line(gpus) -> str:
+    """A stage's GPU use: by role, and what is left idle (reserved for roles it does not
+    use, or reserved by nothing)."""
+    used = ", ".join(f"{role} {n:g}" for role, n in gpus.used.items()) or "none"
+    line = f"GPUs: {gpus.in_use:g} of {gpus.cluster:g} in use ({used})"
+    if gpus.cluster == float("inf"):
+        return f"GPUs: {gpus.in_use:g} in use ({used})"
+    held = sum(gpus.held_idle.values())
+    why = ", ".join(f"{role} {n:g}" for role, n in gpus.held_idle.items())
+    idle = f"{gpus.idle:g} idle" + (
+        f" ({held:g} held by slot 0 for roles this stage does not use: {why})" if held else ""
+    )
+    return f"{line}; {idle}"
 
 
 # ---------------------------------------------------------------- lines of a stage
 
 
 def slot0_lines(stage, view: PlanView) -> list[str]:
-    """A stage that runs on the pipeline's own slot."""
-    return [f"stage {stage.name} ({stage.type}): slot 0"]
+    """A stage that runs on the pipeline's own slot, or (per_stage) on a slot of its own."""
+    from posttrain.config.resources import per_stage, slot_need, slot_parts
+
+    if not per_stage(view.config):
+        return [f"stage {stage.name} ({stage.type}): slot 0"]
+    return [
+        f"stage {stage.name} ({stage.type}): its own slot: {slot_parts(view.config, stage)} = "
+        f"{slot_need(view.config, stage)}"
+    ]
 
 
 def expert_job_lines(stage, view: PlanView) -> list[str]:
     """The experts stage: which job runs on which slot, round by round."""
     from posttrain.config.jobs import expert_jobs
+    from posttrain.config.resources import per_stage, slot_parts
 
     rounds = schedule(expert_jobs(stage), view.slots)
-    lines = [f"stage {stage.name} ({stage.type}): {sum(map(len, rounds))} jobs on {view.slots} slot(s):"]
+    own = f" of its own ({slot_parts(view.config, stage)} each)" if per_stage(view.config) else ""
+    lines = [f"stage {stage.name} ({stage.type}): {sum(map(len, rounds))} jobs on {view.slots} slot(s){own}:"]
     for k, batch in enumerate(rounds, 1):
         lines.append(f"  round {k}: " + ", ".join(f"{job} -> slot {j}" for j, job in enumerate(batch)))
     return lines
@@ -221,17 +271,19 @@ def expert_job_lines(stage, view: PlanView) -> list[str]:
 
 def teacher_lines(stage, view: PlanView) -> list[str]:
     """MOPD: slot 0, and where its teacher actors would go beside it."""
-    from posttrain.config.resources import first_fit, take_slot, teacher_actors
+    from posttrain.config.resources import first_fit, per_stage, slot_parts, take_slot, teacher_actors
 
     config, nodes = view.config, view.nodes
     pool, count, one = next((p, c, o) for index, p, c, o in teacher_actors(config) if index == view.index)
     kind = "one shared hf worker actor" if pool.backend == "hf" else f"{count} vllm engine actor(s) at once"
     free = [dict(n["resources"]) for n in nodes]
-    take_slot(free, config)  # slot 0 stays; the experts' extra slots are gone by then
+    own = per_stage(config)
+    take_slot(free, config, stage if own else None)  # its slot stays; the experts' extra slots are gone by then
     spots = [first_fit(free, one) for _ in range(count)]
     on = ", ".join(f"{nodes[k]['node']} x{spots.count(k)}" for k in sorted({s for s in spots if s is not None}))
+    slot = f"its own slot ({slot_parts(config, stage)})" if own else "slot 0"
     return [
-        f"stage {stage.name} ({stage.type}): slot 0; teachers as {kind}, {one} each, at most "
-        f"{pool.memory_gib} GiB resident; beside slot 0 they go on: {on or 'no node'}"
+        f"stage {stage.name} ({stage.type}): {slot}; teachers as {kind}, {one} each, at most "
+        f"{pool.memory_gib} GiB resident; beside {'it' if own else 'slot 0'} they go on: {on or 'no node'}"
         + (f" ({spots.count(None)} wait)" if None in spots else "")
     ]

@@ -76,4 +76,5 @@ def engine_pool(config: PipelineConfig, model_dir: Path):
         )
 
     needed = any(stage.samples_policy for stage in config.stages)
-    return EnginePool([start(i) for i in range(config.rollout.engines)] if needed else [], start)
+    engines = [start(i) for i in range(config.rollout.engines)] if needed else []
+    return EnginePool(engines, start, config.rollout.start_timeout_s)

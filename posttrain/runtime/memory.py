@@ -370,10 +370,13 @@ def plan(config) -> tuple[list[ActorPlan], list[str]]:
     head.append(f"GPU memory: {_gib(device) + ' per GPU, from ' + device_source if device else device_source}")
     if shape is None:
         return [], head + ["memory plan: skipped (the model's config.json is needed to plan it)"]
+    from posttrain.config.resources import per_stage, stage_config
+
     out: list[ActorPlan] = []
-    trainer, rollout = config.trainer, config.rollout
     seen_engines = False
     for top in config.stages:
+        trainer, rollout = stage_config(config, top).trainer, stage_config(config, top).rollout
+        seen_engines = seen_engines and not per_stage(config)  # per_stage: each stage starts its own engines
         for stage in top.phases():
             name = stage.name
             if stage.trains != "nothing":
@@ -396,7 +399,7 @@ def plan(config) -> tuple[list[ActorPlan], list[str]]:
                         min(window, t.micro_batch_tokens), kl, rollout.sync_bucket_mib, shared, gpu=True,
                     ), trainer, GPU_RUNTIME)  # fmt: skip
                 out.append(rank)
-            if stage.samples_policy and not seen_engines:  # the same engines serve every stage
+            if stage.samples_policy and not seen_engines:  # slot 0's engines serve every stage
                 seen_engines = True
                 out.append(engine_plan(
                     name, f"rollout engine (x{rollout.engines})", shape, config.model.dtype, rollout.max_model_len,

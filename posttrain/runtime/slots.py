@@ -11,6 +11,7 @@ Bundle layout: engines first, then trainer ranks, then the GRM judge when a stag
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,16 +21,22 @@ from posttrain.config.resources import (  # noqa: F401 - the slot arithmetic liv
     engine_count,
     first_fit,
     judge_config,
+    per_stage,
     placement_problems,
     slot_bundles,
     slot_need,
     slot_parts,
     slot_strategy,
+    stage_config,
     take_slot,
+    trainer_count,
 )
 
 
 def slot_cpus(config: PipelineConfig) -> float:
+    """CPUs of the largest slot the pipeline reserves (slot 0, or with per_stage, a stage's)."""
+    if per_stage(config):
+        return max(slot_need(config, stage)["CPU"] for stage in config.stages)
     return slot_need(config)["CPU"]
 
 
@@ -77,54 +84,57 @@ class Slot:
             pass
 
 
-def reserve(config: PipelineConfig, index: int):
-    """Ask for a slot's placement group; it is ready when `pg.ready()` resolves."""
+def reserve(config: PipelineConfig, index: int, stage=None):
+    """Ask for a slot's placement group; it is ready when `pg.ready()` resolves. `stage`:
+    with `ray.placement: per_stage`, the slot holds that stage's roles only."""
     from ray.util.placement_group import placement_group
 
-    return placement_group(slot_bundles(config), strategy=slot_strategy(config), name=f"posttrain-slot-{index}")
+    bundles = slot_bundles(config, stage)
+    return placement_group(bundles, strategy=slot_strategy(config), name=f"posttrain-slot-{index}")
 
 
-def open_slot(config: PipelineConfig, model_dir: Path, index: int, pg) -> Slot:
+def open_slot(config: PipelineConfig, model_dir: Path, index: int, pg, stage=None) -> Slot:
     """Start the engines and trainer ranks of a ready placement group (they load in the
-    background; the first call on them waits)."""
+    background; the first call on them waits). `stage`: as for `reserve`."""
     from posttrain.rollout.engine import RolloutEngine
     from posttrain.rollout.pool import EnginePool
     from posttrain.train.group import TrainerGroup
 
-    engines = engine_count(config)
+    engines, workers = engine_count(config, stage), trainer_count(config, stage)
+    trainer = stage_config(config, stage).trainer
 
     def start(i: int):
         return RolloutEngine.remote_actor(
             str(model_dir), config.rollout, config.model.dtype, config.rollout.seed + i, placement=Placement(pg, i)
         )
 
-    pool = EnginePool([start(i) for i in range(engines)], start)
-    trainers = TrainerGroup(
-        config.trainer,
-        config.seed,
-        placement=[Placement(pg, engines + r) for r in range(config.trainer.workers)],
-        rollout=config.rollout,
-    )
-    pool.on_restart = lambda engine: trainers.sync_weights([engine])
+    pool = EnginePool([start(i) for i in range(engines)], start, config.rollout.start_timeout_s)
+    trainers = None  # a stage's own slot that trains nothing (eval) holds no trainer ranks
+    if workers:
+        placement = [Placement(pg, engines + r) for r in range(workers)]
+        trainers = TrainerGroup(trainer, config.seed, placement=placement, rollout=config.rollout)
+        pool.on_restart = lambda engine: trainers.sync_weights([engine])
     judge = None
-    if judge_config(config) is not None:
+    if judge_config(config, stage) is not None:
         from posttrain.rollout.judge import JudgeSlot
 
-        judge = JudgeSlot(Placement(pg, engines + config.trainer.workers))
+        judge = JudgeSlot(Placement(pg, engines + workers))
     return Slot(index=index, pg=pg, pool=pool, trainers=trainers, judge=judge, node=pg_node(pg))
 
 
-def open_first_slot(config: PipelineConfig, model_dir: Path, run_dir: Path, metrics, **infra):
+def open_first_slot(config: PipelineConfig, model_dir: Path, run_dir: Path, metrics, stage=None, **infra):
     """Slot 0 reserved, ready and opened on a started Ray, and the Infra that stages run on
     (the pipeline and the benches that run stages share this). Returns (slot, infra); the
-    caller closes the slot."""
+    caller closes the slot. `stage`: with `ray.placement: per_stage`, that stage's slot,
+    sized by its `slot` (the Infra's config carries those sizes)."""
     from transformers import AutoTokenizer
 
     from posttrain.runtime.infra import Infra
 
-    pg = reserve(config, 0)
-    wait_ready(pg, config)
-    slot = open_slot(config, model_dir, 0, pg)
+    pg = reserve(config, 0, stage)
+    wait_ready(pg, config, stage=stage)
+    slot = open_slot(config, model_dir, 0, pg, stage)
+    config = stage_config(config, stage)
     if "tokenizer" not in infra:
         infra["tokenizer"] = AutoTokenizer.from_pretrained(model_dir)
     return slot, Infra(
@@ -140,7 +150,51 @@ def open_first_slot(config: PipelineConfig, model_dir: Path, run_dir: Path, metr
     )
 
 
-def wait_ready(pg, config: PipelineConfig, every_s: float = 30.0) -> None:
+def _granted(pg) -> dict[str, float]:
+    """What a placement group holds, from Ray's own record of its bundles."""
+    from posttrain.config.resources import total
+
+    return total([{k: v for k, v in b.items() if k in ("CPU", "GPU")} for b in pg.bundle_specs])
+
+
+class StageSlots:
+    """The slot each stage runs on: slot 0 opened once and held through every stage
+    (`ray.placement: pipeline`), or a slot of the stage's own roles and sizes opened when it
+    starts and closed when it ends (`per_stage`), so the next stage has every GPU it frees."""
+
+    def __init__(self, config: PipelineConfig, model_dir: Path, run_dir: Path, metrics):
+        self.config, self.model_dir, self.run_dir, self.metrics = config, model_dir, run_dir, metrics
+        self.held: tuple[Slot, object] | None = None
+        self.tokenizer = None
+
+    @contextmanager
+    def for_stage(self, stage):
+        """The Infra `stage` runs on (its slot closed after it, with per_stage)."""
+        if not per_stage(self.config):
+            self.held = self.held or self._open(None)
+            yield self.held[1]
+            return
+        slot, infra = self._open(stage)
+        try:
+            yield infra
+        finally:
+            slot.close()
+
+    def _open(self, stage) -> tuple[Slot, object]:
+        extra = {} if self.tokenizer is None else {"tokenizer": self.tokenizer}
+        slot, infra = open_first_slot(self.config, self.model_dir, self.run_dir, self.metrics, stage, **extra)
+        self.tokenizer = infra.tokenizer
+        granted = slot_parts(self.config, stage)
+        whose = f"[{stage.name}] its own slot" if stage is not None else "slot 0 (every stage)"
+        print(f"{whose}: {granted} = {_granted(slot.pg)} on node {slot.node}", flush=True)
+        return slot, infra
+
+    def close(self) -> None:
+        if self.held is not None:
+            self.held[0].close()
+
+
+def wait_ready(pg, config: PipelineConfig, every_s: float = 30.0, stage=None) -> None:
     """Wait until Ray grants a placement group, saying every `every_s` what it waits for."""
     import ray
 
@@ -148,7 +202,7 @@ def wait_ready(pg, config: PipelineConfig, every_s: float = 30.0) -> None:
     while not ray.wait([ready], timeout=every_s)[0]:
         waited += every_s
         print(
-            f"waiting {waited:.0f}s for Ray to grant a slot of {slot_bundles(config)} (the cluster has "
+            f"waiting {waited:.0f}s for Ray to grant a slot of {slot_bundles(config, stage)} (the cluster has "
             f"{ray.available_resources()} free): add nodes or lower rollout/trainer num_cpus/num_gpus",
             flush=True,
         )

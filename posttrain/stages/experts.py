@@ -83,7 +83,7 @@ class ExpertsRunner:
         self.slots = [main]
         wanted = self.stage.job_slots()
         for index in range(1, wanted):
-            pg = reserve(self.infra.config, index)
+            pg = reserve(self.infra.config, index, self.stage)
             self.waiting[index] = (pg, pg.ready())
 
     def _open_granted(self) -> None:
@@ -94,7 +94,7 @@ class ExpertsRunner:
         for index, (pg, ready) in list(self.waiting.items()):
             if ray.wait([ready], timeout=0)[0]:
                 del self.waiting[index]
-                self.slots.append(open_slot(self.infra.config, self.model_dir, index, pg))
+                self.slots.append(open_slot(self.infra.config, self.model_dir, index, pg, self.stage))
                 print(f"[{self.stage.name}] slot {index} granted on node {self.slots[-1].node}", flush=True)
 
     def _close_extra(self) -> None:
@@ -127,6 +127,8 @@ class ExpertsRunner:
         if not ACTOR_ERRORS:  # an actor or its worker process died: killed, crashed, OOM-killed, node lost
             from ray import exceptions as rex
 
+            from posttrain.rollout.pool import EnginesTimedOut
+
             ACTOR_ERRORS = tuple(
                 getattr(rex, n)
                 for n in (
@@ -137,7 +139,7 @@ class ExpertsRunner:
                     "ActorUnavailableError",
                 )
                 if hasattr(rex, n)
-            )
+            ) + (EnginesTimedOut,)  # engines stuck through every push of a try
         state = self.entry["jobs"][job.name]
         init = Path(self.entry["jobs"][job.after]["checkpoint"]) if job.after else self.init_dir
         infra = replace(self.infra, pool=slot.pool, trainers=slot.trainers, judge=slot.judge, live_progress=False)

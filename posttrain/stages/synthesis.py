@@ -48,7 +48,7 @@ def teacher_engines(stage: SynthesisStage, teacher_dir: Path):
     def start(i: int):
         return RolloutEngine.remote_actor(str(teacher_dir), rollout, t.dtype, t.seed + i)
 
-    return EnginePool([start(i) for i in range(t.engines)], start)
+    return EnginePool([start(i) for i in range(t.engines)], start, rollout.start_timeout_s)
 
 
 def teacher_dir_of(stage: SynthesisStage, infra: Infra) -> Path:

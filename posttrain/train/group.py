@@ -5,7 +5,7 @@
 engine loads that one copy in place; `collective`, rank 0 broadcasts them in buckets to
 every engine worker over a process group of their own (NCCL on GPU, gloo on CPU). Either
 way it waits for every engine with a timeout and checks the version each reports, so a
-stuck or dead engine is an error, never a silent hang.
+stuck or dead engine is an error (EnginesTimedOut names the stuck ones), never a silent hang.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from posttrain.config import RolloutConfig, TrainerConfig
 from posttrain.config.resources import weight_sync_mode
 from posttrain.errors import TrainingDiverged
 from posttrain.rollout.collective import TIMEOUT_S
+from posttrain.rollout.pool import EnginesTimedOut
 from posttrain.train.trainer import TrainerWorker
 from posttrain.types import LoadedModel, LossSpec, TrainSequence, TrainStepResult, TrainSums
 
@@ -132,18 +133,34 @@ def get_all(refs: list, timeout: float | None = None, skip: tuple = ()) -> list:
     return [None if r in skip else ray.get(r) for r in refs]
 
 
-def wait_sync(refs: list, timeout: float) -> list:
-    """Results of a weight-sync step on trainer ranks and engines together. A peer that
-    died is raised as its RayActorError (preferred over the errors it caused in the
-    others); nothing within `timeout` is a GetTimeoutError naming how many never answered."""
+def engine_results(refs: list, engines: list, timeout: float, what: str) -> list:
+    """`ray.get` of one call per engine (`refs[i]` on `engines[i]`); the engines that gave no
+    answer within `timeout` are an EnginesTimedOut naming them (the pool replaces them)."""
+    _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
+    if pending:
+        stuck = [engine for engine, ref in zip(engines, refs) if ref in pending]
+        message = f"{what}: {len(stuck)} of {len(refs)} engines gave no answer within {timeout:.0f} s"
+        raise EnginesTimedOut(message, stuck)
+    return ray.get(refs)
+
+
+def wait_sync(refs: list, timeout: float, engines: list | None = None) -> list:
+    """Results of a weight-sync step on trainer ranks and engines together (`engines`: the
+    engine of each of the last refs). A peer that died is raised as its RayActorError
+    (preferred over the errors it caused in the others); nothing within `timeout` is a
+    GetTimeoutError naming how many never answered, an EnginesTimedOut when engines did not."""
+    engines = engines or []
+    owner = dict(zip(refs[len(refs) - len(engines) :], engines))
     pending, deadline = list(refs), time.monotonic() + timeout
     while pending:
         done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
         if not done:
-            raise GetTimeoutError(
+            message = (
                 f"weight sync: {len(pending)} of {len(refs)} trainer ranks and engines gave no answer within "
                 f"{timeout:.0f} s (an engine or rank is stuck)"
             )
+            stuck = [owner[ref] for ref in pending if ref in owner]
+            raise EnginesTimedOut(message, stuck) if stuck else GetTimeoutError(message)
         try:
             ray.get(done[0])
         except RayActorError:
@@ -347,7 +364,8 @@ class TrainerGroup:
         refs = [w.get_weights.remote(self.version) for w in self.workers]
         packet_ref = refs[0]
         get_all(refs, skip=(packet_ref,))
-        versions = ray.get([e.update_weights.remote(packet_ref) for e in engines], timeout=SYNC_TIMEOUT_S)
+        refs = [e.update_weights.remote(packet_ref) for e in engines]
+        versions = engine_results(refs, engines, SYNC_TIMEOUT_S, "weight sync")
         if any(v != self.version for v in versions):
             raise RuntimeError(f"weight sync: engines report versions {versions}, expected {self.version}")
         seconds = time.perf_counter() - started
@@ -364,12 +382,13 @@ class TrainerGroup:
         try:
             # an engine already dead is found here, before any engine has begun to load (a
             # reload cut short would cost the live engines a restart too)
-            ray.get([e.info.remote() for e in engines], timeout=TIMEOUT_S)
+            engine_results([e.info.remote() for e in engines], engines, TIMEOUT_S, "weight sync: a ping")
             if self.sync_members != members:
                 self._form_sync_group(engines)
                 self.sync_members = members
             refs = [w.sync_send.remote(self.version) for w in self.workers]
-            versions = wait_sync(refs + [e.receive_weights.remote(self.version) for e in engines], SYNC_TIMEOUT_S)
+            receives = [e.receive_weights.remote(self.version) for e in engines]
+            versions = wait_sync(refs + receives, SYNC_TIMEOUT_S, engines)
         except BaseException:
             self.sync_members = None
             raise
@@ -384,7 +403,7 @@ class TrainerGroup:
         if self.sync_manifest is None:
             self.sync_manifest = get_all([w.sync_manifest.remote(self.bucket_bytes) for w in self.workers])[0]
         rank0 = self.workers[0]
-        ids = wait_sync([rank0.sync_device_id.remote()] + [e.device_ids.remote() for e in engines], TIMEOUT_S)
+        ids = wait_sync([rank0.sync_device_id.remote()] + [e.device_ids.remote() for e in engines], TIMEOUT_S, engines)
         size = 1 + sum(len(worker_ids) for worker_ids in ids[1:])
         backend = backend_for([ids[0], *(d for worker_ids in ids[1:] for d in worker_ids)])
         host, port = ray.get(rank0.sync_listen.remote(size, TIMEOUT_S), timeout=TIMEOUT_S)
@@ -394,7 +413,7 @@ class TrainerGroup:
                 engine.join_weight_group.remote(host, port, size, offset, backend, TIMEOUT_S, self.sync_manifest)
             )
             offset += len(worker_ids)
-        wait_sync(refs, TIMEOUT_S + 30)
+        wait_sync(refs, TIMEOUT_S + 30, engines)
 
     def save(self, folder: str, extra: dict[str, str] | None = None) -> str:
         return get_all([w.save.remote(folder, extra) for w in self.workers])[0]
