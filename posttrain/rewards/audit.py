@@ -21,6 +21,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from posttrain.rewards import attack_classes as grammar
 from posttrain.rewards import attacks as lib
 from posttrain.rewards import code_attacks as code_lib
 from posttrain.rewards.base import score_safely
@@ -82,7 +83,8 @@ class VerifierAudit:
         by: dict[str, list[Outcome]] = {}
         for o in self.outcomes:
             by.setdefault(o.probe.cls, []).append(o)
-        order = [c for c in ("honest", *lib.CLASSES) if c in by] + sorted(set(by) - set(lib.CLASSES) - {"honest"})
+        known = ("honest", *lib.CLASSES, *grammar.CLASSES)
+        order = [c for c in known if c in by] + sorted(set(by) - set(known))
         rows = []
         for cls in order:
             got = by[cls]
@@ -177,7 +179,16 @@ def answer_probes(
     attacks = [a for a in lib.answer_attacks(right, prompt_of(task), wrong) if _wanted(a.cls, classes)]
     if rotate is not None:
         attacks = _rotated(attacks, presentations, rotate)
-    return probes + [Probe(task, a.cls, a.name, a.text) for a in attacks]
+    return probes + [Probe(task, a.cls, a.name, a.text) for a in attacks] + generated_probes(task, classes, rotate)
+
+
+def generated_probes(task: Task, classes: set[str] | None, rotate: int | None = None) -> list[Probe]:
+    """The attacks of the class grammar (`attack_classes.py`) over the task's own gold, and
+    its honest controls (class honest, named `right (control: ...)`)."""
+    gold = grammar.gold_of(expected(task) or "", prompt_of(task), task.entry.get("metadata") or {})
+    probes = [Probe(task, "honest", f"right (control: {c.name})", c.text) for c in grammar.controls(gold)]
+    made = [g for g in grammar.generate(gold, rotate) if _wanted(g.cls, classes)]
+    return probes + [Probe(task, g.cls, g.name, g.text) for g in made]
 
 
 def _rotated(attacks: list[lib.Attack], presentations, offset: int) -> list[lib.Attack]:

@@ -1,7 +1,9 @@
 """`posttrain rewards audit`: the reward-hack fuzzer (`rewards/audit.py`) on the tasks of a
 task file, of a pipeline stage, or of the shipped generators for a named verifier; prints
-a table per verifier (class, attempts, wins, voids, an example) or `--json`. Exit 1 if any
-attack won or any sample was left unscored, 0 otherwise, 2 on bad input (one line).
+a table per verifier (class, attempts, wins, voids, an example; the strict reference's
+disagreements) or `--json`. Exit 1 if any attack won, any sample was left unscored, the
+reference refuses what the verifier credits, or the verifier credited under 95 % of its
+honest controls (no evidence, said in one line); 0 otherwise, 2 on bad input (one line).
 """
 
 from __future__ import annotations
@@ -170,12 +172,14 @@ def _stage_plan(args) -> list:
 
 def audit(args) -> int:
     from posttrain.config.files import ConfigError
-    from posttrain.rewards.audit import dumps, format_table, run_audit
+    from posttrain.rewards.audit import run_audit
 
     classes = None
     if args.classes:
+        from posttrain.rewards.attack_classes import CLASSES as GENERATED
         from posttrain.rewards.attacks import CLASSES
 
+        CLASSES = tuple(dict.fromkeys(CLASSES + GENERATED))
         classes = {c.strip() for c in args.classes.split(",") if c.strip()}
         unknown = classes - set(CLASSES)
         if unknown:
@@ -205,5 +209,31 @@ def audit(args) -> int:
             from posttrain.rollout.env_workers import close_all
 
             close_all()
-    print(dumps(audits) if args.json else format_table(audits))
-    return 1 if any(a.wins or a.voids for a in audits) else 0
+    return _report(audits, args.json)
+
+
+def _report(audits: list, as_json: bool) -> int:
+    """Print the tables (or JSON) with the strict reference's check of each verifier; exit 1
+    on any win, void or false positive, and on an audit without evidence (said in one line)."""
+    from posttrain.rewards.audit import format_table, summary
+    from posttrain.rewards.audit_reference import check, format_check, to_json
+
+    checks = {id(a): check(a) for a in audits if a.verifier != "grm"}
+    if as_json:
+        result = summary(audits)
+        for entry, a in zip(result["verifiers"], audits):
+            if id(a) in checks:
+                entry["reference"] = to_json(checks[id(a)])
+        print(json.dumps(result, default=repr))
+    else:
+        lines = []
+        for a in audits:  # each verifier's table without its blank line and total, then its check
+            lines += format_table([a]).split("\n")[:-2]
+            lines += format_check(checks[id(a)]) if id(a) in checks else []
+            lines.append("")
+        print("\n".join(lines + format_table(audits).split("\n")[-1:]))
+    unproven = [ref for ref in checks.values() if not ref.evidence]
+    for ref in unproven:
+        print(f"posttrain rewards audit: {ref.no_evidence_line()}", file=sys.stderr)
+    found = any(a.wins or a.voids for a in audits) or any(ref.false_positives for ref in checks.values())
+    return 1 if found or unproven else 0
