@@ -80,9 +80,34 @@ def task_of(row: dict, name: str) -> Task:
     if verifier == "agent" and not isinstance(entry.get("check"), dict):
         raise ValueError("an agent row needs its success `check` (an object)")
     answer = None if answer is None else str(answer)
+    messages = _messages(row)
+    form = answer_form(row, entry, verifier, family, messages)
     if verifier == "user":
         entry = {"answer": answer, "metadata": entry.get("metadata") or {}}
-    return Task(str(row.get("id", name)), family, _messages(row), answer=answer, entry=entry, verifier=verifier)
+    entry = {**entry, "answer_form": form} if form else entry
+    return Task(
+        str(row.get("id", name)), family, messages, answer=answer, entry=entry, verifier=verifier, answer_form=form
+    )
+
+
+def answer_form(row: dict, entry: dict, verifier: str, family: str, messages) -> str | None:
+    """The form the row's answer must take, decided as the pipeline's source of such rows
+    decides it (so that `try` scores what training pays): the row's `answer_form`, else for
+    reasoning_gym the family's or the question's (`data.tasks.family_answer_form`), for math
+    the question's wording (a math source's `answer_form: infer`); user files state theirs."""
+    from posttrain.types import ANSWER_FORMS, infer_answer_form
+
+    form = row.get("answer_form", entry.get("answer_form"))
+    if form is not None and form != "infer" and form not in ANSWER_FORMS:
+        raise ValueError(f"answer_form {form!r} is not one of {', '.join(ANSWER_FORMS)}")
+    question = "\n".join(m.content for m in messages if m.role == "user")
+    if verifier == "reasoning_gym" and form in (None, "infer"):
+        from posttrain.data.tasks import family_answer_form
+
+        return family_answer_form(family, question)
+    if verifier == "math" and form in (None, "infer"):
+        return infer_answer_form(question)
+    return None if form == "infer" else form
 
 
 def _agent_env(task: Task, response: str) -> tuple[dict, int]:
