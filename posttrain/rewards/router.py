@@ -61,7 +61,7 @@ def reward_router(stage, judge=None) -> RewardRouter:
     sources = {
         "reasoning_gym": ReasoningGymVerifier(stage.reward.answer_format, limit),
         "math": MathVerifier(stage.reward.answer_format, limit),
-        "agent": AgentVerifier(),
+        "agent": AgentVerifier(limit),
     }
     leaves = [leaf for _, leaf in stage.task_leaves()]
     coding = [leaf for leaf in leaves if isinstance(leaf, CodingTasks) or getattr(leaf, "verifier", None) == "code"]
@@ -81,7 +81,7 @@ def reward_router(stage, judge=None) -> RewardRouter:
         from posttrain.rewards.judgement import JudgementVerifier
 
         reason_chars = stage.reward.grm.reason_chars if stage.reward.grm is not None else 80
-        sources["judgement"] = JudgementVerifier(reason_chars)
+        sources["judgement"] = JudgementVerifier(reason_chars, limit)
     if stage.reward.grm is not None:
         from posttrain.rewards.grm import GRM
 
