@@ -115,7 +115,6 @@ def test_a_fraction_in_latex_or_plain_scores_1(f, style):
         ("\\text{E}", "\\boxed{E}"),
         ("E", "\\boxed{\\text{(E)}}"),
         ("\\begin{pmatrix}1 & 2 \\\\ 3 & 4\\end{pmatrix}", "\\boxed{\\begin{bmatrix}1&2\\\\3&4\\end{bmatrix}}"),
-        ("1, -2", "so $x = \\boxed{-2}$ and $x = \\boxed{1}$"),
         ("x^2 + 2x + 1", "<answer>1 + 2x + x^2</answer>"),
         ("\\frac{\\sqrt{3}}{2}", "\\boxed{\\sqrt{3}/2}"),
         ("12\\pi", "\\boxed{12\\pi}"),
@@ -126,6 +125,14 @@ def test_a_fraction_in_latex_or_plain_scores_1(f, style):
 )
 def test_the_honest_form_table_scores_1(gold, text):
     assert_scores(gold, text, 1.0)
+
+
+def test_roots_in_any_order_score_1_and_a_family_decides_its_own_order():
+    """math and user credit a list of roots in another order; a reasoning-gym task leaves
+    the order to its family (number_sorting's order is its task), here basic_arithmetic's
+    exact comparison (issue 55: the value comparison never credits before the family)."""
+    rg, math, user = three_verifiers("1, -2", "so $x = \\boxed{-2}$ and $x = \\boxed{1}$")
+    assert (rg.score, math.score, user.score) == (0.0, 1.0, 1.0), rg.reason
 
 
 # ---------------------------------------------------------------- attacks score 0

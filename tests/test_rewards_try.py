@@ -144,3 +144,40 @@ def test_bad_task_files_are_one_line_and_exit_2(tmp_path, row, words):
     proc = rewards_try(tmp_path, row, "x", expect=2)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("posttrain rewards try: ") and words in lines[0], proc.stderr
+
+
+def test_try_pays_what_the_pipeline_pays_for_a_row_with_an_answer_form(tmp_path):
+    """`try` builds the task as the pipeline's source does (issue 55): a reasoning-gym row of
+    a family whose answers are decimals, and a math row whose question asks for a decimal,
+    refuse a fraction there as they do in training, and credit the decimal."""
+    from fractions import Fraction
+
+    from posttrain.config import ReasoningGymFamily, ReasoningGymTasks
+    from posttrain.data.tasks import load_tasks
+    from posttrain.rewards.base import score_sync
+    from posttrain.rewards.math_verifier import MathVerifier
+    from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
+    from posttrain.types import Completion, Message, Sample, Task, infer_answer_form
+
+    def pipeline_score(verifier, task, text):
+        return score_sync(verifier, [Sample(task, 0, (1,), Completion((5,), (0.0,), text, "stop"))])[0].score
+
+    rg = load_tasks(ReasoningGymTasks(families=[ReasoningGymFamily(name="decimal_arithmetic")], size=1))[0]
+    assert rg.answer_form == "decimal"
+    exact = Fraction(rg.answer).limit_denominator(10**12)
+    row = {"verifier": "reasoning_gym", "family": rg.family, "question": rg.entry["question"], "answer": rg.answer}
+    row["metadata"] = rg.entry["metadata"]
+    math_row = {"verifier": "math", "prompt": "Write 3/8 as a decimal.", "answer": "0.375"}
+    question = math_row["prompt"]
+    form = infer_answer_form(question)
+    math_task = Task("m", "math", (Message("user", question),), answer="0.375", verifier="math", answer_form=form)
+    cases = [
+        (row, ReasoningGymVerifier(), rg, f"\\boxed{{{exact.numerator}/{exact.denominator}}}", 0.0),
+        (row, ReasoningGymVerifier(), rg, f"\\boxed{{{rg.answer}}}", 1.0),
+        (math_row, MathVerifier(), math_task, "\\boxed{3/8}", 0.0),
+        (math_row, MathVerifier(), math_task, "\\boxed{0.375}", 1.0),
+    ]
+    for task_row, verifier, task, text, expected in cases:
+        pipeline = pipeline_score(verifier, task, text)
+        tried = scored(tmp_path, task_row, text)
+        assert tried["score"] == pipeline == expected, (task_row["verifier"], text, tried["reason"])

@@ -196,7 +196,10 @@ def test_rewards_audit_attacks_the_toy_verifier(echo, capsys):
     assert audit["verifier"] == "echo" and audit["tasks"] == 2
     classes = {row["class"] for row in audit["classes"]}
     assert "honest" in classes and len(classes) > 3  # the answer attacks ran against it
-    assert code == (1 if report["wins"] or report["voids"] else 0)
+    reference = audit["reference"]  # the strict reference's check: the toy echoes bare words only
+    assert reference["controls"] > 0 and not reference["false_positives"]
+    failed = report["wins"] or report["voids"] or not reference["evidence"]
+    assert code == (1 if failed else 0)
 
 
 def test_no_verifier_names_or_source_type_chains_outside_the_tables():

@@ -156,8 +156,8 @@ class RewardConfig(Base):
         10.0,
         gt=0,
         le=3600,
-        description="Time limit of one answer check (math, reasoning_gym, user answers), in a worker process: "
-        "past it the sample scores 0.",
+        description="Time limit of one answer check (math, reasoning_gym, user answers, agent episodes, judgement "
+        "replies), in a worker process: past it the sample scores 0.",
     )
     grm: GRMConfig | None = Field(
         None, description="Generative reward model for tasks without a verifier (writing); none: they are unscored."

@@ -27,6 +27,12 @@ class VerifierFacts:
     """It scores with a `reward: module:function` a task source may name."""
     answer_forms: bool = False
     """It reads the task's `answer_form` (a value form, or `choice`: one option letter)."""
+    final_answer: bool = False
+    """It scores a response's final answer against the task's reference: the audit's answer
+    attacks and its strict reference apply."""
+    judged: bool = False
+    """A judge model reads the response (no reference answer): the audit checks it against no
+    strict reference."""
     entry: Entry = "answer"
     """The shape of a task's `entry` it reads: the reference answer and metadata, a program's
     tests (`code`), or a reasoning-gym entry (question, answer, metadata)."""
@@ -62,13 +68,13 @@ def verifier_facts(name: str) -> VerifierFacts:
 
 for _facts in (
     VerifierFacts("code", entry="code"),
-    VerifierFacts("math", needs_answer=True, answer_forms=True),
-    VerifierFacts("reasoning_gym", needs_answer=True, entry="reasoning_gym"),
-    VerifierFacts("user", reward_function=True, answer_forms=True),
+    VerifierFacts("math", needs_answer=True, answer_forms=True, final_answer=True),
+    VerifierFacts("reasoning_gym", needs_answer=True, entry="reasoning_gym", final_answer=True),
+    VerifierFacts("user", reward_function=True, answer_forms=True, final_answer=True),
     VerifierFacts("agent", episode="agent"),
     VerifierFacts("env", episode="env"),
     VerifierFacts("verifiers"),
     VerifierFacts("judgement"),
-    VerifierFacts("grm"),
+    VerifierFacts("grm", judged=True),
 ):
     register_verifier_facts(_facts)

@@ -65,18 +65,71 @@ def parse_calls(text: str) -> tuple[list[tuple[str, dict]], list[str]]:
     return calls, errors
 
 
+# Text is text: a message's content never tokenizes as a control token (an end of turn, a
+# turn header, a tool call) of the template around it, whatever string it holds. Each
+# control string in a content is broken by a word joiner after its first character: the
+# text reads the same, and the tokenizer, which matches added tokens by their exact string,
+# reads it as text. The assistant's own turns keep their non-special added tokens (its
+# `<tool_call>` is a call); every other content, and every content a judge reads, keeps none.
+JOINER = "\u2060"  # WORD JOINER: invisible, and in no tokenizer's control strings
+# the chat markers of common templates, for a judge whose tokenizer is not known here (HTTP)
+CHAT_MARKERS = (
+    r"<\|[^|<>\s]{1,40}\|>|<\uff5c[^\uff5c<>\s]{1,40}\uff5c>|</?s>|\[/?INST\]|<(?:start|end)_of_turn>|"
+    r"</?tool_call>|</?tool_response>|</?think>"
+)
+
+
+def control_strings(tokenizer, special_only: bool = False) -> tuple[str, ...]:
+    """The strings `tokenizer` reads as one token whatever surrounds them: its special
+    tokens and (unless `special_only`) its other added tokens, longest first."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}).values()
+    found = {t.content for t in added if t.special or not special_only} | set(tokenizer.all_special_tokens)
+    return tuple(sorted((s for s in found if len(s) > 1), key=len, reverse=True))
+
+
+def as_text(text: str, pattern: str) -> str:
+    """`text` with every match of `pattern` (control strings) broken by `JOINER` after its
+    first character: the same visible text, and no control token."""
+    if not pattern:
+        return text
+    return re.sub(pattern, lambda m: m.group(0)[0] + JOINER + m.group(0)[1:], text, flags=re.IGNORECASE)
+
+
+def controls_pattern(tokenizer, special_only: bool = False) -> str:
+    return "|".join(re.escape(s) for s in control_strings(tokenizer, special_only))
+
+
+def text_messages(tokenizer, messages, judge: bool = False) -> list[dict]:
+    """Chat messages (`Message` or role/content dicts) as the template's input, each content
+    text (`as_text`): an assistant turn of the policy keeps its non-special added tokens,
+    every other content (and, for a `judge`, every content) none."""
+    every, special = controls_pattern(tokenizer), controls_pattern(tokenizer, special_only=True)
+    out = []
+    for m in messages:
+        role, content = (m["role"], m["content"]) if isinstance(m, dict) else (m.role, m.content)
+        own_turn = role == "assistant" and not judge
+        out.append({"role": role, "content": as_text(content, special if own_turn else every)})
+    return out
+
+
 def render_prompt(tokenizer, messages: tuple[Message, ...] | list[Message]) -> list[int]:
     """Token ids of the conversation so far, ending with the assistant header."""
+    text = tokenizer.apply_chat_template(text_messages(tokenizer, messages), add_generation_prompt=True, tokenize=False)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def render_judge_prompt(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of a judge's prompt: every content is text, none a control token of the
+    judge's template (a judged response that writes `<|im_end|>` does not end its turn)."""
     text = tokenizer.apply_chat_template(
-        [{"role": m.role, "content": m.content} for m in messages],
-        add_generation_prompt=True,
-        tokenize=False,
+        text_messages(tokenizer, messages, judge=True), add_generation_prompt=True, tokenize=False
     )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def render_response(tokenizer, content: str) -> list[int]:
     """Token ids of an assistant reply, closed by the end-of-turn token the engine stops on."""
+    content = as_text(content, controls_pattern(tokenizer, special_only=True))
     return tokenizer(content, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
@@ -91,7 +144,7 @@ def tool_turn_ids(tokenizer, content: str, role: str = "tool") -> list[int]:
         [
             {"role": "user", "content": "x"},
             {"role": "assistant", "content": _PLACEHOLDER},
-            {"role": role, "content": content},
+            {"role": role, "content": as_text(content, controls_pattern(tokenizer))},
         ],
         add_generation_prompt=True,
         tokenize=False,

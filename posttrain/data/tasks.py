@@ -110,6 +110,11 @@ FAMILY_ANSWER_FORMS = {
 }
 
 
+def family_answer_form(family: str, question: str) -> str | None:
+    """The form a reasoning-gym task's answer must take: its family's, else the question's wording."""
+    return FAMILY_ANSWER_FORMS.get(family) or infer_answer_form(question)
+
+
 def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
     import reasoning_gym
 
@@ -120,7 +125,7 @@ def reasoning_gym_tasks(source: ReasoningGymTasks) -> list[Task]:
         for i, entry in enumerate(_family_part(reasoning_gym, family, size, source.seed + 1000 * index, source.part)):
             system = (Message("system", source.system_prompt),) if source.system_prompt else ()
             user = Message("user", entry["question"] + source.prompt_suffix)
-            form = FAMILY_ANSWER_FORMS.get(family.name) or infer_answer_form(entry["question"])
+            form = family_answer_form(family.name, entry["question"])
             entry = {**entry, "answer_form": form} if form else entry
             tasks.append(
                 Task(

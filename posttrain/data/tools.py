@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from posttrain.data.chat import parse_calls
+from posttrain.data.chat import parse_calls, text_messages
 from posttrain.types import Message
 
 _PROBE = "posttrain_probe_tool"
@@ -103,7 +103,7 @@ def render_with_tools(tokenizer, messages: tuple[Message, ...] | list[Message], 
     else:
         native = tools
     text = tokenizer.apply_chat_template(
-        [{"role": m.role, "content": m.content} for m in messages],
+        text_messages(tokenizer, messages),
         tools=native,
         add_generation_prompt=True,
         tokenize=False,

@@ -1,11 +1,17 @@
 """Verifier of agent episodes: success is read from the environment's final state (the
 store) and the final answer, as each task's check says. A final turn that states several
 final answers that differ (`Answer: -285` then `Answer: -286`) is a hedge and scores 0,
-by the answer verifiers' check (`math_verifier.differing_answers`)."""
+by the answer verifiers' check (`math_verifier.differing_answers`). Each episode's check
+(the hedge check reads the whole final turn) runs in the answer-check workers within
+`timeout_s` (`rewards/deadline.py`): no final turn stalls the scoring process."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+
 from posttrain.data.builtin_env import EnvState, check_episode, final_line
+from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
 from posttrain.rewards.math_verifier import differing_answers
 from posttrain.rewards.user import episode_failed
 from posttrain.types import RewardResult, Sample
@@ -14,8 +20,16 @@ from posttrain.types import RewardResult, Sample
 class AgentVerifier:
     name = "agent"
 
+    def __init__(self, timeout_s: float = ANSWER_TIMEOUT_S):
+        self.timeout_s = timeout_s  # per episode, in a worker process
+
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
-        return [self.score_one(s) for s in samples]
+        """Each episode's `score_one` in a worker process, within `timeout_s`: past it, or
+        if the check crashes or raises, the episode scores 0 with the reason."""
+        calls = [(replace(slim(s), env=s.env),) for s in samples]  # the check reads the final state
+        return await asyncio.to_thread(
+            check_in_workers, self, "score_one", calls, self.timeout_s, ("math_verify",), None
+        )
 
     def score_one(self, sample: Sample) -> RewardResult:
         check = sample.task.entry.get("check")

@@ -218,7 +218,7 @@ def _report(audits: list, as_json: bool) -> int:
     from posttrain.rewards.audit import format_table, summary
     from posttrain.rewards.audit_reference import check, format_check, to_json
 
-    checks = {id(a): check(a) for a in audits if a.verifier != "grm"}
+    checks = {id(a): check(a) for a in audits if not verifier_facts(a.verifier).judged}
     if as_json:
         result = summary(audits)
         for entry, a in zip(result["verifiers"], audits):

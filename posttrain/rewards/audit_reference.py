@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from posttrain.rewards.audit import ANSWER_VERIFIERS, EPS, Outcome, VerifierAudit, expected, prompt_of
+from posttrain.config.verifiers import verifier_facts
+from posttrain.rewards.audit import EPS, Outcome, VerifierAudit, expected, prompt_of
 from posttrain.rewards.strict_reference import judge
 
 MIN_CONTROLS = 0.95
@@ -46,7 +47,7 @@ class ReferenceCheck:
         (a verifier of programs or episodes whose tasks hold no honest right answer is
         measured against its honest wrong ones alone)."""
         if self.controls == 0:
-            return self.verifier not in ANSWER_VERIFIERS
+            return not verifier_facts(self.verifier).final_answer
         return self.share >= MIN_CONTROLS
 
     def by_class(self, kind: str) -> dict[str, list[Disagreement]]:
@@ -80,7 +81,7 @@ def check(audit: VerifierAudit) -> ReferenceCheck:
         if _control(o):
             report.controls += 1
             report.controls_credited += _credited(o)
-        if audit.verifier not in ANSWER_VERIFIERS or expected(o.probe.task) is None:
+        if not verifier_facts(audit.verifier).final_answer or expected(o.probe.task) is None:
             continue
         verdict = judge(o.probe.text, expected(o.probe.task) or "", prompt_of(o.probe.task))
         if _control(o) and not verdict.credited:

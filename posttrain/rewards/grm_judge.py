@@ -9,7 +9,9 @@ so (`JudgeReply.transport`), so that its retry keeps the temperature.
   timeout, the API key read from an environment variable and sent as a Bearer token. A
   request that fails in transport (a timeout, a lost connection, 408, 409, 429, 5xx) is
   sent again by the client after an exponential backoff that honours Retry-After, up to
-  `transport_retries` times, before the GRM sees the failure.
+  `transport_retries` times, before the GRM sees the failure. The endpoint's tokenizer is
+  not known here, so the chat markers of common templates in a message are broken
+  (`data.chat.as_text`): a judged response's `<|im_end|>` does not end its turn.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ class HTTPBackend:
     def _body(self, call: JudgeCall) -> dict:
         body = {
             "model": self.config.model,
-            "messages": list(call.messages),
+            "messages": [_as_text(m) for m in call.messages],
             "max_tokens": call.max_tokens,
             "temperature": call.temperature,
         }
@@ -232,6 +234,15 @@ def _message(exc) -> str:
         inner = body.get("error", body)
         return str(inner.get("message", inner) if isinstance(inner, dict) else inner)
     return str(body if body is not None else exc.message)
+
+
+def _as_text(message: dict) -> dict:
+    """A message whose content reads as text at an endpoint whose tokenizer is not known
+    here: the chat markers of common templates in it are broken (`chat.as_text`)."""
+    from posttrain.data.chat import CHAT_MARKERS, as_text
+
+    content = message.get("content")
+    return {**message, "content": as_text(content, CHAT_MARKERS)} if isinstance(content, str) else message
 
 
 def make_backend(config: VLLMJudge | HTTPJudge, shared=None):

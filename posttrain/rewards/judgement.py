@@ -6,12 +6,15 @@ reads and holds the case's criteria kinds (one essential at least, the pitfalls 
 answer, A or B.
 
 A reply that cannot be read scores 0 (the policy's doing, never a void); a task without a
-known answer is unscored."""
+known answer is unscored. Each reply is read in the answer-check workers within `timeout_s`
+(`rewards/deadline.py`): no reply stalls the scoring process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
 from posttrain.rewards.grm_parse import ParseError, extract_json, parse_rubric, parse_verdict
 from posttrain.types import RewardResult, Sample
 
@@ -19,11 +22,15 @@ from posttrain.types import RewardResult, Sample
 class JudgementVerifier:
     name = "judgement"
 
-    def __init__(self, reason_chars: int = 80):
+    def __init__(self, reason_chars: int = 80, timeout_s: float = ANSWER_TIMEOUT_S):
         self.reason_chars = reason_chars
+        self.timeout_s = timeout_s  # per reply, in a worker process
 
     async def score(self, samples: list[Sample]) -> list[RewardResult]:
-        return [self.score_one(s) for s in samples]
+        calls = [(slim(s),) for s in samples]
+        return await asyncio.to_thread(
+            check_in_workers, self, "score_one", calls, self.timeout_s, ("math_verify",), None
+        )
 
     def score_one(self, sample: Sample) -> RewardResult:
         entry = sample.task.entry

@@ -1,24 +1,112 @@
-"""Verifier for reasoning-gym tasks: extract the answer, and score it with `math_verifier.judge`
-(the answer read as a value against the expected one) and with the family's own scoring
-function; say why. Every refusal of `judge` stands whoever would have credited the answer:
-a hedge, an answer that is the computation rather than its result (`85 - 25` for 60), one
-not in the form the task asks for (`answer_form`), a relation, and padding: a family's
-partial credit for an answer that contains the expected one (`2140` for 214) is not given,
-and no partial credit is lifted to 1 before that check. Where `judge` finds the values
-equal the answer scores 1; otherwise the family's scorer decides (its own answer formats:
-words, lists, boards), with its partial credit."""
+"""Verifier for reasoning-gym tasks: the family's own scoring function is asked on every
+task and decides it (its answer formats: words, lists, boards, expressions to construct,
+mappings); the answer verifiers' `math_verifier.judge` may refuse, and credits only where
+the expected answer is a mathematical value (`value_gold`: nothing to construct, order or
+map) and the answer states that value, its items in the expected order, in a form the
+family's string comparison misreads (`x = 13`, `-4.0`, `\\dfrac{1}{2}`). What it refuses:
+
+- on every task, a hedge: several final answers that differ, another value offered after
+  the answer, an answer too long to be one (a board's lines are one answer, not values on
+  several lines);
+- where the expected answer is a value (a number, a fraction, an expression), every refusal of
+  `judge` also stands: an answer that is the computation rather than its result (`85 - 25`
+  for 60), not in the form the task asks for (`answer_form`), a relation;
+- partial credit: a family's partial credit for an answer that contains the expected one
+  (`2140` for 214), or that is its items in another order (a sorted list unsorted), is not
+  given.
+
+So an answer equal in value to a construction's target is not the construction: countdown
+answered with its target number, puzzle24 with `24`, prime_factorization with the number, a
+list in another order, a mapping with two digits swapped score what the family gives them."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, entry_reference
 from posttrain.rewards.extract import extract_answer
-from posttrain.rewards.math_verifier import judge, math_equivalent, padding
+from posttrain.rewards.math_verifier import Verdict, judge, math_equivalent, padding
 from posttrain.types import RewardResult, Sample
 
 __all__ = ["ReasoningGymVerifier", "math_equivalent", "padding"]
 PRELOAD = ("math_verify", "reasoning_gym")  # what the answer-check workers of this verifier import first
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:\s*/\s*\d+)?")
+_ARITHMETIC = re.compile(r"[\d\s.()+\-*/×÷]+")  # numbers and operations only: a construction
+_OPERATION = re.compile(r"[\d)]\s*[+\-*/×÷]\s*[\d(]")
+_NUMERAL_SYSTEM = re.compile(r"(?<![\w.])0[xXbBoO][0-9a-fA-F]+")
+_LATEX_NAMES = re.compile(r"\\(?:begin|end)\{[^}]*\}|\\[a-zA-Z]+")
+_WORD = re.compile(r"[a-zA-Z]{3,}")
+_LABEL = re.compile(r"[A-Za-z]\w*\s*=")
+
+
+def value_gold(gold: str) -> bool:
+    """Whether an expected answer is a mathematical value (a number, a fraction, a percent,
+    an expression in variables, an interval, a set, a choice letter), which `judge` compares
+    as such; not a construction of numbers (`94*4 - 61 - 6`, `2 × 3 × 5`), a numeral of
+    another base (`0x5b`), words, a mapping of labels (`C=3,E=0`) or a board on several lines:
+    those only the family can check."""
+    g = gold.strip()
+    if "\n" in g or _NUMERAL_SYSTEM.search(g) or len(_LABEL.findall(g)) > 1:
+        return False
+    if _ARITHMETIC.fullmatch(g) and _OPERATION.search(g) and not _NUMBER.fullmatch(g):
+        return False
+    return not _WORD.search(_LATEX_NAMES.sub(" ", g))
+
+
+def one_line(response: str, answer: str) -> str:
+    """The response with its final answer's lines joined (`a / b`): a board or a list on
+    several lines is one answer, and the hedge check must not read its lines as several."""
+    if "\n" not in answer:
+        return response
+    at = response.rfind(answer)
+    if at < 0:
+        return response
+    joined = " / ".join(line.strip() for line in answer.splitlines() if line.strip())
+    return response[:at] + joined + response[at + len(answer) :]
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"\w+|[^\w\s]", text.lower())
+
+
+def reordering(gold: str, answer: str) -> str | None:
+    """Why `answer` is the expected answer's words and signs in another order, or None:
+    where the family gives such an answer partial credit, the order was the task."""
+    words, expected = _tokens(answer), _tokens(gold)
+    if words == expected or sorted(words) != sorted(expected):
+        return None
+    return f"wrong: {answer[:60]!r} is the expected {gold[:60]!r} in another order (no partial credit)"
+
+
+def _reordered_list(gold: str, answer: str) -> bool:
+    """The expected answer is a list (items between commas, or numbers between spaces; a
+    set's braces aside: its order is free) and the answer has its items in another order."""
+    g = gold.strip()
+    listed = "," in g or ";" in g or re.fullmatch(r"[-+\d.]+(?:\s+[-+\d.]+)+", g) is not None
+    return listed and not g.startswith(("\\{", "{")) and reordering(gold, answer) is not None
+
+
+def shape_refusal(response: str, mode: str, question: str | None) -> Verdict | None:
+    """Why the response's shape refuses its answer whatever the value (a hedge, an answer
+    too long), or None: `judge` with the response's own answer as the expected one, so that
+    no value is compared, and a board's lines joined into one answer."""
+    answer, _ = extract_answer(response, mode)
+    if answer is None:
+        return None
+    own = " / ".join(line.strip() for line in answer.splitlines() if line.strip()) or answer
+    shape = judge(own, one_line(response, answer), mode, None, question)
+    return shape if shape.score < 1.0 else None
+
+
+def value_verdict(gold: str, response: str, mode: str, form: str | None, question: str | None) -> Verdict | None:
+    """`judge`'s verdict where the expected answer is a value (`value_gold`), else None."""
+    return judge(gold, response, mode, form, question) if value_gold(gold) else None
+
+
+def plainly_different(verdict: Verdict) -> bool:
+    """A verdict of values that differ (the family may still read the answer), not a refusal."""
+    return verdict.reason.startswith("wrong: ") and "among other text" not in verdict.reason
 
 
 class ReasoningGymVerifier:
@@ -54,21 +142,25 @@ class ReasoningGymVerifier:
             return RewardResult(0.0, f"no answer found ({how})", self.name, details)
         gold = None if entry.get("answer") is None else str(entry["answer"])
         question = question if question is not None else entry.get("question")
-        verdict = None
-        if gold is not None:
-            verdict = judge(gold, response, self.answer_format, answer_form or entry.get("answer_form"), question)
-            details.update(verdict.details)
-            if verdict.score == 1.0:
-                return RewardResult(1.0, verdict.reason, self.name, details)
-            if not verdict.reason.startswith("wrong: ") or "among other text" in verdict.reason:
-                return RewardResult(0.0, verdict.reason, self.name, details)
+        form = answer_form or entry.get("answer_form")
+        refused = shape_refusal(response, self.answer_format, question)
+        value = None if gold is None else value_verdict(gold, response, self.answer_format, form, question)
+        if refused is None and value is not None and value.score < 1.0 and not plainly_different(value):
+            refused = value
+        if refused is not None:
+            details.update(refused.details)
+            return RewardResult(0.0, refused.reason, self.name, details)
         score = float(self._scorer(family)(answer, entry))
+        details["family_score"] = score
+        if value is not None and value.score == 1.0 and score < 1.0 and not _reordered_list(gold, answer):
+            reason = f"{value.reason}; the family's scorer gives its form {score:g}"
+            return RewardResult(1.0, reason, self.name, {**details, **value.details})
         if 0 < score < 1 and gold is not None:
-            padded = padding(gold, answer)
-            if padded:
-                return RewardResult(0.0, padded, self.name, details)
+            partial = padding(gold, answer) or reordering(gold, answer)
+            if partial:
+                return RewardResult(0.0, partial, self.name, details)
         verdict_word = "correct" if score >= 1.0 else ("partly correct" if score > 0 else "wrong")
-        reason = f"{verdict_word}: {answer!r} vs expected {entry.get('answer')!r} ({how}, the family's scorer)"
+        reason = f"{verdict_word}: {answer[:80]!r} vs expected {str(gold)[:80]!r} ({how}, the family's scorer)"
         if finish_reason == "length":
             reason += "; response hit max_tokens"
         return RewardResult(score, reason, self.name, details)

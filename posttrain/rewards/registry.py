@@ -184,7 +184,7 @@ def _alone_reasoning_gym(alone: Alone):
 def _build_agent(stage, leaves, judge):
     from posttrain.rewards.agent_verifier import AgentVerifier
 
-    return AgentVerifier()
+    return AgentVerifier(stage.reward.answer_timeout_s)
 
 
 def _alone_agent(alone: Alone):
@@ -259,7 +259,8 @@ def _build_judgement(stage, leaves, judge):
         return None
     from posttrain.rewards.judgement import JudgementVerifier
 
-    return JudgementVerifier(stage.reward.grm.reason_chars if stage.reward.grm is not None else 80)
+    reason_chars = stage.reward.grm.reason_chars if stage.reward.grm is not None else 80
+    return JudgementVerifier(reason_chars, stage.reward.answer_timeout_s)
 
 
 def _build_grm(stage, leaves, judge):
@@ -292,6 +293,12 @@ def _code_row(row, name):
     from posttrain.rewards.try_task import code_row
 
     return code_row(row, name)
+
+
+def _math_row(row, name):
+    from posttrain.rewards.try_task import math_row
+
+    return math_row(row, name)
 
 
 def _family_row(row, name):
@@ -412,16 +419,17 @@ register(
 )
 register(
     Verifier(
-        VerifierFacts("math", needs_answer=True, answer_forms=True),
+        VerifierFacts("math", needs_answer=True, answer_forms=True, final_answer=True),
         _build_math,
         _alone_math,
         _gold_math,
+        read_row=_math_row,
         **_ANSWER,
     )
 )
 register(
     Verifier(
-        VerifierFacts("reasoning_gym", needs_answer=True, entry="reasoning_gym"),
+        VerifierFacts("reasoning_gym", needs_answer=True, entry="reasoning_gym", final_answer=True),
         _build_reasoning_gym,
         _alone_reasoning_gym,
         _gold_reasoning_gym,
@@ -431,7 +439,7 @@ register(
 )
 register(
     Verifier(
-        VerifierFacts("user", reward_function=True, answer_forms=True),
+        VerifierFacts("user", reward_function=True, answer_forms=True, final_answer=True),
         _build_user,
         _alone_user,
         _gold_user,
@@ -471,7 +479,7 @@ register(
 register(Verifier(VerifierFacts("judgement"), _build_judgement))
 register(
     Verifier(
-        VerifierFacts("grm"),
+        VerifierFacts("grm", judged=True),
         _build_grm,
         _alone_grm,
         try_row=_try_judged,

@@ -21,7 +21,7 @@ from pathlib import Path
 from posttrain.config.verifiers import verifier_facts
 from posttrain.data.choices import CHOICE, choice_entry
 from posttrain.rewards.registry import Alone, TryCall, get_verifier, tried
-from posttrain.types import Completion, Message, RewardResult, Sample, Task
+from posttrain.types import ANSWER_FORMS, Completion, Message, RewardResult, Sample, Task, infer_answer_form
 
 TASK_KEYS = ("verifier", "id", "prompt", "messages", "question", "family", "entry")
 
@@ -84,26 +84,37 @@ def code_row(row: dict, name: str) -> Task:
     return coding_row_task(fields, 1, CodingTasks(type="coding"), name)
 
 
-def answer_row(row: dict, name: str, entry: dict | None = None) -> Task:
-    """A row whose entry is the row's other fields (or its `entry`), with its `answer`."""
+def answer_row(row: dict, name: str, entry: dict | None = None, inferred=None) -> Task:
+    """A row whose entry is the row's other fields (or its `entry`), with its `answer` and the
+    form it must take (`answer_form`)."""
     entry = _entry(row) if entry is None else entry
     answer = entry.get("answer", row.get("answer"))
     answer = None if answer is None else str(answer)
     family = row.get("family") or row["verifier"]
-    form = row.get("answer_form")
+    messages = _messages(row)
+    form = answer_form(row, entry, family, messages, inferred)
     if form == CHOICE:  # multiple choice: the options are read from the prompt, as a task file's are
-        entry = {**entry, **choice_entry(_messages(row)[-1].content, answer), "answer_form": form}
+        entry = {**entry, **choice_entry(messages[-1].content, answer)}
         answer = entry["answer"]
+    entry = {**entry, "answer_form": form} if form else entry
     task_id = str(row.get("id", name))
-    return Task(task_id, family, _messages(row), answer=answer, entry=entry, verifier=row["verifier"], answer_form=form)
+    return Task(task_id, family, messages, answer=answer, entry=entry, verifier=row["verifier"], answer_form=form)
+
+
+def math_row(row: dict, name: str) -> Task:
+    """A math row: the form its question asks for is inferred, as a math source's
+    `answer_form: infer` does."""
+    return answer_row(row, name, inferred=lambda family, question: infer_answer_form(question))
 
 
 def family_row(row: dict, name: str) -> Task:
-    """A reasoning-gym row: its `family` names the scorer."""
+    """A reasoning-gym row: its `family` names the scorer (and the answer form, with the question)."""
     entry = _entry(row)
     if not row.get("family"):
         raise ValueError("a reasoning_gym row needs its `family` (e.g. basic_arithmetic)")
-    return answer_row(row, name, entry)
+    from posttrain.data.tasks import family_answer_form
+
+    return answer_row(row, name, entry, inferred=family_answer_form)
 
 
 def agent_row(row: dict, name: str) -> Task:
@@ -115,11 +126,25 @@ def agent_row(row: dict, name: str) -> Task:
 
 
 def user_row(row: dict, name: str) -> Task:
-    """A user row: the entry a user function sees (answer and metadata; a multiple-choice
-    row's options too)."""
+    """A user row: the entry a user function sees (answer and metadata; the form the row
+    states, and a multiple-choice row's options)."""
     task = answer_row(row, name)
-    choice = {k: task.entry[k] for k in ("choices", "answer_form") if k in task.entry}
-    return replace(task, entry={"answer": task.answer, "metadata": task.entry.get("metadata") or {}, **choice})
+    kept = {k: task.entry[k] for k in ("choices", "answer_form") if k in task.entry}
+    return replace(task, entry={"answer": task.answer, "metadata": task.entry.get("metadata") or {}, **kept})
+
+
+def answer_form(row: dict, entry: dict, family: str, messages, inferred=None) -> str | None:
+    """The form the row's answer must take, decided as the pipeline's source of such rows
+    decides it (so that `try` scores what training pays): the row's `answer_form`, else
+    `inferred(family, question)` where the verifier's source infers one (reasoning_gym: the
+    family's or the question's; math: the question's wording); user files state theirs."""
+    form = row.get("answer_form", entry.get("answer_form"))
+    if form is not None and form not in ("infer", CHOICE, *ANSWER_FORMS):
+        raise ValueError(f"answer_form {form!r} is not one of {', '.join((*ANSWER_FORMS, CHOICE))}")
+    if form in (None, "infer") and inferred is not None:
+        question = "\n".join(m.content for m in messages if m.role == "user")
+        return inferred(family, question)
+    return None if form == "infer" else form
 
 
 def _agent_env(task: Task, response: str) -> tuple[dict, int]:

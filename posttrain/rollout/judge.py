@@ -12,6 +12,7 @@ import ray
 
 from posttrain.config import VLLMJudge
 from posttrain.config.resources import device_of
+from posttrain.data.chat import render_judge_prompt
 from posttrain.rollout.engine import engine_env, vllm_args
 
 
@@ -107,8 +108,7 @@ class JudgeEngine:
         started = time.perf_counter()
         prompts, params, fits = [], [], []
         for req in requests:
-            text = self.tokenizer.apply_chat_template(req["messages"], add_generation_prompt=True, tokenize=False)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = render_judge_prompt(self.tokenizer, req["messages"])  # the judged text is text
             room = self.max_model_len - len(ids)
             fits.append(room >= 8)
             if not fits[-1]:
