@@ -197,6 +197,8 @@ class EnvEpisodes:
         if not ok:  # the environment raised, hung or returned garbage: this episode ends (`Failure.kind` says how)
             traj.finish_reason = "env_error"
             episode.pop("pending", None)
+            # the turn's calls failed with it: counted in `agent/tool_error_frac`, the error as their reply
+            episode["calls"] += [{"name": n, "arguments": a, "reply": str(out)[:200], "ok": False} for n, a in calls]
             episode.update(done=True, error=str(out), error_kind=getattr(out, "kind", "start"))
             return False
         episode["state"] = out["state"]
