@@ -3,7 +3,7 @@ teaches the tiny model to call the shop's tool; in RL the tool returns a dict, r
 hangs, by task. Each step shows it where the user looks: the faults line on the console,
 the `env/*` counts and `time/env_s` in metrics.jsonl, the health flags; the faults pass
 their share, so the run stops with exit 1 naming the cause, and `rewards show --fault`
-lists the samples."""
+lists the samples. The same for a reward function that raises or hangs."""
 
 import json
 import os
@@ -115,3 +115,49 @@ def test_an_environment_that_fails_is_shown_each_step_and_stops_the_run(tmp_path
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith(f"stage rl, step 1: {int(rl[0]['env/errors'])} of 6 samples with fault env_error")
     assert "the environment's call on this episode raised" in shown.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.system
+@pytest.mark.timeout(900)
+def test_a_reward_function_that_raises_or_hangs_is_shown_each_step_and_stops_the_run(tmp_path):
+    rows = [{"id": str(i), "prompt": f"How many items are in shop {i}?"} for i in range(20)]
+    (tmp_path / "shops.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tasks = {
+        "type": "user",
+        "path": str(tmp_path / "shops.jsonl"),
+        "reward": "fault_rewards:shaky",
+        "reward_timeout_s": 2,
+        "gold_check": False,
+    }
+    stage = {"name": "rl", "type": "rl", "steps": 6, "lr": 1e-4, "prompts_per_step": 4, "group_size": 2}
+    config = {
+        "name": "shaky",
+        "model": {"name": "tiny"},
+        "rollout": {"max_model_len": 96, "kv_cache_gib": 0.25},
+        "trainer": {"workers": 1},
+        "wandb": {"enabled": False},
+        "stages": [{**stage, "max_tokens": 4, "tasks": tasks}],
+    }
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(config))
+    run = tmp_path / "run"
+    proc = posttrain("run", str(tmp_path / "p.yaml"), "--run-dir", str(run), timeout=800)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    rl = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rl if r["stage"] == "rl"] == [1, 2], out[-4000:]
+    raised = sum(r["reward/raised"] for r in rl)
+    hung = sum(r["reward/timeouts"] for r in rl)
+    assert raised > 0 and hung > 0 and raised + hung == 16, rl  # every sample's reward call failed
+    assert all(r["health/faults"] == 1.0 and r["samples/unscored"] == 0.0 for r in rl)
+    faults = [line for line in out.splitlines() if line.startswith("faults: [rl] step ")]
+    assert len(faults) == 2 and all("reward/" in line for line in faults), out[-4000:]
+    # the first cause, named: the TypeError of the dict the function now reads, where a step had one
+    assert any("TypeError: unsupported operand type(s) for +: 'dict' and 'float'" in line for line in faults)
+    step = next(r["step"] for r in rl if r["reward/timeouts"] > 0)
+    assert rl[step - 1]["time/score_s"] >= 2.0  # the hung reward is in the scoring phase's time
+    args = ("rewards", "show", str(run), "--stage", "rl", "--step", str(step), "--fault", "reward_timeout")
+    shown = posttrain(*args, timeout=120)
+    assert shown.returncode == 0 and "reason: scored 0: user reward timed out after 2.0s" in shown.stdout, shown
+    stop = next(line for line in out.splitlines() if line.startswith("posttrain: "))
+    assert stop.startswith("posttrain: [rl] stopped at step 2: for 2 steps in a row the environment, reward or judge")
