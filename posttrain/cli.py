@@ -129,6 +129,11 @@ def _rewards_parser(rewards: argparse.ArgumentParser) -> None:
         "newest stage that has some, and without --step its last step that has some",
     )
     show.add_argument("--verifier", help="only samples whose task names this verifier (as --source)")
+    show.add_argument(
+        "--fault",
+        help="only samples of --step with this fault, each whole: env_error, env_timeout, reward_raised, "
+        "reward_timeout, judge_unreadable, unscored (the step's faults line names one)",
+    )
     replay = sub.add_parser("replay", help="rescore saved rollouts with the run's (or a changed) reward config")
     replay.add_argument("run_dir")
     replay.add_argument("--stage", help="RL stage (default: the last one with saved rollouts)")
@@ -251,10 +256,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         config = load_pipeline(args.pipeline, args.override)
         if args.command == "validate":
-            from posttrain.pipeline import model_line, preflight
+            from posttrain.pipeline import judge_warnings, model_line, preflight
             from posttrain.runtime.memory import plan_lines
 
             preflight(config, args.pipeline)  # a refusal is one line on stderr, the memory plan's too
+            for line in judge_warnings(config, args.pipeline):
+                print(line, file=sys.stderr)
             lines, _ = plan_lines(config)
             print(f"# {model_line(config, args.pipeline)}")  # a YAML comment: stdout stays the resolved YAML
             print("\n".join(f"# {line}" for line in lines))
@@ -408,7 +415,8 @@ def _rewards_command(args) -> int:
         from posttrain.rewards import debug as rewards
 
         if args.action == "show":
-            rewards.show(run_dir, args.stage, args.step, args.sample, args.worst, args.source, args.verifier)
+            a = args
+            rewards.show(run_dir, a.stage, a.step, a.sample, a.worst, a.source, a.verifier, a.fault)
         else:
             rewards.replay(run_dir, args.stage, args.override, args.step, args.last, args.top, not args.no_cache)
     except (ConfigError, DebugError, ValueError) as exc:

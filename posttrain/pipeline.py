@@ -107,6 +107,25 @@ def model_line(config: PipelineConfig, source: str) -> str:
         raise ConfigError(f"{source}: model.name: {exc}") from None
 
 
+def judge_warnings(config: PipelineConfig, source: str) -> list[str]:
+    """One line per GRM whose judge is a built-in model as shipped, never trained to judge:
+    measured (docs/grm.md), the base judge picks the better response in 0.49 of held-out
+    pairs (it answers "A" to every call), so its rewards are position bias and noise."""
+    from posttrain.config.base import BUILTIN_MODELS
+
+    lines = []
+    for i, stage in enumerate(config.stages):
+        grm = stage.grm()
+        model = getattr(getattr(grm, "judge", None), "model", None)
+        if model in BUILTIN_MODELS:
+            lines.append(
+                f"{source}: warning: stages[{i}].reward.grm.judge.model {model} is an untrained small judge "
+                '(measured: 0.49 of held-out pairs right, "A" to every call; docs/grm.md): its rewards are noise; '
+                "train one first (pipelines/judge.yaml, then `model: stage:NAME`) or name a larger model"
+            )
+    return lines
+
+
 def resume_plan(config: PipelineConfig, run_dir: Path, state: dict) -> dict[str, Path]:
     """Checkpoint to continue each unfinished stage from; metrics rows past it are set aside
     (they will be logged again), before the metrics file is opened for appending."""

@@ -76,6 +76,13 @@ class Completion:
     finish_reason: str
 
 
+# What went wrong on a sample, machine-readable: `RewardResult.details["fault"]` (set where
+# the fault happens; the RL step counts them, records/faults.py). A fault is the user's piece
+# failing (their environment, reward function or judge), never the policy's answer being wrong.
+Fault = Literal["env_error", "env_timeout", "reward_raised", "reward_timeout", "judge_unreadable"]
+FAULTS: tuple[Fault, ...] = ("env_error", "env_timeout", "reward_raised", "reward_timeout", "judge_unreadable")
+
+
 @dataclass(frozen=True)
 class RewardResult:
     """A reward with its reason; `ok=False` flags a sample that could not be scored;

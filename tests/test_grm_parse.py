@@ -237,5 +237,6 @@ def test_grm_metrics_count_unscored_and_capped():
         "grm/length_capped": 1.0,
         "grm/cache_hit": pytest.approx(1 / 3),
         "grm/latency_s": 2.0,
+        "grm/unreadable_frac": 0.0,  # no verdicts recorded on these results
     }
     assert grm_metrics(results[3:]) == {}

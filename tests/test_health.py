@@ -167,6 +167,14 @@ def test_every_check_is_described():
         "constant_reward",
         "unscored",
         "dropped",
+        "env_errors",
+        "env_timeouts",
+        "reward_raised",
+        "reward_timeouts",
+        "judge_unreadable",
+        "faults",
+        "grm_orders_agree",
+        "grm_spread",
     }
 
 

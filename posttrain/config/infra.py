@@ -297,6 +297,14 @@ HealthCheckName = Literal[
     "constant_reward",
     "unscored",
     "dropped",
+    "env_errors",
+    "env_timeouts",
+    "reward_raised",
+    "reward_timeouts",
+    "judge_unreadable",
+    "faults",
+    "grm_orders_agree",
+    "grm_spread",
 ]
 
 
@@ -366,10 +374,35 @@ class HealthConfig(Base):
         description="Flag `samples/dropped_frac` (samples of the step left out of training: unscored, empty, stale) "
         "above this.",
     )
+    fault_frac_max: float | None = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Flag `env/errors`, `env/timeouts`, `reward/raised`, `reward/timeouts`, `judge/unreadable` "
+        "(counts of the step's samples) when one is above this share of the step's samples.",
+    )
+    faulted_frac_max: float | None = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Flag `samples/faulted_frac` (samples whose environment, reward or judge failed, or unscored) "
+        "above this; in `stop_on` by default.",
+    )
+    faults_stop_after: int = Field(
+        2, ge=1, le=10_000_000, description="Steps in a row with `faults` firing that stop the run (if in stop_on)."
+    )
+    grm_orders_agree_min: float | None = Field(
+        0.5, ge=0, le=1, description="Flag `grm/orders_agree` (pairwise: both orders picked the same) below this."
+    )
+    grm_spread_min: float | None = Field(
+        0.01, ge=0, description="Flag `grm/group_std` (mean std of GRM scores within a group) below this floor."
+    )
     stop_on: list[HealthCheckName] = Field(
-        default_factory=lambda: ["zero_advantage", "constant_reward"],
+        default_factory=lambda: ["zero_advantage", "constant_reward", "faults", "grm_orders_agree", "grm_spread"],
         description="Checks that stop the run (one line, exit 1, checkpoint and records written) when one of them "
-        "fires at `stop_after` steps in a row: by default, a reward that carries no signal; []: never stop.",
+        "fires at `stop_after` steps in a row (`faults`: `faults_stop_after`): by default, a reward that carries no "
+        "signal, a step whose environment, reward or judge failed on most samples, and a judge that is noise; "
+        "[]: never stop.",
     )
     stop_after: int = Field(
         20, ge=1, le=10_000_000, description="Steps in a row with a `stop_on` check firing that stop the run."

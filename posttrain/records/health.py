@@ -56,11 +56,43 @@ CHECKS = {
         ),
         Check("unscored", "samples/unscored_frac", "unscored samples", "samples no verifier could score"),
         Check("dropped", "samples/dropped_frac", "dropped samples", "samples of the step left out of training"),
+        Check("env_errors", "env/errors", "environment errors", "your environment raised or returned the wrong type"),
+        Check("env_timeouts", "env/timeouts", "environment timeouts", "a call of your environment hung past timeout_s"),
+        Check("reward_raised", "reward/raised", "reward raised", "your reward raised or returned no number"),
+        Check("reward_timeouts", "reward/timeouts", "reward timeouts", "your reward function hung past its timeout"),
+        Check("judge_unreadable", "judge/unreadable", "judge unreadable", "the judge's verdicts could not be read"),
+        Check(
+            "faults",
+            "samples/faulted_frac",
+            "faulted samples",
+            "samples whose environment, reward or judge failed, or that no verifier scored",
+        ),
+        Check(
+            "grm_orders_agree",
+            "grm/orders_agree",
+            "judge orders disagree",
+            "the pairwise judge's verdict follows the position, not the responses",
+        ),
+        Check(
+            "grm_spread",
+            "grm/group_std",
+            "judge scores do not spread",
+            "the GRM scores a group's responses almost alike: its advantages are noise",
+        ),
     )
 }
+FAULT_CHECKS = {  # the checks on a fault kind's count, as a share of the step's samples
+    "env_errors": "env/errors",
+    "env_timeouts": "env/timeouts",
+    "reward_raised": "reward/raised",
+    "reward_timeouts": "reward/timeouts",
+    "judge_unreadable": "judge/unreadable",
+}
+STOP_NOW = ("faults",)  # stop after `faults_stop_after` steps in a row, not `stop_after`
+JUDGE_CHECKS = ("grm_orders_agree", "grm_spread")
 WATCHED = sorted(
     {c.metric for c in CHECKS.values()}
-    | {"response_tokens/mean", "budget/tokens", "code/tests_counted", "reward/mean", "samples/scored"}
+    | {"response_tokens/mean", "budget/tokens", "code/tests_counted", "reward/mean", "samples/scored", "samples/total"}
 )
 
 
@@ -103,6 +135,10 @@ def threshold(name: str, config: HealthConfig, max_staleness: int | None = None)
         "constant_reward": "= 0 over the step's scored samples (health.constant_reward)",
         "unscored": f"> {c.unscored_frac_max} (health.unscored_frac_max)",
         "dropped": f"> {c.dropped_frac_max} (health.dropped_frac_max)",
+        **{f: f"share of the step's samples > {c.fault_frac_max} (health.fault_frac_max)" for f in FAULT_CHECKS},
+        "faults": f"> {c.faulted_frac_max} (health.faulted_frac_max)",
+        "grm_orders_agree": f"< {c.grm_orders_agree_min} (health.grm_orders_agree_min)",
+        "grm_spread": f"< {c.grm_spread_min} (health.grm_spread_min)",
     }[name]
 
 
@@ -126,6 +162,10 @@ def enabled(name: str, config: HealthConfig, max_staleness: int | None = None) -
             "constant_reward": c.constant_reward,
             "unscored": c.unscored_frac_max is not None,
             "dropped": c.dropped_frac_max is not None,
+            **{f: c.fault_frac_max is not None for f in FAULT_CHECKS},
+            "faults": c.faulted_frac_max is not None,
+            "grm_orders_agree": c.grm_orders_agree_min is not None,
+            "grm_spread": c.grm_spread_min is not None,
         }[name]
     )
 
@@ -184,6 +224,8 @@ class HealthMonitor:
         self.stream, self.outcome = stream, outcome
         self.streak = 0  # steps in a row with a `stop_on` check firing
         self.streak_flags: dict[str, HealthFlag] = {}
+        self.fault_streak = 0  # ... the same for the fault checks (`faults_stop_after`)
+        self.fault_flags: dict[str, HealthFlag] = {}
         self.last_step = 0
         self.history: deque[dict] = deque(maxlen=2 * config.window)
         self.rises = 0
@@ -299,6 +341,39 @@ class HealthMonitor:
     def _dropped(self, v):
         return _above(v["samples/dropped_frac"], self.config.dropped_frac_max)
 
+    def _fault_share(self, v, metric: str):
+        count, total = v[metric], v["samples/total"]
+        if not count or not total:
+            return None
+        share, bound = count / total, self.config.fault_frac_max
+        return (share, bound, f"{count:g} of {total:g} samples") if share > bound else None
+
+    def _env_errors(self, v):
+        return self._fault_share(v, "env/errors")
+
+    def _env_timeouts(self, v):
+        return self._fault_share(v, "env/timeouts")
+
+    def _reward_raised(self, v):
+        return self._fault_share(v, "reward/raised")
+
+    def _reward_timeouts(self, v):
+        return self._fault_share(v, "reward/timeouts")
+
+    def _judge_unreadable(self, v):
+        return self._fault_share(v, "judge/unreadable")
+
+    def _faults(self, v):
+        return _above(v["samples/faulted_frac"], self.config.faulted_frac_max)
+
+    def _grm_orders_agree(self, v):
+        value, bound = v["grm/orders_agree"], self.config.grm_orders_agree_min
+        return (value, bound, "a judge at chance or worse") if value is not None and value < bound else None
+
+    def _grm_spread(self, v):
+        value, bound = v["grm/group_std"], self.config.grm_spread_min
+        return (value, bound, "mean std of GRM scores within a group") if value is not None and value < bound else None
+
     # ------------------------------------------------------------ the driver's hook
 
     def step(self, step: int, row: dict) -> dict[str, float]:
@@ -312,19 +387,36 @@ class HealthMonitor:
                 self.warn(flag)
         self.firing = {f.name for f in flags}
         stopping = [f for f in flags if f.name in self.config.stop_on] if self.outcome else []
-        self.streak = self.streak + 1 if stopping else 0
-        self.streak_flags = {f.name: f for f in stopping} if stopping else {}
+        slow = [f for f in stopping if f.name not in STOP_NOW]
+        self.streak = self.streak + 1 if slow else 0
+        self.streak_flags = {f.name: f for f in slow}
+        fast = [f for f in stopping if f.name in STOP_NOW]
+        self.fault_streak = self.fault_streak + 1 if fast else 0
+        self.fault_flags = {f.name: f for f in fast}
         self.last_step = step
         return {"health/flags": float(len(flags)), **{f"health/{f.name}": f.value for f in flags}}
 
     def stop_reason(self) -> str | None:
-        """Why the run must stop: a `stop_on` check fired at `stop_after` steps in a row."""
-        if not self.config.enabled or self.streak < self.config.stop_after:
+        """Why the run must stop: a `stop_on` check fired at `stop_after` steps in a row (a
+        fault check: at `faults_stop_after`)."""
+        if not self.config.enabled:
+            return None
+        if self.fault_streak >= self.config.faults_stop_after:
+            fired = "; ".join(f"health/{f.name}: {f.message}" for f in self.fault_flags.values())
+            return (
+                f"[{self.stage}] stopped at step {self.last_step}: for {self.fault_streak} steps in a row the "
+                f"environment, reward or judge failed on too many samples ({fired}); fix the cause named in the "
+                "faults line above, or change health.faulted_frac_max / health.faults_stop_after / health.stop_on"
+            )
+        if self.streak < self.config.stop_after:
             return None
         fired = "; ".join(f"health/{f.name}: {f.message}" for f in self.streak_flags.values())
         if set(self.streak_flags) <= set(SIGNAL_CHECKS):
             why = "its reward carried no signal, so nothing was learned"
             advice = "check the reference answers (`posttrain validate` scores them), the verifier and the prompts"
+        elif set(self.streak_flags) <= set(SIGNAL_CHECKS) | set(JUDGE_CHECKS):
+            why = "its judge's verdicts carried no signal (position bias, or scores that do not spread)"
+            advice = "train the judge first (pipelines/judge.yaml) or point reward.grm.judge at a larger model"
         else:
             why = f"health.stop_on checks fired ({', '.join(self.streak_flags)})"
             advice = "see the flags above"

@@ -39,15 +39,18 @@ def agent_metrics(samples: list[Sample]) -> dict:
 
 def grm_metrics(rewards: list[RewardResult]) -> dict:
     """Per step: mean GRM score of scored samples, unscored and length-capped counts, the
-    share answered from the cache, and the judge's wall time (one batched call per step);
-    pairwise: the share of comparisons whose two orders picked the same response."""
+    share answered from the cache, the judge's wall time (one batched call per step) and
+    the share of its verdicts that could not be read; pairwise: the share of comparisons
+    whose two orders picked the same response."""
     judged = [r for r in rewards if r.source == "grm" and "status" in r.details]
     if not judged:
         return {}
     scored = [r.score for r in judged if r.ok and r.details["status"] == "scored"]
     compared = [c for r in judged for c in r.details.get("comparisons") or [] if c.get("orders_agree") is not None]
     pairwise = {"grm/orders_agree": float(np.mean([c["orders_agree"] for c in compared]))} if compared else {}
+    read, unreadable = verdict_counts(judged)
     return pairwise | {
+        "grm/unreadable_frac": unreadable / (read + unreadable) if read + unreadable else 0.0,
         "grm/score_mean": float(np.mean(scored)) if scored else 0.0,
         "grm/unscored": float(sum(not r.ok for r in judged)),
         "grm/length_capped": float(sum(r.details["status"] == "length_capped" for r in judged)),
@@ -56,3 +59,29 @@ def grm_metrics(rewards: list[RewardResult]) -> dict:
             max((r.details.get("latency_s", 0.0) for r in judged if not r.details.get("cache_hit")), default=0.0)
         ),
     }
+
+
+def verdict_counts(judged: list[RewardResult]) -> tuple[int, int]:
+    """(verdicts read, verdicts unreadable after the retries) of GRM results: the rubric
+    method's rubric and per-criterion verdicts, the pairwise method's comparisons."""
+    read = unreadable = 0
+    for r in judged:
+        comparisons = [c for c in r.details.get("comparisons") or [] if c.get("by") == "judge"]
+        verdicts = r.details.get("verdicts") or []
+        read += sum(c.get("error") is None for c in comparisons) + sum(v["verdict"] is not None for v in verdicts)
+        unreadable += sum(c.get("error") is not None for c in comparisons) + sum(v["verdict"] is None for v in verdicts)
+        no_rubric = r.details.get("fault") == "judge_unreadable" and not comparisons and not r.details.get("rubric")
+        unreadable += int(no_rubric)  # the rubric call itself could not be read: no verdict was asked
+    return read, unreadable
+
+
+def grm_spread(samples: list[Sample], rewards: list[RewardResult]) -> dict:
+    """`grm/group_std`: the mean spread (std) of GRM scores within a group, over the groups
+    with 2 or more scored samples. A judge whose scores barely differ between a group's
+    responses gives advantages that are noise scaled up by the std normalization."""
+    by_group: dict[int, list[float]] = {}
+    for s, r in zip(samples, rewards):
+        if r.source == "grm" and r.ok and r.details.get("status") == "scored":
+            by_group.setdefault(s.group_id, []).append(r.score)
+    spreads = [float(np.std(scores)) for scores in by_group.values() if len(scores) >= 2]
+    return {"grm/group_std": float(np.mean(spreads))} if spreads else {}

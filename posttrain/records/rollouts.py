@@ -19,7 +19,7 @@ from pathlib import Path
 from posttrain.types import Message, RewardResult, Sample
 
 SCOREBOARD = "scoreboard.jsonl"
-SLIM_GRM_KEYS = ("status", "cache_hit", "latency_s", "judge_model")
+SLIM_GRM_KEYS = ("status", "cache_hit", "latency_s", "judge_model", "fault")
 
 
 def rollouts_path(run_dir: Path, stage: str) -> Path:

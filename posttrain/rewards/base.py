@@ -13,6 +13,8 @@ from typing import Protocol
 
 from posttrain.types import RewardResult, Sample
 
+RAISED = {"fault": "reward_raised"}  # the source itself failed: a fault the step counts (records/faults.py)
+
 
 class RewardSource(Protocol):
     name: str
@@ -24,16 +26,15 @@ async def score_safely(source: RewardSource, samples: list[Sample]) -> list[Rewa
     try:
         results = await source.score(samples)
     except Exception as exc:  # a verifier bug flags the batch's samples; the run goes on
-        return [
-            RewardResult(0.0, f"reward source {source.name} raised {type(exc).__name__}: {exc}", source.name, ok=False)
-            for _ in samples
-        ]
+        reason = f"reward source {source.name} raised {type(exc).__name__}: {exc}"
+        return [RewardResult(0.0, reason, source.name, dict(RAISED), ok=False) for _ in samples]
     if len(results) != len(samples):
         return [
             RewardResult(
                 0.0,
                 f"reward source {source.name} returned {len(results)} results for {len(samples)} samples",
                 source.name,
+                dict(RAISED),
                 ok=False,
             )
             for _ in samples

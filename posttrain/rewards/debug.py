@@ -113,9 +113,11 @@ def show(
     worst: int | None = None,
     source: str | None = None,
     verifier: str | None = None,
+    fault: str | None = None,
 ) -> None:
     """Print the saved samples of a step as a table (the last step, or the last with samples
-    of `source`/`verifier` when either is given), one sample whole, or the `worst` K."""
+    of `source`/`verifier` when either is given), one sample whole, or the `worst` K;
+    `fault`: only the samples with that fault kind (records/faults.py), each whole."""
     if source is None and verifier is None:
         stage, rows = load_rows(Path(run_dir), stage)
     else:
@@ -133,12 +135,27 @@ def show(
             raise DebugError(f"stage {stage}: no saved samples at step {step}")
     if worst is not None:
         rows = sorted(rows, key=lambda r: (r["ok"], r["reward"]))[:worst]  # unscored first, then lowest
+    if fault is not None:
+        rows = with_fault(rows, fault, stage, step)
     board = scoreboard(Path(run_dir), stage)
-    if sample is None and worst is None:
+    if sample is None and worst is None and fault is None:
         _table(stage, step, rows)
         return
     for row in rows:
         print_sample(row, board.get(row["sample"]))
+
+
+def with_fault(rows: list[dict], fault: str, stage: str, step: int | None) -> list[dict]:
+    """The rows with fault kind `fault`; DebugError naming the kinds known when none has it."""
+    from posttrain.records.faults import METRIC, row_faults
+
+    if fault not in METRIC:
+        raise DebugError(f"--fault {fault!r}: not a fault kind (kinds: {', '.join(METRIC)})")
+    found = [r for r in rows if fault in row_faults(r)]
+    if not found:
+        raise DebugError(f"stage {stage}: no sample with fault {fault} at step {step}")
+    print(f"stage {stage}, step {step}: {len(found)} of {len(rows)} samples with fault {fault}")
+    return found
 
 
 def _table(stage: str, step: int, rows: list[dict]) -> None:

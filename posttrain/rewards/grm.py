@@ -340,12 +340,14 @@ class GRM:
         if rubric.value is None:
             entry.update(
                 status="unscored",
+                fault="judge_unreadable",
                 score=None,
                 reason=f"unscored: rubric reply unusable after {rubric.tries} tries: {rubric.error}",
             )
         elif failed:
             entry.update(
                 status="unscored",
+                fault="judge_unreadable",
                 score=None,
                 reason=f"unscored: verdict on criterion {failed[0]} unusable after "
                 f"{verdicts[failed[0]].tries} tries: {verdicts[failed[0]].error}",

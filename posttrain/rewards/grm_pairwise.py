@@ -174,6 +174,7 @@ def _entry(
     elif not wins:
         entry.update(
             status="unscored",
+            fault="judge_unreadable",
             score=None,
             reason=f"unscored: none of its {len(comparisons)} comparisons could be read: {errors[0]}"[:300],
         )

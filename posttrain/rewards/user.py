@@ -53,9 +53,10 @@ def as_result(value, source: str) -> RewardResult:
     elif isinstance(value, tuple) and len(value) == 2:
         value, reason = value[0], str(value[1])
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return RewardResult(0.0, f"scored 0: user reward returned {type(value).__name__}, not a number", source)
+        reason = f"scored 0: user reward returned {type(value).__name__}, not a number"
+        return RewardResult(0.0, reason, source, {"fault": "reward_raised"})
     if not math.isfinite(value):
-        return RewardResult(0.0, f"scored 0: user reward returned {value}", source)
+        return RewardResult(0.0, f"scored 0: user reward returned {value}", source, {"fault": "reward_raised"})
     return RewardResult(float(value), reason, source)
 
 
@@ -64,23 +65,28 @@ def call_verdict(value, error: BaseException | None, source: str, timeout_s: flo
     unscored only when no worker could run it."""
     if error is None:
         return as_result(value, source)
+    raised = {"fault": "reward_raised"}
     if isinstance(error, CallTimeout):
-        return RewardResult(0.0, f"scored 0: user reward timed out after {timeout_s}s (worker replaced)", source)
+        reason = f"scored 0: user reward timed out after {timeout_s}s (worker replaced)"
+        return RewardResult(0.0, reason, source, {"fault": "reward_timeout"})
     if isinstance(error, CallRaised):
-        return RewardResult(0.0, f"scored 0: user reward raised {error}"[:500], source)
+        return RewardResult(0.0, f"scored 0: user reward raised {error}"[:500], source, raised)
     if isinstance(error, WorkerCrashed):
-        return RewardResult(0.0, f"scored 0: user reward crashed: {error}", source)
+        return RewardResult(0.0, f"scored 0: user reward crashed: {error}", source, raised)
     if isinstance(error, WorkerUnavailable):
-        return RewardResult(0.0, f"unscored: user reward workers: {error}", source, ok=False)
-    return RewardResult(0.0, f"unscored: user reward call failed: {type(error).__name__}: {error}", source, ok=False)
+        return RewardResult(0.0, f"unscored: user reward workers: {error}", source, raised, ok=False)
+    reason = f"unscored: user reward call failed: {type(error).__name__}: {error}"
+    return RewardResult(0.0, reason, source, raised, ok=False)
 
 
 def failed_call(failure, what: str, source: str) -> RewardResult:
     """A reward call that came back without a value: 0 with why when the call itself timed out or
     raised (its worker replaced), unscored only when the environment could not be built."""
-    if getattr(failure, "kind", "start") == "start":
-        return RewardResult(0.0, f"unscored: {what} {failure}", source, ok=False)
-    return RewardResult(0.0, f"scored 0: {what} {failure}", source, {"call_error": failure.kind})
+    kind = getattr(failure, "kind", "start")
+    if kind == "start":
+        return RewardResult(0.0, f"unscored: {what} {failure}", source, {"fault": "env_error"}, ok=False)
+    fault = "reward_timeout" if kind == "timeout" else "reward_raised"
+    return RewardResult(0.0, f"scored 0: {what} {failure}", source, {"call_error": kind, "fault": fault})
 
 
 def episode_failed(env: dict, source: str) -> RewardResult:
@@ -88,10 +94,11 @@ def episode_failed(env: dict, source: str) -> RewardResult:
     policy's own tool calls or state) timed out or raised; unscored when the environment could
     not be built, or the error's kind is not known (the machinery's failure)."""
     kind = env.get("error_kind", "start")
+    fault = "env_timeout" if kind == "timeout" else "env_error"
     if kind == "start":
-        return RewardResult(0.0, f"environment failed: {env['error']}", source, ok=False)
+        return RewardResult(0.0, f"environment failed: {env['error']}", source, {"fault": fault}, ok=False)
     reason = f"scored 0: the environment's call on this episode {'timed out' if kind == 'timeout' else 'raised'}"
-    return RewardResult(0.0, f"{reason}: {env['error']}"[:500], source, {"call_error": kind})
+    return RewardResult(0.0, f"{reason}: {env['error']}"[:500], source, {"call_error": kind, "fault": fault})
 
 
 class UserReward:

@@ -212,6 +212,8 @@ class EnvEpisodes:
             episode.pop("pending", None)
             kind = getattr(out, "kind", "start")
             error = f"{_hung_call(calls, episode)} {out}" if kind == "timeout" else str(out)
+            # the turn's calls failed with it: counted in `agent/tool_error_frac`, the error as their reply
+            episode["calls"] += [{"name": n, "arguments": a, "reply": error[:200], "ok": False} for n, a in calls]
             episode.update(done=True, error=error, error_kind=kind)
             return False
         episode["state"] = out["state"]

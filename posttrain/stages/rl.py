@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,9 +30,10 @@ from posttrain.data.hf import task_sampler
 from posttrain.data.tools import render_task
 from posttrain.errors import RunStopped
 from posttrain.records.checkpoints import retain_checkpoints
+from posttrain.records.faults import StepFaults
 from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
-from posttrain.records.rl_metrics import agent_metrics, cell_metrics, grm_metrics
+from posttrain.records.rl_metrics import agent_metrics, cell_metrics, grm_metrics, grm_spread
 from posttrain.records.rollouts import RolloutLog
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
@@ -74,7 +76,7 @@ class RolloutTiming:
 
     def __init__(self):
         self.generate = self.busy = self.requeued = self.waited = self.hidden = 0.0
-        self.engines = 0.0
+        self.engines = self.env = 0.0
 
     def add(self, timing: dict, overlapped: bool) -> None:
         self.generate += timing["waited"] if overlapped else timing["wall"]
@@ -85,6 +87,7 @@ class RolloutTiming:
         self.busy += timing["busy"]
         self.requeued += timing["requeued_by_engine_death"]
         self.engines = timing["engines"]
+        self.env += timing["env_s"]
 
     def metrics(self) -> dict:
         return {
@@ -94,6 +97,7 @@ class RolloutTiming:
             "time/generate_s": self.generate,
             "time/overlap_wait_s": self.waited,
             "time/overlap_hidden_s": self.hidden,
+            "time/env_s": self.env,
         }
 
 
@@ -110,6 +114,7 @@ class RLRun:
         self.uses_outcome = True  # rewards drive the advantage: unscored samples cannot be trained on
         self.rollouts = RolloutLog(infra.run_dir, stage.name)
         self.entropy = EntropyControl.of(stage.algo)  # the entropy bonus's weight (algo/entropy.py)
+        self.fault_line: str | None = None  # the last step's faults line, for a stop's message
         self.step = 0
 
     # ------------------------------------------------------------ rollout
@@ -155,10 +160,12 @@ class RLRun:
         return self.infra.pool.start_iteration(trajs, self.sampling, self.stage.partial.lam, version)
 
     def land(self, iteration: Iteration) -> dict:
-        """Wait for an iteration; agent turns that ended get their tool results."""
+        """Wait for an iteration; agent turns that ended get their tool results (the wait
+        on the tools is `env_s`)."""
         timing = self.infra.pool.finish_iteration(iteration)
+        started = time.perf_counter()
         self.agents.advance(self.queue, iteration.trajs, iteration.version)  # those episodes go on
-        return timing
+        return {**timing, "env_s": time.perf_counter() - started}
 
     # ------------------------------------------------------------ scoring and batch
 
@@ -269,6 +276,7 @@ class RLRun:
             row.update(rollout, **timing.metrics(), **batch_stats, **accounting, **sync)
             row.update(self.step_facts(row, version, budget), **code_test_counts(rewards))
             row.update(sample_shares(rewards, self.queue, before), **{"loss/entropy_coef": step_spec.entropy_coef})
+            row.update(self.faults(samples, rewards), **time_remainder(row))
             self.entropy.update(row["policy/entropy"] if trained.sums.tokens else math.nan)
             row.update(health.step(self.step, row))  # warnings and health/ keys (records/health.py)
             self.record(row, samples, rewards, groups, progress)
@@ -278,12 +286,25 @@ class RLRun:
     def done(self) -> bool:
         return self.step >= self.stage.steps
 
+    def faults(self, samples: list[Sample], rewards: list[RewardResult]) -> dict:
+        """The step's fault counts (records/faults.py); one console line when there are any."""
+        found = StepFaults.of(samples, rewards)
+        self.fault_line = found.line(self.stage.name, self.step, str(self.infra.run_dir))
+        if self.fault_line is not None:
+            stream = sys.stderr
+            clear = "\r\033[K" if stream.isatty() else ""  # the live progress line is rewritten in place
+            stream.write(f"{clear}faults: {self.fault_line}\n")
+            stream.flush()
+        return found.metrics()
+
     def stop_if_no_signal(self, health: HealthMonitor) -> None:
         """`health.stop_on`: a run that has learned nothing for `stop_after` steps stops,
         its records and a checkpoint of this step written (so nothing is lost)."""
         reason = health.stop_reason()
         if reason is None:
             return
+        if health.fault_flags and self.fault_line:
+            reason += f". Faults: {self.fault_line}"
         folder = self.infra.run_dir / "checkpoints" / self.stage.name / f"step_{self.step:06d}"
         if not (folder / STATE_FILE).is_file():
             self.save(folder)
@@ -375,6 +396,7 @@ def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, trai
         **agent_metrics(samples),
         **cell_metrics(samples, rewards),
         **grm_metrics(rewards),
+        **grm_spread(samples, rewards),
         "reward/mean": float(np.mean(scored)) if scored else 0.0,
         "reward/std": float(np.std(scored)) if scored else 0.0,
         "reward/over_budget_frac": float(np.mean([r.over_budget for r in rewards])) if rewards else 0.0,
@@ -402,6 +424,17 @@ def step_metrics(samples, rewards, seqs, trained: TrainStepResult, started, trai
         "time/step_s": step_seconds,
         "throughput/tokens_per_s": batch_tokens / step_seconds,
     }
+
+
+STEP_PHASES = ("time/generate_s", "time/env_s", "time/teachers_s", "time/score_s", "time/train_s", "sync/seconds")
+"""The phases of an RL step in the driver's wall time (with overlap, generation counts only
+its wait after training); what they leave of `time/step_s` is `time/other_s`."""
+
+
+def time_remainder(row: dict) -> dict:
+    """`time/other_s`: the step's wall time not in a named phase (filling the batch, decoding,
+    advantages, records): small, or a phase is missing."""
+    return {"time/other_s": row["time/step_s"] - sum(row.get(key, 0.0) for key in STEP_PHASES)}
 
 
 def fresh_weight_mean(sums: TrainSums) -> float:
