@@ -14,6 +14,7 @@ Run folder:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -35,30 +36,69 @@ from posttrain.stages.registry import StageRun, stage_type
 
 def preflight(config: PipelineConfig, source: str) -> None:
     """Generate every task set once so that a bad family or parameter is a config error
-    naming its key, found before anything starts."""
-    from posttrain.data.tasks import load_tasks
+    naming its key, found before anything starts; then what would fail inside the run
+    (runtime/preflight_checks.py): the model's length limit, GRM tasks without a judge,
+    worked solutions as references, prompts that leave no room for max_tokens."""
+    from posttrain.runtime.preflight_checks import check_model_limit, check_source
 
+    folder = _local_model(config, source)
+    check_model_limit(config, folder, source)
+    tokenizer = functools.cache(lambda: _tokenizer(folder))
     for i, stage in enumerate(config.stages):
         for where, leaf in stage.task_leaves():
-            tasks = None
-            _preflight_answer_format(leaf, f"{source}: stages[{i}].{where}")
-            if isinstance(leaf, UserTasks):
-                tasks = _preflight_user(leaf, f"{source}: stages[{i}].{where}")
-            if isinstance(leaf, CodingTasks) and leaf.path is not None:
-                _preflight_file(leaf, f"{source}: stages[{i}].{where}")
-            if isinstance(leaf, (HFTasks, EnvTasks, VerifiersTasks)):
-                tasks = _preflight_own(stage, leaf, f"{source}: stages[{i}].{where}")
-            if tasks is not None and stage.scores_tasks:
-                _preflight_gold(stage, leaf, tasks, f"{source}: stages[{i}].{where}")
-            if not isinstance(leaf, ReasoningGymTasks):
-                continue
-            for j, family in enumerate(leaf.families):
-                try:
-                    load_tasks(leaf.model_copy(update={"families": [family], "size": 1}))
-                except ValueError as exc:
-                    raise ConfigError(f"{source}: stages[{i}].{where}.families[{j}]: {exc}") from None
+            at = f"{source}: stages[{i}].{where}"
+            tasks = _preflight_leaf(stage, leaf, at)
+            if stage.scores_tasks:
+                check_source(config, stage, leaf, tasks, at, tokenizer)
     _preflight_held_out(config, source)
     check_memory(config, source)
+
+
+def _preflight_leaf(stage, leaf, at: str) -> list | None:
+    """One task source read as the run will read it; its tasks where it was read whole
+    (or its first window), None for a generated source."""
+    tasks = None
+    _preflight_answer_format(leaf, at)
+    if isinstance(leaf, UserTasks) or isinstance(leaf, CodingTasks) and leaf.path is not None:
+        tasks = _preflight_file(leaf, at)
+    if isinstance(leaf, (HFTasks, EnvTasks, VerifiersTasks)):
+        tasks = _preflight_own(stage, leaf, at)
+    if isinstance(leaf, (UserTasks, HFTasks)) and leaf.reward:
+        _preflight_reward(leaf, at)  # the file first, then the reward function
+    if tasks is not None and stage.scores_tasks:
+        _preflight_gold(stage, leaf, tasks, at)
+    if isinstance(leaf, ReasoningGymTasks):
+        _preflight_families(leaf, at)
+    return tasks
+
+
+def _preflight_families(leaf: ReasoningGymTasks, at: str) -> None:
+    from posttrain.data.tasks import load_tasks
+
+    for j, family in enumerate(leaf.families):
+        try:
+            load_tasks(leaf.model_copy(update={"families": [family], "size": 1}))
+        except ValueError as exc:
+            raise ConfigError(f"{at}.families[{j}]: {exc}") from None
+
+
+def _local_model(config: PipelineConfig, source: str) -> Path | None:
+    """The model's folder where it is here already (never downloaded for a check)."""
+    from posttrain.models import ModelNotFound, local_folder
+
+    try:
+        return local_folder(config.model)
+    except ModelNotFound as exc:
+        raise ConfigError(f"{source}: model.name: {exc}") from None
+
+
+def _tokenizer(folder: Path | None):
+    """The model's tokenizer, for the prompt-length check; None where the folder has none."""
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
 
 
 def check_memory(config: PipelineConfig, source: str) -> None:
@@ -155,16 +195,15 @@ def _preflight_file(leaf, where: str) -> list:
         raise ConfigError(f"{where}: {exc}{_format_hint(leaf, exc)}") from None
 
 
-def _preflight_user(leaf: UserTasks, where: str) -> list:
-    tasks = _preflight_file(leaf, where)  # the file first, then the reward function
-    if leaf.reward:
-        from posttrain.rewards.user import load_reward_function
+def _preflight_reward(leaf, where: str) -> None:
+    """A `reward: module:function` that cannot be loaded (from the path or the current
+    folder, as environments are) is an error at its own key."""
+    from posttrain.rewards.user import load_reward_function
 
-        try:
-            load_reward_function(leaf.reward)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
-    return tasks
+    try:
+        load_reward_function(leaf.reward)
+    except Exception as exc:  # the user's module: whatever its import raises
+        raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {type(exc).__name__}: {exc}") from None
 
 
 def resolved_model(config: PipelineConfig, source: str) -> Path:
