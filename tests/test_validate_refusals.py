@@ -192,6 +192,10 @@ def test_a_reward_module_in_the_current_folder_loads_as_an_environment_does(tmp_
     accepted(validate(tmp_path, pipeline(tasks), command=[str(script)], cwd=tmp_path, env=env))
     line = refused(validate(tmp_path, pipeline({**tasks, "reward": "mcq_absent:score"}), [str(script)], tmp_path, env))
     assert line.startswith(f"{tmp_path / 'p.yaml'}: stages[0].tasks.reward: cannot load mcq_absent:score")
+    hf = {"type": "hf", "path": tasks["path"], "prompt_key": "prompt", "answer_key": "answer", "verifier": "user"}
+    accepted(validate(tmp_path, pipeline({**hf, "reward": "mcq_reward:score"}), [str(script)], tmp_path, env))
+    line = refused(validate(tmp_path, pipeline({**hf, "reward": "mcq_absent:score"}), [str(script)], tmp_path, env))
+    assert line.startswith(f"{tmp_path / 'p.yaml'}: stages[0].tasks.reward: cannot load mcq_absent:score")
 
 
 def _empty_files(tmp_path: Path) -> dict[str, Path]:

@@ -79,8 +79,8 @@ def check_judge_configured(stage, tasks: list[Task], where: str) -> None:
     """Tasks scored by the generative reward model (`verifier: grm`, writing tasks) in a stage
     with no `reward.grm`: every sample would be unscored and dropped, and the run would train
     on nothing."""
-    if not hasattr(stage, "reward") or stage.grm() is not None:
-        return
+    if not hasattr(stage, "reward") or stage.grm() is not None or getattr(stage, "alpha", None) == 0:
+        return  # MOPD with alpha 0 trains on the teachers' signal alone
     judged = [t for t in tasks if t.verifier == "grm"]
     if judged:
         raise ConfigError(
