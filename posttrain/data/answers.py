@@ -7,14 +7,11 @@ naming the problem: the row loop reports it as a bad row (skipped, or the load s
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import os
 import re
-import sys
 from functools import lru_cache
-from pathlib import Path
+
+from posttrain.data.imports import load_object
 
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _MARKER = re.compile(r"^[\W_]*(?:the\s+)?(?:final\s+)?answer\s*(?:is|:)[\s*_:]*(\S.*)$", re.IGNORECASE)
@@ -87,19 +84,7 @@ def by_regex(text: str, pattern: str) -> str:
 def load_function(spec: str):
     """`module:function` (found on the path and in the directory the command runs from) or
     `path/to/file.py:function`."""
-    target, _, name = spec.rpartition(":")
-    if target.endswith(".py"):
-        path = Path(target).expanduser()
-        module_spec = importlib.util.spec_from_file_location(f"_answer_format_{path.stem}", path)
-        if module_spec is None or module_spec.loader is None:
-            raise ImportError(f"cannot load {path}")
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.append(os.getcwd())
-        module = importlib.import_module(target)
-    function = getattr(module, name)
+    function = load_object(spec, prefix="_answer_format")
     if not callable(function):
         raise TypeError(f"{spec} is not a function")
     return function

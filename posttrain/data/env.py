@@ -24,17 +24,15 @@ The environment runs in worker processes (`rollout/env_workers.py`): a call that
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import random
-import sys
 import threading
 from typing import Any
 
 from posttrain.config import EnvTasks
 from posttrain.data.answers import read_answer
 from posttrain.data.chat import format_call
+from posttrain.data.imports import load_object
 from posttrain.data.tools import check_tools
 from posttrain.types import Message, Task
 
@@ -60,11 +58,7 @@ class ToolEnv:
 def load_env(spec: str, args: dict[str, Any]):
     """An instance of `package.module:Class` with `args`; modules are found on the path and in
     the directory the command runs from (as `python -m` would)."""
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.append(os.getcwd())
-    module, _, name = spec.partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    return cls(**args)
+    return load_object(spec)(**args)
 
 
 def episode_task(task: Task) -> dict:
@@ -124,10 +118,7 @@ def env_tasks(source: EnvTasks) -> list[Task]:
     run its episodes (the class, its args, the tools, limits) and the gold episode if any."""
     name = source.env.rpartition(":")[2]
     try:
-        module, _, _ = source.env.partition(":")
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.append(os.getcwd())
-        cls = getattr(importlib.import_module(module), name)
+        cls = load_object(source.env)
     except (ImportError, AttributeError) as exc:
         raise EnvError(f"cannot load {source.env}: {exc}", key="env") from None
     try:
@@ -212,9 +203,20 @@ def gold_episode(env, task: Task, calls: list[dict], timeout_s: float = 10.0) ->
     replies = []
     for call in calls:
         arguments = call.get("arguments", {})
-        reply = guarded(f"tool {call['name']} ({where})", timeout_s, env.step, state, call["name"], arguments)
-        replies.append(reply[0] if isinstance(reply, tuple) else str(reply))
+        what = f"tool {call['name']} ({where})"
+        replies.append(step_reply(what, guarded(what, timeout_s, env.step, state, call["name"], arguments)))
     return state, replies
+
+
+def step_reply(what: str, out) -> str:
+    """The reply text of what `step` returned, by the rule the run's workers apply (a reply
+    string, or (reply, done)): anything else would end every episode that calls the tool
+    with `env_error`, and an SFT stage would train on its `str()`."""
+    reply, done = out if isinstance(out, tuple) and len(out) == 2 else (out, False)
+    if isinstance(reply, str) and isinstance(done, bool):
+        return reply
+    got = type(out).__name__ if reply is out else f"({type(reply).__name__}, {type(done).__name__})"
+    raise EnvError(f"{what} returned {got}, not a reply string or (reply: str, done: bool)")
 
 
 def gold_turns(env, task: Task, calls: list[dict], answer: str | None, timeout_s: float = 10.0) -> list[list[str]]:

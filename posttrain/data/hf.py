@@ -82,7 +82,33 @@ def _from_files(source: HFTasks, local: Path, split: str):
     kinds = {_FILE_BUILDERS.get(Path(f).suffix) for f in files}
     if None in kinds or len(kinds) != 1:
         raise DatasetError(f"dataset {source.path}: data files must all be one of .jsonl/.json, .parquet, .csv")
-    return datasets.load_dataset(kinds.pop(), data_files={split: files}, split=split, streaming=source.streaming)
+    for file in files:
+        why = empty_file(Path(file))
+        if why:
+            raise DatasetError(f"dataset {source.path}: {file} is empty ({why}): give a file with rows")
+    try:
+        return datasets.load_dataset(kinds.pop(), data_files={split: files}, split=split, streaming=source.streaming)
+    except datasets.exceptions.DatasetGenerationError as exc:  # the reader's own error is the cause
+        raise DatasetError(f"dataset {source.path}: cannot read it: {_first_line(exc.__cause__ or exc)}") from None
+
+
+def empty_file(path: Path) -> str | None:
+    """Why a data file holds no rows (`0 bytes`, `only whitespace`, `a Parquet file of 0
+    rows`), or None: `datasets` meets these with a traceback, not a line."""
+    size = path.stat().st_size
+    if size == 0:
+        return "0 bytes"
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except Exception as exc:  # pyarrow's errors have no common base: any means unreadable
+            raise DatasetError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
+        return "a Parquet file of 0 rows" if rows == 0 else None
+    if path.suffix in (".json", ".jsonl") and size <= 1 << 20 and not path.read_bytes().strip():
+        return "only whitespace"
+    return None
 
 
 def offline() -> bool:

@@ -8,9 +8,8 @@ the tasks it returns against their gold (`rewards/gold.py`) where the stage scor
 
 from __future__ import annotations
 
-import importlib
-
 from posttrain.config.files import ConfigError
+from posttrain.data.imports import load_object
 from posttrain.types import Task
 
 
@@ -20,10 +19,19 @@ def no_preflight(stage, leaf, where: str) -> None:
 
 
 def load_reward_function(spec: str):
-    """The function a `module:function` reward spec names (ImportError or AttributeError if
-    it cannot be loaded)."""
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+    """The function a `module:function` reward spec names, its module found on the path or
+    in the current folder as environments are (ImportError or AttributeError if it cannot
+    be loaded)."""
+    return load_object(spec)
+
+
+def preflight_reward(leaf, where: str) -> None:
+    """A `reward: module:function` that cannot be loaded (from the path or the current
+    folder, as environments are) is an error at its own key."""
+    try:
+        load_reward_function(leaf.reward)
+    except Exception as exc:  # the user's module: whatever its import raises
+        raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {type(exc).__name__}: {exc}") from None
 
 
 def preflight_families(stage, leaf, where: str) -> None:
@@ -57,10 +65,7 @@ def preflight_file(leaf, where: str) -> list[Task]:
 def preflight_user(stage, leaf, where: str) -> list[Task]:
     tasks = preflight_file(leaf, where)  # the file first, then the reward function
     if leaf.reward:
-        try:
-            load_reward_function(leaf.reward)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"{where}.reward: cannot load {leaf.reward}: {exc}") from None
+        preflight_reward(leaf, where)
     return tasks
 
 
@@ -78,11 +83,14 @@ def preflight_own(stage, leaf, where: str) -> list[Task]:
     if getattr(leaf, "streaming", False) and ".sources[" in where:
         raise ConfigError(f"{where}.streaming: a streamed source cannot be mixed; give it as the stage's `tasks`")
     try:
-        return StreamSampler(leaf, seed=0).tasks if getattr(leaf, "streaming", False) else load_tasks(leaf)
+        tasks = StreamSampler(leaf, seed=0).tasks if getattr(leaf, "streaming", False) else load_tasks(leaf)
     except EnvError as exc:
         raise ConfigError(f"{where}{'.' + exc.key if exc.key else ''}: {exc}") from None
     except (ValueError, ImportError, AttributeError, TypeError, NotImplementedError) as exc:
         raise ConfigError(f"{where}: {exc}{format_hint(leaf, exc)}") from None
+    if getattr(leaf, "reward", None):  # the file first, then the reward function
+        preflight_reward(leaf, where)
+    return tasks
 
 
 def format_hint(leaf, exc: Exception) -> str:

@@ -34,7 +34,12 @@ CHECKS = {
         Check("logp_mismatch", "logp/mismatch", "logp mismatch", "engine and trainer disagree on the sampled tokens"),
         Check("entropy_floor", "policy/entropy", "entropy below its floor", "entropy collapse"),
         Check("entropy_fall", "policy/entropy", "entropy falling fast", "entropy collapse"),
-        Check("truncated", "response/truncated_frac", "responses hit max_tokens", "responses cut at max_tokens"),
+        Check(
+            "truncated",
+            "response/truncated_frac",
+            "responses cut short",
+            "responses cut at max_tokens, or earlier at rollout.max_model_len (prompt + response)",
+        ),
         Check("over_budget", "reward/over_budget_frac", "responses over budget", "responses over the token budget"),
         Check("reward_hacking", "reward/mean", "reward jump, length or tests drop", "a sign of reward hacking"),
         Check("nonfinite", "train/skipped_nonfinite", "non-finite steps skipped", "a NaN/inf loss skipped the step"),
@@ -92,7 +97,8 @@ STOP_NOW = ("faults",)  # stop after `faults_stop_after` steps in a row, not `st
 JUDGE_CHECKS = ("grm_orders_agree", "grm_spread")
 WATCHED = sorted(
     {c.metric for c in CHECKS.values()}
-    | {"response_tokens/mean", "budget/tokens", "code/tests_counted", "reward/mean", "samples/scored", "samples/total"}
+    | {"response_tokens/mean", "response_tokens/max", "budget/tokens", "code/tests_counted", "reward/mean"}
+    | {"samples/scored", "samples/total"}
 )
 
 
@@ -217,10 +223,14 @@ class HealthMonitor:
         max_staleness: int | None = None,
         stream=None,
         outcome: bool = True,
+        lengths: tuple[int, int] | None = None,
     ):
         """`outcome`: the reward drives the advantage (false for MOPD with alpha 0, whose
-        signal is the teachers': the reward-signal checks and the stop are off)."""
+        signal is the teachers': the reward-signal checks and the stop are off). `lengths`:
+        the stage's (max_tokens, rollout.max_model_len), for the truncation flag to name the
+        limit that cut the responses."""
         self.config, self.stage, self.max_staleness = config, stage, max_staleness
+        self.lengths = lengths
         self.stream, self.outcome = stream, outcome
         self.streak = 0  # steps in a row with a `stop_on` check firing
         self.streak_flags: dict[str, HealthFlag] = {}
@@ -268,7 +278,22 @@ class HealthMonitor:
         return value, (1 - self.config.entropy_fall) * peak, f"fell from {peak:.4g} within {len(recent)} steps"
 
     def _truncated(self, v):
-        return _above(v["response/truncated_frac"], self.config.truncated_frac_max)
+        fired = _above(v["response/truncated_frac"], self.config.truncated_frac_max)
+        return fired if fired is None else (*fired, self._cut_by(v["response_tokens/max"]))
+
+    def _cut_by(self, longest: float | None) -> str:
+        """Which limit cut the responses: none reached max_tokens, so the context did
+        (prompt + response at rollout.max_model_len), where raising max_tokens does nothing."""
+        if self.lengths is None or longest is None:
+            return "responses stop at max_tokens or at rollout.max_model_len (prompt + response), whichever comes first"
+        max_tokens, max_model_len = self.lengths
+        if longest < max_tokens:
+            return (
+                f"no response reached max_tokens {max_tokens} (the longest: {longest:.0f}): they were cut at "
+                f"rollout.max_model_len {max_model_len} (prompt + response) or a token budget; raise "
+                "rollout.max_model_len or shorten the prompts, not max_tokens"
+            )
+        return f"responses reached max_tokens {max_tokens}: raise it (prompt + max_tokens within {max_model_len})"
 
     def _over_budget(self, v):
         return _above(v["reward/over_budget_frac"], self.config.over_budget_frac_max)

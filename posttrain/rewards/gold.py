@@ -76,11 +76,47 @@ def _reread(task: Task, spec: str) -> Task:
     return replace(task, answer=answer, entry=entry)
 
 
+def check_reward_returns(stage, leaf, tasks: list[Task]) -> None:
+    """The user's own reward (a `reward` function, an environment's `reward`) must return a
+    score on the sampled gold, gold check or not: a dict or a string there would score every
+    sample of the run 0. GoldError names the function, the type it returned and the task."""
+    if source_kind(leaf).gold == "episodes":
+        golds = sampled([t for t in tasks if t.entry.get("gold_calls")])
+        if verifier_facts(leaf.verifier).episode == "env" and golds:
+            _env_rewards(leaf, golds)
+        return
+    own = any(verifier_facts(name).reward_function for name in source_kind(leaf).uses(leaf))
+    spec = getattr(leaf, "reward", None) if own else None  # a user function (user and hf sources)
+    golds = sampled([t for t in tasks if t.answer is not None])
+    if not spec or not golds:
+        return
+    from posttrain.data.env import guarded
+    from posttrain.rewards.user import load_reward_function, not_a_score, task_view
+
+    function, mode = load_reward_function(spec), getattr(getattr(stage, "reward", None), "answer_format", "auto")
+    for task in golds:
+        where = f"reward function {spec} (gold answer of task {task.task_id!r})"
+        response = as_response(task.answer or "", mode)
+        _returned(where, not_a_score(guarded(where, leaf.reward_timeout_s, function, response, task_view(task))))
+
+
+def _returned(where: str, problem: str | None) -> None:
+    if problem is not None:
+        raise GoldError(
+            f"{where} returned {problem}: a reward returns a float, (float, reason) or {{score, reason}}; "
+            "every sample of the run would score 0"
+        )
+
+
 def check_gold(stage, leaf, tasks: list[Task]) -> tuple[int, int]:
-    """(passed, checked) for the leaf's sampled gold; GoldError when not all pass."""
+    """(passed, checked) for the leaf's sampled gold; GoldError when not all pass (or when
+    the user's reward returns something that is not a score: `check_reward_returns`)."""
     if not getattr(leaf, "gold_check", False):
+        check_reward_returns(stage, leaf, tasks)
         return 0, 0
     kind = source_kind(leaf)
+    if kind.gold != "episodes":
+        check_reward_returns(stage, leaf, tasks)  # an environment's: checked as its gold is scored
     if kind.gold == "episodes":
         return _check_env(stage, leaf, tasks)
     name = kind.uses(leaf)[0]
@@ -171,7 +207,7 @@ def _check_env(stage, leaf, tasks: list[Task]) -> tuple[int, int]:
 
 def _env_rewards(leaf, golds: list[Task]) -> list[RewardResult]:
     from posttrain.data.env import episode_task, gold_episode, guarded, load_env
-    from posttrain.rewards.user import as_result
+    from posttrain.rewards.user import as_result, not_a_score
 
     env = load_env(leaf.env, leaf.args)
     name = type(env).__name__
@@ -181,5 +217,6 @@ def _env_rewards(leaf, golds: list[Task]) -> list[RewardResult]:
         final = task.answer if task.answer is not None else "done"
         where = f"{name}.reward (gold episode of task {task.task_id!r})"
         value = guarded(where, leaf.timeout_s, env.reward, state, episode_task(task), final)
+        _returned(where, not_a_score(value))
         out.append(as_result(value, "env"))
     return out

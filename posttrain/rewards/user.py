@@ -36,7 +36,11 @@ def _call(response: str, task: dict):
 
 
 def _task_dict(sample: Sample) -> dict:
-    t = sample.task
+    return task_view(sample.task)
+
+
+def task_view(t) -> dict:
+    """What a reward function sees of a task: id, answer, metadata, messages."""
     return {
         "id": t.task_id,
         "answer": t.answer,
@@ -45,19 +49,32 @@ def _task_dict(sample: Sample) -> dict:
     }
 
 
+def _unpacked(value) -> tuple[object, str]:
+    """(score, reason) of a float, a (float, reason) pair or a {score, reason} dict."""
+    if isinstance(value, dict):
+        return value.get("score"), str(value.get("reason", "user reward"))
+    if isinstance(value, tuple) and len(value) == 2:
+        return value[0], str(value[1])
+    return value, "user reward"
+
+
+def not_a_score(value) -> str | None:
+    """What a reward returned that is not a score (`str, not a number`, `dict with NoneType as
+    its score, not a number`, `nan`), or None for a score."""
+    score, _ = _unpacked(value)
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        inner = "" if score is value else f" with {type(score).__name__} as its score"
+        return f"{type(value).__name__}{inner}, not a number"
+    return None if math.isfinite(score) else repr(score)
+
+
 def as_result(value, source: str) -> RewardResult:
     """Turn what a user function returned into a RewardResult, flagging what is not a score."""
-    reason = "user reward"
-    if isinstance(value, dict):
-        value, reason = value.get("score"), str(value.get("reason", reason))
-    elif isinstance(value, tuple) and len(value) == 2:
-        value, reason = value[0], str(value[1])
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        reason = f"scored 0: user reward returned {type(value).__name__}, not a number"
-        return RewardResult(0.0, reason, source, {"fault": "reward_raised"})
-    if not math.isfinite(value):
-        return RewardResult(0.0, f"scored 0: user reward returned {value}", source, {"fault": "reward_raised"})
-    return RewardResult(float(value), reason, source)
+    problem = not_a_score(value)
+    if problem is not None:
+        return RewardResult(0.0, f"scored 0: user reward returned {problem}", source, {"fault": "reward_raised"})
+    score, reason = _unpacked(value)
+    return RewardResult(float(score), reason, source)  # type: ignore[arg-type]
 
 
 def call_verdict(value, error: BaseException | None, source: str, timeout_s: float) -> RewardResult:

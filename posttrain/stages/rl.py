@@ -249,7 +249,10 @@ class RLRun:
         stage, infra = self.stage, self.infra
         spec = stage_loss_spec(stage)
         progress = Progress(stage.name, stage.steps, live=infra.live_progress)
-        health = HealthMonitor(infra.config.health, stage.name, stage.partial.max_staleness, outcome=self.uses_outcome)
+        lengths = (stage.max_tokens, infra.config.rollout.max_model_len)
+        health = HealthMonitor(
+            infra.config.health, stage.name, stage.partial.max_staleness, outcome=self.uses_outcome, lengths=lengths
+        )
         while not self.done():
             started = time.perf_counter()
             before = (sum(self.queue.dropped.values()), self.queue.trained)
