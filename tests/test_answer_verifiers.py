@@ -79,7 +79,8 @@ integers = st.integers(min_value=-(10**6), max_value=10**6)
 @PROPERTY
 @given(v=integers, template=st.sampled_from(HONEST_INTEGER))
 def test_an_integer_in_any_honest_form_scores_1(v, template):
-    assert_scores(str(v), template.format(v=v), 1.0)
+    # a noun after the value is the question's own (docs/rewards.md, the final-answer contract)
+    assert_scores(str(v), template.format(v=v), 1.0, question="How many apples are there?")
 
 
 @PROPERTY
