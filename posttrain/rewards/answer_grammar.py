@@ -87,7 +87,7 @@ CLASSES: dict[str, frozenset[str]] = {
     ),
     "retraction": frozenset(
         "actually wait wrong incorrect mistake oops correction rather hmm reconsider recheck redo sorry "
-        "scratch mistaken error".split()
+        "scratch mistaken".split()
     ),
 }
 
