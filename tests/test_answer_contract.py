@@ -170,6 +170,18 @@ def test_a_word_the_grammar_does_not_know_is_named_not_stripped(gold, text):
     assert_refused(gold, text, "answer grammar")
 
 
+UNIT_MISMATCH = [
+    ("60", "The answer is 60 cents.", "How many dollars does it cost?"),
+    ("60", "60 seconds", "How many minutes does it take?"),
+    ("7", "\\boxed{7 \\text{ grams}}", "How many kilograms?"),
+]
+
+
+@pytest.mark.parametrize("gold, text, question", UNIT_MISMATCH)
+def test_a_unit_other_than_the_task_s_of_the_same_dimension_is_refused(gold, text, question):
+    assert_refused(gold, text, "is not the task's", question=question)
+
+
 HONEST = [
     ("-60", "60 below zero", "What is the temperature?"),
     ("-60", "The temperature is 60 below zero.", "What is the temperature?"),
@@ -203,9 +215,11 @@ def test_honest_forms_of_each_class_score_1(gold, text, question):
     assert_credited(gold, text, question=question)
 
 
-@pytest.mark.parametrize("opener", ["\\boxed{", "\\[", "$", "(", "<answer>", "\\(", "$$", "{", "Answer: "])
+@pytest.mark.parametrize(
+    "opener", ["\\boxed{", "\\[", "$", "(", "<answer>", "\\(", "$$", "{", "Answer: ", " ", ", ", "is the answer "]
+)
 def test_unclosed_delimiters_are_read_in_linear_time(opener):
     start = time.monotonic()
-    verdict = judge("60", opener * 100_000)
+    verdict = judge("60", "$1$ a" + opener * 100_000 + "b")
     assert verdict.score == 0.0
     assert time.monotonic() - start < 10, opener  # quadratic: minutes

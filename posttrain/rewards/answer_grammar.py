@@ -14,7 +14,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from posttrain.rewards.answers import is_label
-from posttrain.rewards.units import allowed, licensed, unit_pattern
+from posttrain.rewards.units import allowed, licensed, unit_of, unit_pattern
 
 _ONES = (
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
@@ -232,13 +232,14 @@ def _past_label(text: str) -> str:
 
 
 def _drop_counted_noun(text: str, task: Task) -> str:
-    """A trailing noun the question counts (`12 legs` for "How many legs"), after the last number."""
+    """A trailing noun the question counts (`12 legs` for "How many legs"), after the last number
+    (a word of three letters or more: `390i` is a constant's multiple, never a noun)."""
     m = re.search(r"[\d}]\s*((?:\s*[A-Za-z]+){1,3})\s*\.?$", text[-120:])
     if not m:
         return text
     words = m.group(1).split()
     asked = task.question_words
-    if all(w.lower() in asked and word_class(w) is None and w.lower() not in MATH_WORDS for w in words):
+    if all(len(w) > 2 and w.lower() in asked and word_class(w) is None and w.lower() not in MATH_WORDS for w in words):
         return text[: len(text) - len(m.group(0)) + 1].rstrip()
     return text
 
@@ -260,6 +261,9 @@ def _word_problem(word: str, task: Task) -> str | None:
         return f"hedged: the answer says {word!r}"
     if task.gold_is_text or _gold_letters(w, task.gold):
         return None
+    unit = unit_of(word)
+    if unit is not None:
+        return f"not an answer: the unit {word!r} is not the task's ({unit.dimension} is fixed in another unit)"
     return f"not an answer: the word {word!r} is not in the answer grammar (docs/rewards.md)"
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 _MARKER = re.compile(r"(?:\bfinal\s+answer|\banswer)\b\**\s*(is\b|:|=)?\**\s*", re.IGNORECASE)
 _TURN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|start_header_id|end_of_text)\|>")
-_SENTENCE_END = re.compile(r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|\s+I hope it is correct.*$")
+_SENTENCE_END = re.compile(r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|(?<!\s)\s+I hope it is correct.*$")
 # the verbs of a final-answer sentence ("The answer is X", "It costs X"): what precedes
 # the verb is the subject, what follows it the answer (read whole, negations included)
 _COPULA = re.compile(
@@ -27,12 +27,12 @@ _COPULA = re.compile(
     re.IGNORECASE,
 )
 _EQUALS = re.compile(r"\s=\s")  # the first `=` of a sentence without a verb: "The area = 5 \\cdot 12 = 60"
-_CONNECTORS = re.compile(r"[\s,;.:\"'“”`*\\]*(?:(?:and|or|,|;|\\quad)[\s,;.:\"'“”`*\\]*)*", re.IGNORECASE)
-_NAMED = re.compile(
-    r"^((?:therefore|thus|so|hence|then)?,?\s*)(.+?)\s+(?:is|are)\s+(?:the|our|my)\s+(?:final\s+)?"
-    r"(?:answer|solution|result|value)s?\.?$",
-    re.IGNORECASE,
-)
+# `,` and `;` only in the class: in both, `, , , x` backtracks exponentially
+_CONNECTORS = re.compile(r"[\s,;.:\"'“”`*\\]*(?:(?:and|or|\\quad)[\s,;.:\"'“”`*\\]*)*", re.IGNORECASE)
+# "Therefore $x \\geq 5$ is the solution.": the answer named after it (searched, never
+# matched from the start: a lazy group before `\s+` backtracks over long runs of spaces)
+_NAMED = re.compile(r"\s(?:is|are)\s+(?:the|our|my)\s+(?:final\s+)?(?:answer|solution|result|value)s?\.?$", re.I)
+_LEAD = re.compile(r"^(?:therefore|thus|so|hence|then)?,?\s*", re.IGNORECASE)
 _CHOICE = re.compile(r"^\(?[A-E]\)?[.:)]\s")
 
 
@@ -127,7 +127,7 @@ def _first_sentence(text: str) -> str:
 
 
 def _last_sentence(text: str) -> str:
-    text = re.sub(r"\s*I hope it is correct.*$", "", text.strip())
+    text = re.sub(r"(?<!\s)\s*I hope it is correct.*$", "", text.strip())  # a space run is tried once
     ends = r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|(?<=\$\$)\s+(?=[A-Z])|(?<=\\\])\s+(?=[A-Z])"
     sentences = [t for t in re.split(ends, text) if t.strip()]
     return sentences[-1] if sentences else text
@@ -158,10 +158,11 @@ def _statement(statement: str, depth: int = 0, last: bool = False) -> tuple[str,
     s = (_last_sentence(statement) if last else _first_sentence(statement.strip())).strip().rstrip(".").strip()
     if _CHOICE.match(s):
         return "", s
-    named = _NAMED.match(s)  # "Therefore $x \\geq 5$ is the solution."
-    if named and depth == 0:
-        before, answer = _statement(named.group(2), depth + 1)
-        return named.group(1) + before, answer
+    named = _NAMED.search(s)
+    if named and depth == 0 and named.start() > 0:
+        lead = _LEAD.match(s).end()
+        before, answer = _statement(s[lead : named.start()], depth + 1)
+        return s[:lead] + before, answer
     boxes = _boxes(s)
     if boxes:
         return s[: boxes[-1][0]], boxes[-1][2].strip()

@@ -72,6 +72,11 @@ UNITS: tuple[Unit, ...] = (
 AREA_PREFIX = r"(?:square|sq\.?|cubic|cu\.?)\s+"  # `square metres`: part of the unit, not an operation
 
 
+def unit_of(word: str) -> Unit | None:
+    """The unit a word spells, or None."""
+    return next((u for u in UNITS if word in u.spellings or word.lower() in u.spellings), None)
+
+
 def _spelled(spelling: str, text: str) -> bool:
     """A spelling of a unit in a task: a long one as a word; a short one (`m`, `cm`) as a
     unit, after a number, in brackets, or after "in"."""
