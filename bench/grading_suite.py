@@ -6,7 +6,9 @@ gold written as a whole solution gives its final answer the way the verifier rea
 the prediction is scored as a response, through `MathVerifier`. Printed: how many pairs the
 suites call equal are credited, how many they call unequal are refused, and every
 disagreement. A credited unequal pair, or a refused equal one, that `EXCEPTIONS` lists is
-one that a rule of "What a reward guarantees" (docs/rewards.md) refuses or credits on purpose.
+one that a rule of "What a reward guarantees" (docs/rewards.md) refuses or credits on purpose;
+`CONTRACT_REFUSALS` lists the pairs called equal that the final-answer contract refuses on purpose
+(a prediction that is prose, or that states other values after its answer).
 
 .venv/bin/python bench/grading_suite.py [--json] [--quiet]
 """
@@ -34,6 +36,34 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("10, 4, -2", "4, 10, -2"): _UNORDERED,
     ("0.1, 4, 2", "4, .1, 2"): _UNORDERED,
 }
+_GRAMMAR = (
+    "docs/rewards.md, The final-answer contract: the whole slot parses; a word the grammar does not know is named"
+)
+_AFTER = "docs/rewards.md, The final-answer contract: nothing after the slot states another value or takes it back"
+_SHAPE = "docs/rewards.md, The final-answer contract: a sentence slot has a documented shape"
+# prediction text (unique in the suite) -> the contract rule that refuses a pair the suite calls equal
+CONTRACT_REFUSALS: dict[str, str] = {
+    "Soucis : 2,74 $ a..": _GRAMMAR,
+    "17\\text{ any text}": _GRAMMAR,
+    "Jane started growing Sphere 3 hours ago": _GRAMMAR,
+    "there are 12 distinct arithmetic sequences": _GRAMMAR,
+    "the position increases by 100%": _SHAPE,
+    "located between $\\boxed{12 $ and $13 }": _SHAPE,
+    "which follows from $4_5\\times2_5=8_{10}=13_5$": _AFTER,
+    "the interest is compounded per year, and $t$": _AFTER,
+    "If you have any questions or need further clarification": _AFTER,
+    "which is a reasonable assumption given the context": _AFTER,
+    "W(x)=1orW(x)=-1": "docs/rewards.md, The final-answer contract: `or` joins values only where several are "
+    "expected (this gold's `\\boxed{` never closes, so it is one value)",
+}
+
+
+def exception_for(row: dict) -> str | None:
+    """The docs/rewards.md rule under which the verifier's verdict on `row` differs from the suite's, or None."""
+    rule = EXCEPTIONS.get((row["gold"], row["prediction"]))
+    if rule is None and row["equal"]:
+        rule = next((r for text, r in CONTRACT_REFUSALS.items() if text in row["prediction"]), None)
+    return rule
 
 
 def load_pairs(path: Path = PAIRS) -> list[dict]:
@@ -92,7 +122,7 @@ def run(rows: list[dict]) -> dict:
         elif not row["equal"] and not credited:
             out["refused"] += 1
         else:
-            exception = EXCEPTIONS.get((row["gold"], row["prediction"]))
+            exception = exception_for(row)
             out["disagreements"].append(
                 {
                     "gold": row["gold"][-80:],
@@ -104,6 +134,9 @@ def run(rows: list[dict]) -> dict:
                 }
             )
     out["credited_share"] = out["credited"] / max(out["equal"], 1)
+    by_contract = sum(1 for d in out["disagreements"] if d["suite"] == "equal" and d["exception"])
+    out["refused_by_contract"] = by_contract
+    out["credited_share_by_contract"] = out["credited"] / max(out["equal"] - by_contract, 1)
     out["unexplained_unequal_credited"] = sum(
         1 for d in out["disagreements"] if d["suite"] == "unequal" and d["exception"] is None
     )
@@ -125,7 +158,9 @@ def main() -> int:
             print(f"suite: {d['suite']:8} gold {d['gold']!r}\n    prediction {d['prediction']!r}")
             print(f"    -> {d['verdict']}{mark}")
     print(
-        f"pairs called equal: {out['equal']}, credited {out['credited']} ({100 * out['credited_share']:.1f} %)\n"
+        f"pairs called equal: {out['equal']}, credited {out['credited']} ({100 * out['credited_share']:.1f} %); "
+        f"{out['refused_by_contract']} refused by a documented contract rule, credited among the rest "
+        f"{100 * out['credited_share_by_contract']:.1f} %\n"
         f"pairs called unequal: {out['unequal']}, refused {out['refused']}, credited "
         f"{out['unequal'] - out['refused']} ({out['unexplained_unequal_credited']} not in EXCEPTIONS)"
     )

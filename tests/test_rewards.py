@@ -165,7 +165,8 @@ def test_math_verifier(gold, response, score):
     from posttrain.rewards.math_verifier import MathVerifier
     from posttrain.types import Message, Task
 
-    task = Task("m", "math", (Message("user", "q"),), answer=gold, verifier="math")
+    # the question counts legs: a noun after the value is the question's own (docs/rewards.md)
+    task = Task("m", "math", (Message("user", "How many legs?"),), answer=gold, verifier="math")
     (result,) = score_sync(MathVerifier(), [sample_for(task, response)])
     assert result.ok and result.score == score, result.reason
 
@@ -231,7 +232,10 @@ def test_the_question_s_own_expression_is_not_its_answer(family, params, templat
         results = every_answer_verifier(task, text)
         assert [r.score for r in results] == [0.0, 0.0, 0.0], (text, [r.reason for r in results])
         assert all(r.ok for r in results)
-        assert any("not a final value" in r.reason for r in results), [r.reason for r in results]
+        # the question copied whole is refused by its first word the answer grammar does not know
+    assert any("not a final value" in r.reason or "answer grammar" in r.reason for r in results), [
+        r.reason for r in results
+    ]
 
 
 @pytest.mark.parametrize("template", HONEST)
@@ -256,7 +260,7 @@ def test_the_value_is_credited_however_it_is_stated(template):
         ("\\frac{\\sqrt{3}}{2}", "\\sin(\\pi/3)", False),
         ("x^2+1", "(x+1)^2-2x", False),
         ("60", "60", True),
-        ("60", "60 apples", True),
+        ("60", "60 km", True),  # a declared unit; a noun needs the question's licence (docs/rewards.md)
         ("60", "85 - 25 = 60", True),
         ("0.5", "1/2", True),
         ("-3", "x = -3", True),

@@ -154,9 +154,10 @@ def value_words(text: str, percent: bool) -> str:
     return re.sub(r"\\%|%", "/100", text)
 
 
-def clean(answer: str, percent: bool = False) -> str:
+def clean(answer: str, percent: bool = False, units: bool = True) -> str:
     """The LaTeX of an answer's value (module docstring). Idempotent. `percent`: the expected
-    answer is a percentage, so `11\\%` is 11 (else 0.11)."""
+    answer is a percentage, so `11\\%` is 11 (else 0.11). `units`: trailing unit words go
+    (an expected answer's); a response's units are read by `answer_grammar`, never guessed."""
     text = plain_unicode(_SPECIAL_TOKEN.split(answer)[0]).replace("\x0c", "\\f")  # a form feed: a mangled `\\f`
     text = re.sub(r"(?<=\d)_\{?10\}?(?![\d}])", "", text)  # `60_{10}`: base ten
     text = re.sub(r"(?<!\\)\\\\(?=[a-zA-Z]{2})(?!end\b|begin\b)", r"\\", text)  # `\\\\frac`: an escaped `\\frac`
@@ -187,7 +188,7 @@ def clean(answer: str, percent: bool = False) -> str:
         text = re.sub(r"(?<![\d.,])(\d+),(\d+)(?![\d,])", _decimal_comma, text)
     text = value_words(text, percent)
     text = " ".join(text.split()).rstrip("\\").strip()
-    for _ in range(3):
+    for _ in range(3 if units else 0):
         text, stripped = _strip_units(text)
         if not stripped:
             break

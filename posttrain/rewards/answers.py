@@ -151,9 +151,28 @@ def same(gold: str, answer: str) -> bool:
     if g is None or a is None:
         return False
     try:
-        return bool(verify([g], [a], timeout_seconds=None))
+        return bool(verify([g], [a], timeout_seconds=None)) and numbers_agree(g, a)
     except Exception:
         return False
+
+
+RELATIVE_TOLERANCE = 1e-6  # significant digits, not decimals: a tiny or a huge value keeps its digits
+
+
+def numbers_agree(gold, answer) -> bool:
+    """Whether two values, where both are real numbers, have the same sign and agree to a
+    relative tolerance (math-verify rounds to 6 decimals, so `1e-7` and `-1e-7` would be one
+    value); values that are not both real numbers are left to math-verify."""
+    import sympy
+
+    if not (isinstance(gold, sympy.Expr) and isinstance(answer, sympy.Expr)):
+        return True
+    if not (gold.is_number and answer.is_number and gold.is_real and answer.is_real):
+        return True
+    g, a = float(gold), float(answer)
+    if (g > 0) != (a > 0) or (g < 0) != (a < 0):
+        return False
+    return abs(g - a) <= RELATIVE_TOLERANCE * max(abs(g), abs(a))
 
 
 # ------------------------------------------------------------------ form

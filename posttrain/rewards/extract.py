@@ -13,13 +13,26 @@ hedging check (`math_verifier.hedge`).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from dataclasses import dataclass
 
-_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _MARKER = re.compile(r"(?:\bfinal\s+answer|\banswer)\b\**\s*(is\b|:|=)?\**\s*", re.IGNORECASE)
 _TURN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|start_header_id|end_of_text)\|>")
-_SENTENCE_END = re.compile(r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|\s+I hope it is correct.*$")
-_COPULA = re.compile(r"\s(?:is|are|equals|was|be|becomes)\s+(?!not\b)|\s=\s", re.IGNORECASE)
-_CONNECTORS = re.compile(r"[\s,;.:\"'“”`*\\]*(?:(?:and|or|,|;|\\quad)[\s,;.:\"'“”`*\\]*)*", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|(?<!\s)\s+I hope it is correct.*$")
+# the verbs of a final-answer sentence ("The answer is X", "It costs X"): what precedes
+# the verb is the subject, what follows it the answer (read whole, negations included)
+_COPULA = re.compile(
+    r"(?:\s(?:is|are|equals|was|were|be|becomes|remains|costs|weighs|measures|totals|takes|has|have|had|needs|gets)|"
+    r"(?<=\w)'s)\s+",
+    re.IGNORECASE,
+)
+_EQUALS = re.compile(r"\s=\s")  # the first `=` of a sentence without a verb: "The area = 5 \\cdot 12 = 60"
+# `,` and `;` only in the class: in both, `, , , x` backtracks exponentially
+_CONNECTORS = re.compile(r"[\s,;.:\"'“”`*\\]*(?:(?:and|or|\\quad)[\s,;.:\"'“”`*\\]*)*", re.IGNORECASE)
+# "Therefore $x \\geq 5$ is the solution.": the answer named after it (searched, never
+# matched from the start: a lazy group before `\s+` backtracks over long runs of spaces)
+_NAMED = re.compile(r"\s(?:is|are)\s+(?:the|our|my)\s+(?:final\s+)?(?:answer|solution|result|value)s?\.?$", re.I)
+_LEAD = re.compile(r"^(?:therefore|thus|so|hence|then)?,?\s*", re.IGNORECASE)
 _CHOICE = re.compile(r"^\(?[A-E]\)?[.:)]\s")
 
 
@@ -29,16 +42,30 @@ def cut_turn(text: str) -> str:
     return _TURN.split(text, maxsplit=1)[0].replace("\x0c", "\\f")
 
 
-def _boxed_at(text: str, start: int) -> str | None:
-    depth, i = 0, text.index("{", start) + 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            if depth == 0:
-                return text[i:j]
-            depth -= 1
-    return None
+def _closing_braces(text: str) -> dict[int, int]:
+    """The index of the `}` that closes each `{` of `text` (one linear pass: an unclosed
+    `{` is absent)."""
+    closes, stack = {}, []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            closes[stack.pop()] = i
+    return closes
+
+
+_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def _boxes(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of every closed `\\boxed{}` / `\\fbox{}`, in linear time."""
+    closes = _closing_braces(text) if "{" in text else {}
+    found = []
+    for m in _BOX_OPEN.finditer(text):
+        end = closes.get(m.end() - 1)
+        if end is not None:
+            found.append((m.start(), end + 1, text[m.end() : end]))
+    return found
 
 
 def last_boxed(text: str) -> str | None:
@@ -47,18 +74,50 @@ def last_boxed(text: str) -> str | None:
 
 
 def all_boxed(text: str) -> list[str]:
-    found = (_boxed_at(text, m.start()) for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text))
-    return [b.strip() for b in found if b is not None and b.strip()]
+    return [b.strip() for _, _, b in _boxes(text) if b.strip()]
+
+
+_MATH_OPEN = re.compile(r"\$\$|\\\[|\\\(|(?<!\\)\$")
+_INLINE_CLOSE = re.compile(r"(?:[^$\n\\]|\\.)+?(?<!\\)\$")
+_CLOSERS = {"$$": "$$", "\\[": "\\]", "\\(": "\\)"}
 
 
 def math_spans(text: str) -> list[tuple[int, int, str]]:
     """(start, end, content) of each math span: `$$..$$`, `\\[..\\]`, `\\(..\\)`, `$..$`
-    (inline `$` within one line; `\\$` is a dollar sign)."""
-    spans = []
-    pattern = re.compile(r"\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)|(?<!\\)\$((?:[^$\n\\]|\\.)+?)(?<!\\)\$", re.DOTALL)
-    for m in pattern.finditer(text):
-        content = next(g for g in m.groups() if g is not None)
-        spans.append((m.start(), m.end(), content.strip()))
+    (inline `$` within one line; `\\$` is a dollar sign). Linear time: a delimiter that finds
+    no closer is not looked for again."""
+    spans, unclosed, i = [], set(), 0
+    while (m := _MATH_OPEN.search(text, i)) is not None:
+        opener = m.group(0)
+        if opener in unclosed:
+            i = m.end()
+            continue
+        if opener == "$":
+            close = _INLINE_CLOSE.match(text, m.end())
+            end = close.end() if close else -1
+            inner_end = end - 1
+        else:
+            inner_end = text.find(_CLOSERS[opener], m.end())
+            end = inner_end + len(_CLOSERS[opener]) if inner_end >= 0 else -1
+        if end < 0 or not text[m.end() : inner_end].strip():
+            if end < 0 and opener != "$":
+                unclosed.add(opener)
+            i = m.end() if end < 0 else end
+            continue
+        spans.append((m.start(), end, text[m.end() : inner_end].strip()))
+        i = end
+    return spans
+
+
+def tag_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of each closed `<answer>...</answer>` (case-insensitive), in linear time."""
+    lower, spans, i = text.lower(), [], 0
+    while (start := lower.find("<answer>", i)) >= 0:
+        close = lower.find("</answer>", start + 8)
+        if close < 0:
+            break
+        spans.append((start, close + 9, text[start + 8 : close]))
+        i = close + 9
     return spans
 
 
@@ -68,7 +127,7 @@ def _first_sentence(text: str) -> str:
 
 
 def _last_sentence(text: str) -> str:
-    text = re.sub(r"\s*I hope it is correct.*$", "", text.strip())
+    text = re.sub(r"(?<!\s)\s*I hope it is correct.*$", "", text.strip())  # a space run is tried once
     ends = r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|(?<=\$\$)\s+(?=[A-Z])|(?<=\\\])\s+(?=[A-Z])"
     sentences = [t for t in re.split(ends, text) if t.strip()]
     return sentences[-1] if sentences else text
@@ -76,18 +135,37 @@ def _last_sentence(text: str) -> str:
 
 def _join_display(text: str) -> str:
     """Display math (`\\[..\\]`, `$$..$$`) on one line, so a line-based reading sees it whole."""
-    return re.sub(r"\$\$.+?\$\$|\\\[.+?\\\]", lambda m: " ".join(m.group(0).split()), text, flags=re.DOTALL)
+    out, i = [], 0
+    for start, end, _ in math_spans(text):
+        if text.startswith(("$$", "\\["), start):
+            out += [text[i:start], " ".join(text[start:end].split())]
+            i = end
+    return "".join(out) + text[i:]
 
 
 def answer_in(statement: str, depth: int = 0, last: bool = False) -> str:
     """The answer a statement states (module docstring); `last`: its last sentence (a
     response's last line), else its first (what follows an answer marker)."""
+    return _statement(statement, depth, last)[1]
+
+
+def _is_prose(text: str) -> bool:
+    return bool(re.search(r"[A-Za-z]{3,}", re.sub(r"\\[a-zA-Z]+", " ", text)))
+
+
+def _statement(statement: str, depth: int = 0, last: bool = False) -> tuple[str, str]:
+    """(the words before the answer: subject and verb, the answer) of a statement."""
     s = (_last_sentence(statement) if last else _first_sentence(statement.strip())).strip().rstrip(".").strip()
     if _CHOICE.match(s):
-        return s
-    boxes = all_boxed(s)
+        return "", s
+    named = _NAMED.search(s)
+    if named and depth == 0 and named.start() > 0:
+        lead = _LEAD.match(s).end()
+        before, answer = _statement(s[lead : named.start()], depth + 1)
+        return s[:lead] + before, answer
+    boxes = _boxes(s)
     if boxes:
-        return boxes[-1]
+        return s[: boxes[-1][0]], boxes[-1][2].strip()
     spans = math_spans(s)
     outside = s
     for start, end, _ in reversed(spans):
@@ -96,15 +174,19 @@ def answer_in(statement: str, depth: int = 0, last: bool = False) -> str:
         joined = s
         for start, end, content in reversed(spans):
             joined = joined[:start] + content + joined[end:]
-        return re.sub(r'^(?:\\?["“”`\'])+|(?:\\?["“”`\'])+$', "", joined.strip()).strip()
+        return "", re.sub(r'^(?:\\?["“”`\'])+|(?:\\?["“”`\'])+$', "", joined.strip()).strip()
     copulas = [m for m in _COPULA.finditer(s) if not any(a <= m.start() < b for a, b, _ in spans)]
-    if copulas and depth == 0:
-        rest = s[copulas[-1].end() :].strip()
-        if re.search(r"[\d$\\]", rest):
-            return answer_in(rest, depth + 1)
+    equals = [m for m in _EQUALS.finditer(s) if not any(a <= m.start() < b for a, b, _ in spans)]
+    verb = copulas[-1] if copulas else (equals[0] if equals and _is_prose(s[: equals[0].start()]) else None)
+    if verb and depth == 0:
+        rest = s[verb.end() :].strip()
+        if re.search(r"[\d$\\]", rest) or len(rest.split()) <= 3:
+            before, answer = _statement(rest, depth + 1)
+            return s[: verb.end()] + before, answer
     if spans and not re.search(r"\d", outside):
-        return _with_adjacent(s, spans[-1])
-    return s.strip("\"'“”`").strip()
+        answer = _with_adjacent(s, spans[-1])
+        return s[: spans[-1][0]], answer
+    return "", s.strip("\"'“”`").strip()
 
 
 # what outside the math carries value when it touches it: any non-letter (a sign, a dash,
@@ -141,17 +223,76 @@ def _with_adjacent(statement: str, span: tuple[int, int, str]) -> str:
     return f"{before}{content}{after}".strip()
 
 
-def _marker_statements(text: str) -> list[str]:
-    found = []
-    for line in text.splitlines():
-        last = None
-        for m in _MARKER.finditer(line):
-            rest = line[m.end() :].strip()
-            if rest and (m.group(1) or rest.startswith(("$", "\\(", "\\[", "\\boxed"))):
-                last = rest
+def _marker_statements(text: str) -> list[tuple[str, str]]:
+    """(the statement after the marker, the text after its line) of each answer-marker line."""
+    found, offset = [], 0
+    for line in text.split("\n"):
+        offset += len(line) + 1
+        last, end = None, len(line.rstrip())
+        for m in _MARKER.finditer(line):  # the marker's `\\s*` ends where its statement starts
+            if m.end() < end and (m.group(1) or line.startswith(("$", "\\(", "\\[", "\\boxed"), m.end())):
+                last = m.end()
         if last is not None:
-            found.append(last)
+            found.append((line[last:].strip(), text[offset:]))
     return found
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The one final answer of a response: its text (None where there is none), how it was
+    found, the words of its sentence before it (subject and verb), and what follows it."""
+
+    answer: str | None
+    how: str
+    before: str = ""
+    after: str = ""
+
+
+def _sentence_before(text: str) -> str:
+    """The sentence of `text` that runs up to its end (the words before a box or tag)."""
+    line = text[-300:].rsplit("\n", 1)[-1]
+    return re.split(r"[.!?](?:\s|$)", line)[-1]
+
+
+def final_slot(text: str, mode: str = "auto") -> Slot:
+    """The final-answer slot of a response (module docstring)."""
+    text = _join_display(cut_turn(text))
+    if mode in ("auto", "answer_tag"):
+        tags = tag_spans(text)
+        if tags:
+            start, end, content = tags[-1]
+            return Slot(content.strip(), "answer tag", _sentence_before(text[:start]), text[end:])
+        if mode == "answer_tag":
+            return Slot(None, "no <answer> tag")
+    if mode in ("auto", "boxed"):
+        boxes = [b for b in _boxes(text) if b[2].strip()]
+        if boxes:
+            start, end, content = boxes[-1]
+            return Slot(content.strip(), "boxed", _sentence_before(text[:start]), text[end:])
+        if mode == "boxed":
+            return Slot(None, "no \\boxed{}")
+    if mode == "whole":
+        return Slot(text.strip() or None, "whole response")
+    return _statement_slot(text)
+
+
+def _statement_slot(text: str) -> Slot:
+    statements = _marker_statements(text)
+    if statements:
+        statement, following = statements[-1]
+        sentence = _first_sentence(statement.strip())
+        before, answer = _statement(statement)
+        return Slot(answer, "answer marker", before, statement.strip()[len(sentence) :] + "\n" + following)
+    stripped = text.strip()
+    if stripped.endswith(("\\]", "$$")):
+        spans = math_spans(stripped)
+        if spans and spans[-1][1] == len(stripped):
+            return Slot(spans[-1][2], "last line")
+    lines = [ln.strip() for ln in stripped.splitlines() if ln.strip()]
+    if not lines:
+        return Slot(None, "empty response")
+    before, answer = _statement(lines[-1], last=True)
+    return Slot(answer.rstrip(".") or None, "last line", before)
 
 
 def final_answers(text: str, mode: str = "auto") -> list[str]:
@@ -160,59 +301,24 @@ def final_answers(text: str, mode: str = "auto") -> list[str]:
     text = _join_display(cut_turn(text))
     found = []
     if mode in ("auto", "answer_tag"):
-        found += [a.strip() for a in _TAG.findall(text)]
+        found += [a.strip() for _, _, a in tag_spans(text)]
     if mode in ("auto", "boxed"):
         found += all_boxed(text)
     if mode == "auto":
-        found += [answer_in(s) for s in _marker_statements(text) if not all_boxed(s)]
+        found += [answer_in(s) for s, _ in _marker_statements(text) if not all_boxed(s)]
     return [f for f in found if f]
 
 
 def extract_answer(text: str, mode: str = "auto") -> tuple[str | None, str]:
     """(answer or None, how it was found)."""
-    text = _join_display(cut_turn(text))
-    if mode in ("auto", "answer_tag"):
-        found = _TAG.findall(text)
-        if found:
-            return found[-1].strip(), "answer tag"
-        if mode == "answer_tag":
-            return None, "no <answer> tag"
-    if mode in ("auto", "boxed"):
-        boxed = last_boxed(text)
-        if boxed is not None:
-            return boxed.strip(), "boxed"
-        if mode == "boxed":
-            return None, "no \\boxed{}"
-    if mode == "whole":
-        return (text.strip() or None), "whole response"
-    statements = _marker_statements(text)
-    if statements:
-        return answer_in(statements[-1]), "answer marker"
-    stripped = text.strip()
-    if stripped.endswith(("\\]", "$$")):
-        spans = math_spans(stripped)
-        if spans and spans[-1][1] == len(stripped):
-            return spans[-1][2], "last line"
-    lines = [ln.strip() for ln in stripped.splitlines() if ln.strip()]
-    if not lines:
-        return None, "empty response"
-    return answer_in(lines[-1], last=True).rstrip(".") or None, "last line"
+    slot = final_slot(text, mode)
+    return slot.answer, slot.how
 
 
 def after_final(text: str, mode: str = "auto") -> str:
     """What a response says after its final `<answer>` tag or `\\boxed{}` ("" where it has neither)."""
-    text = _join_display(cut_turn(text))
-    if mode in ("auto", "answer_tag"):
-        tags = list(_TAG.finditer(text))
-        if tags:
-            return text[tags[-1].end() :]
-    if mode in ("auto", "boxed"):
-        starts = [m.start() for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text)]
-        for start in reversed(starts):
-            inner = _boxed_at(text, start)
-            if inner is not None and inner.strip():
-                return text[text.index("{", start) + 1 + len(inner) + 1 :]
-    return ""
+    slot = final_slot(text, mode) if mode in ("auto", "answer_tag", "boxed") else Slot(None, "")
+    return slot.after if slot.how in ("answer tag", "boxed") else ""
 
 
 # What touches a box and changes its value: the box is then an operand, not the stated answer
@@ -266,13 +372,14 @@ def _outward(before: str, after: str, in_math: bool) -> tuple[str, str, bool, bo
 def box_operand(text: str, percent: bool = False) -> str | None:
     """Why a box of `text` is an operand of something that changes its value, or None."""
     spans = math_spans(text)
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        inner = _boxed_at(text, m.start())
-        if inner is None:
-            continue
-        start, end = m.start(), m.end() + len(inner) + 1
-        in_math = any(a <= start < b for a, b, _ in spans)
-        before, after, prose_before, prose_after = _outward(text[:start], text[end:], in_math)
+    span_starts = [a for a, _, _ in spans]
+    for start, end, _ in _boxes(text):
+        k = bisect_right(span_starts, start) - 1
+        in_math = k >= 0 and start < spans[k][1]
+        # what touches a box is near it: a bounded window keeps the layout regexes linear
+        before, after, prose_before, prose_after = _outward(
+            text[max(0, start - 200) : start], text[end : end + 200], in_math
+        )
         prev = (_PROSE_BEFORE if prose_before else _IN_MATH_BEFORE).search(before[-16:])
         following = None
         if not _DEGREES.match(after) and not (percent and _PERCENT.match(after)):

@@ -31,17 +31,14 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from posttrain.rewards import answer_grammar as grammar
 from posttrain.rewards import answers
 from posttrain.rewards.answer_clean import clean
 from posttrain.rewards.answers import final_part, same, values_of
 from posttrain.rewards.choice import is_choice, score_choice
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
-from posttrain.rewards.extract import after_final, all_boxed, box_operand, cut_turn, extract_answer, final_answers
+from posttrain.rewards.extract import Slot, all_boxed, box_operand, cut_turn, extract_answer, final_answers, final_slot
 from posttrain.types import RewardResult, Sample
-
-_PROSE_NUMBER = re.compile(
-    r"(?<![\w.])(-\s*)?(\d+(?:\.\d+)?(?:\s*/\s*\d+)?)(\s*(?:\\pi|π|\\infty|∞|\\sqrt\{?\d+\}?|\bpi\b|i\b|e\b))?"
-)
 
 
 @dataclass
@@ -52,17 +49,10 @@ class Verdict:
 
 
 def read(answer: str, percent: bool = False) -> str:
-    """The value an extracted answer states, as LaTeX: cleaned (units, delimiters, labels
-    gone; `percent`: as `answer_clean.clean`), and among words the one number they state (`Jane
-    started 3 hours ago`)."""
-    text = clean(answer, percent)
-    if answers.words(text) is None and answers.is_prose(text) and re.search(r"\d", text):
-        denied = re.sub(r"\b(?:not|isn't|never|instead of)\s+-?\d[\d.,/]*", " ", text, flags=re.IGNORECASE)
-        numbers = {"".join(p for p in m.groups() if p).replace(" ", "") for m in _PROSE_NUMBER.finditer(denied)}
-        if len(numbers) == 1:
-            return clean(numbers.pop(), percent)
-        return text  # several numbers among words: not one value (the hedge check says so)
-    return text
+    """The value an extracted answer states, as LaTeX: cleaned (delimiters, labels gone;
+    `percent`: as `answer_clean.clean`). Its words are the grammar's (`answer_grammar`):
+    units are not guessed here."""
+    return clean(answer, percent, units=False)
 
 
 def _exact(text: str) -> Fraction | None:
@@ -131,21 +121,6 @@ def _several(gold: str) -> bool:
 
 
 MAX_ANSWER_CHARS = 2000  # a final answer longer than this is not one (and would cost the parser minutes)
-_ALTERNATIVE = re.compile(
-    r"\b(?:or|unless|otherwise|alternatively|maybe|perhaps|possibly|probably)\b[^.\n]{0,60}?(-?\s*\d[\d.,/]*)",
-    re.IGNORECASE,
-)
-
-
-def _alternative_after(body: str, mode: str, answer_raw: str, percent: bool = False) -> str | None:
-    """Why the response offers another value after its final tag or box ("\\boxed{60} (or 61)"), or None."""
-    tail = after_final(body, mode)[:400]
-    value = _exact(final_part(read(answer_raw, percent)))
-    for m in _ALTERNATIVE.finditer(tail):
-        other = _exact(m.group(1).replace(" ", "").rstrip(".,"))
-        if other is not None and other != value:
-            return f"hedged: after its answer the response offers {m.group(0)[:60]!r}"
-    return None
 
 
 def _agree(a: str, b: str) -> bool:
@@ -171,7 +146,7 @@ def differing_answers(text: str, mode: str = "auto", percent: bool = False, answ
     """Why a response states several final answers that differ in value (tags, boxes, answer
     lines, the lines of one answer), or None: the hedge check of every answer verifier.
     `answer`: the answer the caller reads (default: the one `extract_answer` reads)."""
-    answer_raw = answer if answer is not None else extract_answer(text, mode)[0]
+    answer_raw = extract_answer(answer if answer is not None else text, mode)[0]
     if answer_raw is None or not answer_raw.strip():
         return None
     return _hedged_answers(answer_raw, final_answers(cut_turn(text), mode), percent)
@@ -197,7 +172,8 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     gold_text = str(gold)
     percent = is_percentage(gold_text, question)
     gold = clean(gold_text, percent)
-    answer_raw, how = extract_answer(text, mode)
+    slot = final_slot(text, mode)
+    answer_raw, how = slot.answer, slot.how
     details = {"extracted": answer_raw, "extracted_by": how, "expected": gold}
     if answer_raw is None or not answer_raw.strip():
         return Verdict(0.0, f"no answer found ({how})", details)
@@ -217,13 +193,15 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     operand = box_operand(body, percent)
     if operand:
         return Verdict(0.0, operand, details)
-    answer = read(answer_raw, percent)
-    tail = _alternative_after(body, mode, answer_raw, percent)
-    if tail:
-        return Verdict(0.0, tail, details)
+    reading = _contract(slot, answer_raw, gold_text, question, _several(gold))
+    if reading.refusal:
+        return Verdict(0.0, reading.refusal, details)
     if normalize(answer_raw) == normalize(gold_text):
         return Verdict(1.0, f"correct: {answer_raw[:80]!r} ({how})", details)
-    cleaned = clean(answer_raw, percent)
+    if reading.text != answer_raw:
+        details["read"] = answer_raw = reading.text
+    answer = read(answer_raw, percent)
+    cleaned = read(answer_raw, percent)
     problem = answers.hedge_in(cleaned, gold, _several(gold)) or answers.relation_problem(cleaned, gold)
     if problem:
         return Verdict(0.0, problem, details)
@@ -254,6 +232,16 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     return Verdict(0.0, f"wrong: {answer_raw[:80]!r} vs expected {gold[:80]!r} ({how})", details)
 
 
+def _contract(slot: Slot, answer_raw: str, gold: str, question: str | None, several: bool) -> grammar.Reading:
+    """The slot under the final-answer contract (docs/rewards.md): the words before it and
+    after it, then its whole content read by the answer grammar."""
+    task = grammar.Task(gold, question, several)
+    problem = grammar.before_problem(slot.before, several) or grammar.after_problem(slot.after, answer_raw, task)
+    if problem:
+        return grammar.Reading(answer_raw, problem)
+    return grammar.read_slot(answer_raw, task)
+
+
 def hedge(text: str, mode: str = "auto", gold: str | None = None) -> str | None:
     """Why a response hedges (several different final answers, or one answer giving several
     values where `gold` has one), or None."""
@@ -262,8 +250,11 @@ def hedge(text: str, mode: str = "auto", gold: str | None = None) -> str | None:
 
 
 def unevaluated(gold: str, answer: str, question: str | None = None) -> str | None:
-    """Why `answer` is not a final value where `gold` is one, or None (step 4 of `judge`)."""
-    stated = final_part(read(answer)) if not _several(clean(gold)) else ", ".join(values_of(read(answer)))
+    """Why `answer` is not a final value where `gold` is one, or None (step 4 of `judge`, on
+    the answer as the grammar reads it)."""
+    several = _several(clean(gold))
+    answer = grammar.read_slot(answer, grammar.Task(gold, question, several)).text
+    stated = final_part(read(answer)) if not several else ", ".join(values_of(read(answer)))
     return answers.final_value_problem(_gold_final(clean(gold)), stated, question)
 
 
