@@ -149,6 +149,18 @@ def test_large_values_compare_by_significant_digits(gold, text):
     assert judge(gold, text).score == 0.0
 
 
+DIGITS = [("0.0955856795273", "0.09558568908586795273"), ("3.14159", "3.1415926"), ("2.5", "2.5000001")]
+
+
+@pytest.mark.parametrize("gold, answer", DIGITS)
+def test_two_written_numbers_compare_digit_for_digit(gold, answer):
+    """A perturbation below any relative tolerance (1e-7 of the value) is another number where
+    both are written out; the same value in another spelling is credited."""
+    assert judge(gold, f"\\boxed{{{answer}}}").score == 0.0
+    assert judge(gold, f"\\boxed{{{gold}0}}").score == 1.0  # a trailing zero is the same value
+    assert judge(gold, f"The answer is {gold}.").score == 1.0
+
+
 OTHER_BASE = [("60", "0x3C"), ("0", "\\boxed{0x3C}"), ("60", "<answer>0b111100</answer>"), ("7", "0o7")]
 
 

@@ -145,6 +145,9 @@ def same(gold: str, answer: str) -> bool:
             return True
         if g_words is not None and len(g_words) > 1 and not re.search(r"\d", gold):
             return False
+    g_exact, a_exact = exact_literal(gold), exact_literal(answer)
+    if g_exact is not None and a_exact is not None:
+        return g_exact == a_exact  # two numbers written out: every digit counts, no tolerance
     from math_verify import verify
 
     g, a = value(gold), value(answer)
@@ -154,6 +157,23 @@ def same(gold: str, answer: str) -> bool:
         return bool(verify([g], [a], timeout_seconds=None)) and numbers_agree(g, a)
     except Exception:
         return False
+
+
+_LITERAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+/\d+")
+
+
+def exact_literal(text: str):
+    """The exact value (a Fraction) of an integer, decimal, scientific or `p/q` literal, or None:
+    `0.0955856795273` and `0.0955856909` are two values, whatever a relative tolerance says."""
+    from fractions import Fraction
+
+    t = text.replace(" ", "")
+    if not _LITERAL.fullmatch(t):
+        return None
+    try:
+        return Fraction(t)
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 RELATIVE_TOLERANCE = 1e-6  # significant digits, not decimals: a tiny or a huge value keeps its digits
