@@ -62,8 +62,10 @@ def _local_model(config: PipelineConfig, source: str) -> Path | None:
 
 
 def _tokenizer(folder: Path | None):
-    """The model's tokenizer, for the prompt-length check; None where the folder has none."""
-    if folder is None or not (folder / "config.json").is_file():
+    """The model's tokenizer, for the prompt-length check; None where the folder has none (a
+    folder of config.json alone plans a model that is not on this machine: nothing to count)."""
+    tokenizer_files = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+    if folder is None or not any((folder / name).is_file() for name in tokenizer_files):
         return None
     from transformers import AutoTokenizer
 

@@ -66,7 +66,11 @@ def check_runs_under(folder: Path, seen: set[Path]) -> list[str]:
         if run in seen or not (run / "rollouts").is_dir():
             continue
         seen.add(run)
-        for stage, group_size in rl_stages(run).items():
+        try:
+            stages = rl_stages(run)
+        except json.JSONDecodeError:  # a file a test broke on purpose (the dashboard's error paths)
+            continue
+        for stage, group_size in stages.items():
             try:
                 assert_accounting_matches_rollouts(run, stage, group_size)
             except AssertionError as error:

@@ -157,8 +157,9 @@ def rl_row(job: str, step: int) -> dict:
         "groups/zero_advantage_frac": 0.2,
         "staleness/mean": 0.5,
         "staleness/max": 1.0,
-        "samples/drawn": 80.0 * step,
-        "samples/trained": 80.0 * step - 40,
+        # whole books, as the after-module sweep checks them: every saved sample trained, 40 queued
+        "samples/drawn": float(PER_STEP * step + 40),
+        "samples/trained": float(PER_STEP * step),
         "samples/queued": 40.0,
         "samples/dropped": 0.0,
         "sync/seconds": 0.2,

@@ -46,7 +46,7 @@ def test_its_reward_functions_score_and_failures_are_flagged():
     assert right.source == "verifiers" and right.details["scores"]["correct"] == [1.0, 1.0]
     # a reward function that raises or hangs scores 0 with why: no response can void its verdict
     assert boom.ok and boom.score == 0.0 and "the rubric exploded" in boom.reason
-    assert boom.details == {"call_error": "raised"}
+    assert boom.details == {"call_error": "raised", "fault": "reward_raised"}  # counted in reward/raised
     assert hang.ok and hang.score == 0.0 and hang.reason == "scored 0: verifiers reward timed out after 20s"
 
 
