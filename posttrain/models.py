@@ -273,10 +273,16 @@ def _write_tiny(shape: TinyModelConfig, seed: int, folder: Path) -> None:
     model.generation_config = GenerationConfig(
         eos_token_id=eos, bos_token_id=tokenizer.bos_token_id, pad_token_id=tokenizer.pad_token_id
     )
+    _save_quietly(model, tokenizer, folder)
+
+
+def _save_quietly(model, tokenizer, folder: Path) -> None:
+    """Save a model and its tokenizer without transformers' progress bar: a bar on stderr
+    would break `validate`'s one-line refusals when a model is built on the way."""
     from transformers.utils import logging as hf_logging
 
     shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a bar on stderr would break `validate`'s one-line refusals
+    hf_logging.disable_progress_bar()
     try:
         model.save_pretrained(folder, safe_serialization=True)
     finally:
@@ -326,13 +332,4 @@ def _write_smollm2(folder: Path) -> None:
     model.load_state_dict(quantized.state_dict(), strict=False)
     model.tie_weights()
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    from transformers.utils import logging as hf_logging
-
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a bar on stderr would break `validate`'s one-line refusals
-    try:
-        model.save_pretrained(folder, safe_serialization=True)
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()
-    tokenizer.save_pretrained(folder)
+    _save_quietly(model, tokenizer, folder)
