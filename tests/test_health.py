@@ -221,3 +221,9 @@ def test_the_truncation_flag_names_the_limit_that_cut_the_responses():
     out = io.StringIO()
     HealthMonitor(HealthConfig(), "rl", 2, stream=out, lengths=(384, 512)).step(1, {**row, "response_tokens/max": 384})
     assert "responses reached max_tokens 384: raise it" in out.getvalue()
+    # an effort's token budget below max_tokens cut them: that is the budget's design, not a limit to raise
+    out = io.StringIO()
+    budgeted = {**row, "response_tokens/max": 38.0, "budget/tokens": 30.0}
+    HealthMonitor(HealthConfig(), "rl", 2, stream=out, lengths=(96, 256)).step(1, budgeted)
+    assert "reached its token budget (mean 30, below max_tokens 96)" in out.getvalue()
+    assert "raise rollout.max_model_len" not in out.getvalue()

@@ -279,14 +279,20 @@ class HealthMonitor:
 
     def _truncated(self, v):
         fired = _above(v["response/truncated_frac"], self.config.truncated_frac_max)
-        return fired if fired is None else (*fired, self._cut_by(v["response_tokens/max"]))
+        return fired if fired is None else (*fired, self._cut_by(v["response_tokens/max"], v.get("budget/tokens")))
 
-    def _cut_by(self, longest: float | None) -> str:
-        """Which limit cut the responses: none reached max_tokens, so the context did
-        (prompt + response at rollout.max_model_len), where raising max_tokens does nothing."""
+    def _cut_by(self, longest: float | None, budget: float | None = None) -> str:
+        """Which limit cut the responses: a token budget (the effort's design), else, where
+        none reached max_tokens, the context (prompt + response at rollout.max_model_len),
+        where raising max_tokens does nothing."""
         if self.lengths is None or longest is None:
             return "responses stop at max_tokens or at rollout.max_model_len (prompt + response), whichever comes first"
         max_tokens, max_model_len = self.lengths
+        if budget and budget < max_tokens and longest >= budget:
+            return (
+                f"the longest response ({longest:.0f} tokens) reached its token budget (mean {budget:.0f}, below "
+                f"max_tokens {max_tokens}): the budget cut them, as the stage's `budget` sets (over it: reward -1)"
+            )
         if longest < max_tokens:
             return (
                 f"no response reached max_tokens {max_tokens} (the longest: {longest:.0f}): they were cut at "
