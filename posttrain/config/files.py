@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from posttrain.config.pipeline import PipelineConfig
+from posttrain.config.plugins import PluginError, import_plugins
 from posttrain.config.stage_union import STAGE_SCHEMAS
 
 
@@ -346,6 +347,10 @@ def load_pipeline(path: str | Path, overrides: list[str] = ()) -> PipelineConfig
 
 
 def validate_pipeline(raw: dict, source: str = "<config>") -> PipelineConfig:
+    try:
+        import_plugins(raw.get("plugins") if isinstance(raw, dict) else None)
+    except PluginError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     try:
         return PipelineConfig.model_validate(raw)
     except ValidationError as exc:

@@ -71,6 +71,11 @@ class PipelineConfig(Base):
     """A whole pipeline: a model, the infrastructure, and stages run in order."""
 
     name: str = Field("pipeline", description="Pipeline name.")
+    plugins: list[str] = Field(
+        [],
+        description="Your own modules (`my_stage` in the folder you run from, or `path/to/file.py`), imported "
+        "before the stages are read: a stage type, verifier or task source they register can be used here.",
+    )
     seed: int = Field(0, description="Seed of data order and sampling.")
     model: ModelConfig
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)

@@ -94,7 +94,7 @@ def trainer_count(config: PipelineConfig, stage=None) -> int:
     """Trainer ranks per slot: a stage's own slot holds none when it trains nothing (eval)."""
     if stage is None or not per_stage(config):
         return config.trainer.workers
-    return stage_config(config, stage).trainer.workers if stage.trains != "nothing" else 0
+    return stage_config(config, stage).trainer.workers if stage.uses_trainer() else 0
 
 
 def bundle(cpus: float, gpus: float) -> dict[str, float]:
@@ -199,7 +199,7 @@ def roles_used(stage) -> set[str]:
     """The slot roles a stage's code calls on."""
     grm = stage.grm()
     judged = grm is not None and grm.judge.in_slot
-    uses = (("engines", stage.samples_policy), ("trainer ranks", stage.trains != "nothing"), ("judge", judged))
+    uses = (("engines", stage.samples_policy), ("trainer ranks", stage.uses_trainer()), ("judge", judged))
     return {role for role, used in uses if used}
 
 

@@ -65,6 +65,11 @@ class StageSchema(Base):
         description="With ray.placement: per_stage, this stage's engines and trainer ranks (its slot's sizes).",
     )
 
+    def uses_trainer(self) -> bool:
+        """Its code calls on the slot's trainer ranks. A stage that makes a checkpoint
+        without training (weights averaged, converted) overrides this with False."""
+        return self.trains != "nothing"
+
     @classmethod
     def type_name(cls) -> str:
         """The `type:` of this schema in the pipeline YAML (its `type` literal)."""

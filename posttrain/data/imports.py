@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
-import sys
 from pathlib import Path
+
+from posttrain.config.plugins import import_from_here
 
 
 def import_user_module(name: str):
-    """The module `name`, looked up on the path and then in the current folder: the
-    installed `posttrain` script (unlike `python -m`) does not put that folder on the path."""
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.append(here)
-    return importlib.import_module(name)
+    """The module `name`, looked up on the path and then in the current folder (as a
+    pipeline's `plugins` are)."""
+    return import_from_here(name)
 
 
 def load_object(spec: str, prefix: str = "_user"):

@@ -111,6 +111,8 @@ def checkpoint_plan(stage) -> tuple[int, int] | None:
     (per job for an experts stage); None for a stage that saves none."""
     if stage.trains == "nothing":
         return None
+    if not stage.uses_trainer():
+        return 1, 0  # its final checkpoint alone
     steps = stage.longest_steps()
     saves = (steps - 1) // stage.save_every if stage.save_every else 0
     kept = saves if stage.keep_last is None else min(saves, stage.keep_last + (1 if stage.keep_best else 0))
@@ -140,7 +142,8 @@ def disk_lines(config: PipelineConfig, run_dir: Path | None = None) -> list[str]
         count, steps = sum(p[0] for p in plans), sum(p[1] for p in plans)
         finals = f" + {len(plans)} finals" if len(plans) > 1 else " + final"
         jobs = len(stage.job_names()) if stage.trains == "jobs" else 1
-        keep = f"keep_last {stage.keep_last}" if stage.keep_last else "every step checkpoint kept"
+        keep_last = getattr(stage, "keep_last", None)  # a stage that trains nothing saves no step checkpoints
+        keep = f"keep_last {keep_last}" if keep_last else "every step checkpoint kept"
         size = f" = {human_bytes(per * count * jobs)}" if per else ""
         total += per * count * jobs if per else 0
         each = f" x {jobs} jobs" if jobs > 1 else ""

@@ -379,7 +379,7 @@ def plan(config) -> tuple[list[ActorPlan], list[str]]:
         seen_engines = seen_engines and not per_stage(config)  # per_stage: each stage starts its own engines
         for stage in top.phases():
             name = stage.name
-            if stage.trains != "nothing":
+            if stage.uses_trainer():
                 kl = getattr(getattr(stage, "algo", None), "kl_beta", 0) > 0
                 row, window, shared = _rows(stage, config)
                 on_gpu = trainer.num_gpus > 0
