@@ -40,6 +40,17 @@ _WORD = re.compile(r"[a-zA-Z]{3,}")
 _LABEL = re.compile(r"[A-Za-z]\w*\s*=")
 
 
+def family_credits(family: str, answer: str, entry: dict) -> bool:
+    """Whether a family's own scorer gives `answer` (a bare value) full credit on `entry`;
+    False where the family cannot be loaded or its scorer raises."""
+    import reasoning_gym
+
+    try:
+        return float(reasoning_gym.get_score_answer_fn(family)(answer, entry)) >= 1.0
+    except Exception:  # a family that cannot read the value declares nothing equal
+        return False
+
+
 def value_gold(gold: str) -> bool:
     """Whether an expected answer is a mathematical value (a number, a fraction, a percent,
     an expression in variables, an interval, a set, a choice letter), which `judge` compares
