@@ -48,7 +48,6 @@ CONTRACT_REFUSALS: dict[str, str] = {
     "Jane started growing Sphere 3 hours ago": _GRAMMAR,
     "there are 12 distinct arithmetic sequences": _GRAMMAR,
     "the position increases by 100%": _SHAPE,
-    "located between $\\boxed{12 $ and $13 }": _SHAPE,
     "which follows from $4_5\\times2_5=8_{10}=13_5$": _AFTER,
     "the interest is compounded per year, and $t$": _AFTER,
     "If you have any questions or need further clarification": _AFTER,

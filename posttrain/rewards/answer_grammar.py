@@ -295,7 +295,16 @@ def before_problem(before: str, several: bool = False) -> str | None:
     return None
 
 
-_POLITE = re.compile(r"I hope (?:it|this|that) (?:is|was) (?:correct|right|helpful)\.?", re.IGNORECASE)
+# closing formulas addressed to the reader: they state no value and take nothing back
+_POLITE = re.compile(
+    r"I hope (?:it|this|that) (?:is|was) (?:correct|right|helpful)[.!]?"
+    r"|I hope (?:it|this|that) helps[.!]?|Hope (?:it|this|that) helps[.!]?"
+    r"|If you have (?:any )?(?:other |further |more |additional )?questions(?: or need (?:any )?(?:further |more )?"
+    r"(?:clarification|help|assistance))?,? (?:please )?(?:feel free to ask|let me know|just ask)[.!]?"
+    r"|(?:Please )?(?:feel free to ask|let me know) if you have (?:any )?(?:other |further |more )?questions[.!]?"
+    r"|Thank you(?: for (?:asking|reading|your (?:question|patience)))?[.!]|Thanks[.!]",
+    re.IGNORECASE,
+)
 _NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
 # a number after the answer in its own sentence that qualifies it, not another value:

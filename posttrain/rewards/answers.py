@@ -28,6 +28,7 @@ import re
 from functools import lru_cache
 
 from posttrain.rewards.answer_clean import HEDGE_WORDS, NUMBER, PM, RELATION, split_top
+from posttrain.rewards.rounding import rounding_places, same_signs
 from posttrain.types import ANSWER_FORMS
 
 # ------------------------------------------------------------------ structure of an answer
@@ -146,14 +147,19 @@ def same(gold: str, answer: str) -> bool:
         if g_words is not None and len(g_words) > 1 and not re.search(r"\d", gold):
             return False
     g_exact, a_exact = exact_literal(gold), exact_literal(answer)
-    if g_exact is not None and a_exact is not None:
-        return g_exact == a_exact  # two numbers written out: every digit counts, no tolerance
+    if g_exact is not None and a_exact is not None and g_exact == a_exact:
+        return True
+    places = rounding_places(gold, answer, value)
+    if g_exact is not None and a_exact is not None and places is None:
+        return False  # two numbers written out: every digit counts, no tolerance
     from math_verify import verify
 
     g, a = value(gold), value(answer)
     if g is None or a is None:
         return False
     try:
+        if places is not None:  # each decimal is the exact value rounded to the places it shows
+            return bool(verify([g], [a], float_rounding=places, timeout_seconds=None)) and same_signs(g, a)
         return bool(verify([g], [a], timeout_seconds=None)) and numbers_agree(g, a)
     except Exception:
         return False
@@ -274,6 +280,28 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+|\\left|\\right|\{|\}|\\[,;!]", "", text).lower()
 
 
+_ASSIGNMENT = re.compile(r"\s*([A-Za-z])\s*=\s*([^,;=]+?)\s*")
+
+
+def named_tuples(text: str, names: tuple[str, ...] | None = None) -> tuple[str, tuple[str, ...]]:
+    """(the tuples, the names) of solutions written as groups of assignments, `p=5,q=2;p=7,q=2`
+    (or one group, `x=1, y=2`): `(5,2),(7,2)` in the order the names are written; `(text, ())`
+    for any other text. Every group names the same two or more variables in the same order,
+    and that order is `names` where given (the expected answer's), else the alphabet's (the
+    order of a tuple `(x, y)`): `y=1, x=2` is not `(1, 2)`."""
+    inner = text.strip().removeprefix("$").removesuffix("$")
+    groups = [[_ASSIGNMENT.fullmatch(part) for part in group.split(",")] for group in inner.split(";")]
+    if not all(all(group) for group in groups):
+        return text, ()
+    order = [tuple(m.group(1) for m in group) for group in groups]
+    first = order[0]
+    if len(first) < 2 or len(set(first)) != len(first) or any(n != first for n in order):
+        return text, ()
+    if first != (names or tuple(sorted(first))):
+        return text, ()
+    return ",".join("(" + ",".join(m.group(2) for m in group) + ")" for group in groups), first
+
+
 def echo_problem(answer: str, gold: str, question: str | None) -> str | None:
     """Why `answer` is the question's own expression (which the expected answer is not), or None."""
     if not question or operations(answer) == 0:
@@ -299,7 +327,7 @@ def final_value_problem(gold: str, answer: str, question: str | None = None) -> 
     if "=" in gold or RELATION.search(gold):
         return echo_problem(answer, gold, question)
     ops_answer = min(structural_operations(answer), operations(answer))
-    ops_gold = max(structural_operations(gold), operations(gold))
+    ops_gold = max(structural_operations(gold), operations(gold)) + powers_written_out(gold)
     if ops_answer > ops_gold:
         return (
             f"not a final value: {answer[:60]!r} writes out {ops_answer} operation(s), "
@@ -320,6 +348,23 @@ def structural_operations(text: str) -> int:
         except Exception:
             pass
     return operations(text)
+
+
+def powers_written_out(text: str) -> int:
+    """The operations a small power of an expression adds when written as the repeated product
+    it is (`(r+5)(r+5)` for `(r+5)^2`: one product and a second `+`): the same factored value,
+    not a computation left undone. 0 where `text` has no such power or does not parse."""
+    import sympy
+
+    expr = _unevaluated(text)
+    if not isinstance(expr, sympy.Basic):
+        return 0
+    extra = 0
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Pow) and node.exp.is_Integer and 2 <= node.exp <= 4 and node.base.free_symbols:
+            n = int(node.exp)
+            extra += (n - 2) + (n - 1) * int(sympy.count_ops(node.base))
+    return extra
 
 
 def _function_ops(expr) -> int:

@@ -268,12 +268,30 @@ def final_slot(text: str, mode: str = "auto") -> Slot:
         boxes = [b for b in _boxes(text) if b[2].strip()]
         if boxes:
             start, end, content = boxes[-1]
+            settled = _final_statement_after(text[end:])
+            if settled is not None:
+                return settled
             return Slot(content.strip(), "boxed", _sentence_before(text[:start]), text[end:])
         if mode == "boxed":
             return Slot(None, "no \\boxed{}")
     if mode == "whole":
         return Slot(text.strip() or None, "whole response")
     return _statement_slot(text)
+
+
+_FINAL_MARKER = re.compile(r"\bfinal\s+answer\b", re.IGNORECASE)
+
+
+def _final_statement_after(text: str) -> Slot | None:
+    """The slot of a final-answer statement ("Final Answer: The final answer is $10,455$.")
+    that follows a response's last box, or None: the boxes before it held the work's
+    intermediate results, and the statement the response ends on is its one final answer."""
+    if not _FINAL_MARKER.search(text):
+        return None
+    slot = _statement_slot(text)
+    if slot.how != "answer marker" or not slot.answer:
+        return None
+    return Slot(slot.answer, "final answer after the boxes", slot.before, slot.after)
 
 
 def _statement_slot(text: str) -> Slot:
