@@ -294,6 +294,14 @@ def _final_statement_after(text: str) -> Slot | None:
     return Slot(slot.answer, "final answer after the boxes", slot.before, slot.after)
 
 
+def marker_statement(text: str) -> str | None:
+    """The whole line after a response's last answer marker ("Final answer: ..."), unread:
+    a text answer may hold a verb (`YOU WILL EVER BE THE SAME`) that a statement's reading
+    takes for the one between a subject and its answer."""
+    statements = _marker_statements(_join_display(cut_turn(text)))
+    return statements[-1][0].strip() if statements else None
+
+
 def _statement_slot(text: str) -> Slot:
     statements = _marker_statements(text)
     if statements:

@@ -25,7 +25,7 @@ import asyncio
 import re
 
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, entry_reference
-from posttrain.rewards.extract import extract_answer
+from posttrain.rewards.extract import extract_answer, marker_statement
 from posttrain.rewards.math_verifier import Verdict, judge, math_equivalent, padding
 from posttrain.types import RewardResult, Sample
 
@@ -75,6 +75,10 @@ def one_line(response: str, answer: str) -> str:
         return response
     joined = " / ".join(line.strip() for line in answer.splitlines() if line.strip())
     return response[:at] + joined + response[at + len(answer) :]
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split()).rstrip(".").lower()
 
 
 def _tokens(text: str) -> list[str]:
@@ -148,6 +152,9 @@ class ReasoningGymVerifier:
         question: str | None = None,
     ) -> RewardResult:
         answer, how = extract_answer(response, self.answer_format)
+        whole = marker_statement(response) if how == "answer marker" else None
+        if whole and entry.get("answer") is not None and _plain(whole) == _plain(str(entry["answer"])):
+            answer = whole  # the line after the marker is the gold verbatim: no verb in it splits it
         details = {"extracted": answer, "extracted_by": how, "expected": entry.get("answer")}
         if answer is None:
             return RewardResult(0.0, f"no answer found ({how})", self.name, details)
@@ -161,13 +168,17 @@ class ReasoningGymVerifier:
         if refused is not None:
             details.update(refused.details)
             return RewardResult(0.0, refused.reason, self.name, details)
-        score = float(self._scorer(family)(answer, entry))
+        try:
+            score = float(self._scorer(family)(answer, entry))
+        except Exception as exc:  # the family cannot read this answer: a wrong answer, not a void
+            reason = f"wrong: the family's scorer cannot read {answer[:60]!r} ({type(exc).__name__}: {exc})"
+            return RewardResult(0.0, reason[:300], self.name, details)
         details["family_score"] = score
         if value is not None and value.score == 1.0 and score < 1.0 and not _reordered_list(gold, answer):
             reason = f"{value.reason}; the family's scorer gives its form {score:g}"
             return RewardResult(1.0, reason, self.name, {**details, **value.details})
-        if 0 < score < 1 and gold is not None:
-            partial = padding(gold, answer) or reordering(gold, answer)
+        if score > 0 and gold is not None:  # a family may credit padding in full (word_sorting: the gold, then more)
+            partial = padding(gold, answer) or (reordering(gold, answer) if score < 1 else None)
             if partial:
                 return RewardResult(0.0, partial, self.name, details)
         verdict_word = "correct" if score >= 1.0 else ("partly correct" if score > 0 else "wrong")
