@@ -128,6 +128,7 @@ HONEST = [
     ("(3/5, 8/3]", "\\boxed{(0.6, 2.6667]}", "Solve the inequality."),
     ("p=5,q=2;p=7,q=2", "\\boxed{(5,2),(7,2)}", "Find all primes p, q."),
     ("(1, 2)", "\\boxed{x=1, y=2}", "Find the point (x, y)."),
+    ("x=1, y=2", "\\boxed{y=2, x=1}", "Find x and y."),  # each value is its name's
     ("(r+5)^2", "\\boxed{(r+5)(r+5)}", "Write the area as a product."),
     ("60", "The answer is $60$.", Q),
     ("60", "\\boxed{60.0}", Q),

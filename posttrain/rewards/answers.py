@@ -285,10 +285,10 @@ _ASSIGNMENT = re.compile(r"\s*([A-Za-z])\s*=\s*([^,;=]+?)\s*")
 
 def named_tuples(text: str, names: tuple[str, ...] | None = None) -> tuple[str, tuple[str, ...]]:
     """(the tuples, the names) of solutions written as groups of assignments, `p=5,q=2;p=7,q=2`
-    (or one group, `x=1, y=2`): `(5,2),(7,2)` in the order the names are written; `(text, ())`
-    for any other text. Every group names the same two or more variables in the same order,
-    and that order is `names` where given (the expected answer's), else the alphabet's (the
-    order of a tuple `(x, y)`): `y=1, x=2` is not `(1, 2)`."""
+    (or one group, `x=1, y=2`): `(5,2),(7,2)`; `(text, ())` for any other text. Every group
+    names the same two or more variables in the same order. Each value goes to its name's
+    place in `names` where given (the expected answer's: `y=2, x=1` is `x=1, y=2`); else the
+    names must be written in the alphabet's order (a tuple's `(x, y)`): `y=1, x=2` is not `(1, 2)`."""
     inner = text.strip().removeprefix("$").removesuffix("$")
     groups = [[_ASSIGNMENT.fullmatch(part) for part in group.split(",")] for group in inner.split(";")]
     if not all(all(group) for group in groups):
@@ -297,9 +297,11 @@ def named_tuples(text: str, names: tuple[str, ...] | None = None) -> tuple[str, 
     first = order[0]
     if len(first) < 2 or len(set(first)) != len(first) or any(n != first for n in order):
         return text, ()
-    if first != (names or tuple(sorted(first))):
+    order = names or tuple(sorted(first))
+    if sorted(first) != sorted(order) or (names is None and first != order):
         return text, ()
-    return ",".join("(" + ",".join(m.group(2) for m in group) + ")" for group in groups), first
+    by_name = [{m.group(1): m.group(2) for m in group} for group in groups]  # a value is its name's
+    return ",".join("(" + ",".join(values[n] for n in order) + ")" for values in by_name), order
 
 
 def echo_problem(answer: str, gold: str, question: str | None) -> str | None:
