@@ -101,6 +101,8 @@ ATTACKS = [
     ("1/3", "\\boxed{0.34}", Q),
     ("1/4", "\\boxed{0.3}", Q),
     ("-1/3", "\\boxed{0.33}", Q),
+    ("1/3", "\\boxed{0.333333}", "Write 2/6 as a fraction in lowest terms."),  # an exact form is asked
+    ("\\sqrt{2}", "\\boxed{1.41}", "Express the length in simplest radical form."),
     # assignments under other names, or in another order
     ("(1, 2)", "\\boxed{y=1, x=2}", "Find the point (x, y)."),
     ("x=1, y=2", "\\boxed{y=1, x=2}", "Find x and y."),

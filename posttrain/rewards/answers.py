@@ -133,8 +133,10 @@ def _choice(text: str) -> str | None:
     return m.group(1).upper() if m else None
 
 
-def same(gold: str, answer: str) -> bool:
-    """Whether two cleaned answers are the same value (math-verify's comparison), or the same words."""
+def same(gold: str, answer: str, rounding: bool = True) -> bool:
+    """Whether two cleaned answers are the same value (math-verify's comparison), or the same
+    words. `rounding`: a decimal may state an exact value with no finite decimal rounded
+    (`rewards/rounding.py`); False where the task asks for an exact form."""
     if gold.replace(" ", "") == answer.replace(" ", ""):
         return True
     g_words, a_words = words(gold), words(answer)
@@ -149,7 +151,7 @@ def same(gold: str, answer: str) -> bool:
     g_exact, a_exact = exact_literal(gold), exact_literal(answer)
     if g_exact is not None and a_exact is not None and g_exact == a_exact:
         return True
-    places = rounding_places(gold, answer, value)
+    places = rounding_places(gold, answer, value) if rounding else None
     if g_exact is not None and a_exact is not None and places is None:
         return False  # two numbers written out: every digit counts, no tolerance
     from math_verify import verify

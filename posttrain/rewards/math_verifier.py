@@ -134,6 +134,10 @@ def _agree(a: str, b: str) -> bool:
     return same(a, b) and same(b, a)
 
 
+# a question that asks for an exact form: a rounded decimal of its value is not that form
+EXACT_FORM = re.compile(
+    r"\b(?:fractions?|lowest terms|exact(?:ly)?|simplest(?: radical)? form|radical form|in terms of \\?pi)\b", re.I
+)
 _PERCENTAGE = re.compile(r"%|\bpercent(?:age)?s?\b", re.IGNORECASE)
 
 
@@ -226,7 +230,8 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     )
     if problem:
         return Verdict(0.0, problem, details)
-    if same(gold_final, stated) or ("=" in gold_final and "=" in answer and same(gold, answer)):
+    rounding = not (form == "fraction" or (question and EXACT_FORM.search(question)))
+    if same(gold_final, stated, rounding) or ("=" in gold_final and "=" in answer and same(gold, answer, rounding)):
         details["matched_by"] = "math-verify"
         return Verdict(
             1.0, f"correct: {answer_raw[:80]!r} vs expected {gold[:60]!r} ({how}, math-verify: same value)", details
