@@ -96,6 +96,13 @@ ATTACKS = [
     ("60", "\\boxed{60 \\pm 1}", Q),
     ("60", "\\boxed{60(1)}", Q),
     ("60", "\\boxed{\\approx 60 \\text{ or more}}", Q),
+    # a false chain: the last part is the gold, an earlier part another value
+    ("60", "\\boxed{61 = 60}", Q),
+    ("60", "\\boxed{2 \\cdot 31 = 60}", Q),
+    ("60", "\\boxed{60 \\approx 61}", Q),
+    # the answer asked, not stated
+    ("60", "\\boxed{60}?", Q),
+    ("60", "<answer>60</answer>?", Q),
     # a rounding too coarse, or of a value that has a finite decimal
     ("1/3", "\\boxed{0.3}", Q),
     ("1/3", "\\boxed{0.34}", Q),
@@ -133,6 +140,8 @@ HONEST = [
     ("x=1, y=2", "\\boxed{y=2, x=1}", "Find x and y."),  # each value is its name's
     ("(r+5)^2", "\\boxed{(r+5)(r+5)}", "Write the area as a product."),
     ("60", "The answer is $60$.", Q),
+    ("60", "\\boxed{2 \\cdot 30 = 60}", Q),  # a true chain ends at its value
+    ("60", "\\boxed{60}. Why? Because 2 \\cdot 30 = 60.", Q),
     ("60", "\\boxed{60.0}", Q),
     ("60%", "\\boxed{60\\%}", "What percent of the apples are left?"),
 ]

@@ -83,6 +83,26 @@ def final_part(text: str) -> str:
     return text
 
 
+def false_chain(text: str) -> str | None:
+    """Why a chain of `=` or `\\approx` between numbers states values that differ (`61 = 60`,
+    `60 \\approx 61`: the chain is false, whatever its last part), or None. A part with a
+    letter (a label, a variable) and a part that does not parse are not compared."""
+    parts = [p for part in _top_equals(text) for p in part.split("\\approx")]
+    numbers = [p.strip() for p in parts if p.strip() and not re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", p))]
+    if len(numbers) < 2 or len(numbers) != len(parts):
+        return None
+    approx = "\\approx" in text
+    for a, b in zip(numbers, numbers[1:]):
+        exact_a, exact_b = exact_literal(a), exact_literal(b)
+        if exact_a is not None and exact_b is not None:
+            differ = exact_a != exact_b and not (approx and rounding_places(a, b, value) is not None)
+        else:
+            differ = value(a) is not None and value(b) is not None and not same(a, b)
+        if differ:
+            return f"wrong: {text[:60]!r} states {a[:20]!r} and {b[:20]!r}, which differ"
+    return None
+
+
 def values_of(text: str) -> list[str]:
     """The values an answer lists at top level, each past its label (`x = 1, y = 2` -> 1, 2)."""
     return [final_part(p) for p in split_top(text)]

@@ -208,7 +208,11 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
         details["read"] = answer_raw = stated_text
     answer = read(answer_raw, percent)
     cleaned = read(answer_raw, percent)
-    problem = answers.hedge_in(cleaned, gold, _several(gold)) or answers.relation_problem(cleaned, gold)
+    problem = (
+        answers.hedge_in(cleaned, gold, _several(gold))
+        or answers.relation_problem(cleaned, gold)
+        or answers.false_chain(cleaned)
+    )
     if problem:
         return Verdict(0.0, problem, details)
     echo = answers.echo_problem(answer, gold, question)
