@@ -52,6 +52,8 @@ CONTRACT_REFUSALS: dict[str, str] = {
     "the interest is compounded per year, and $t$": _AFTER,
     "If you have any questions or need further clarification": _AFTER,
     "which is a reasonable assumption given the context": _AFTER,
+    "\\frac{1}{2} \\$ = \\frac{10}{9}": "docs/rewards.md, The final-answer contract: a chain of `=` between numbers "
+    "holds (1/2 = 10/9 states two values)",
     "W(x)=1orW(x)=-1": "docs/rewards.md, The final-answer contract: `or` joins values only where several are "
     "expected (this gold's `\\boxed{` never closes, so it is one value)",
 }
