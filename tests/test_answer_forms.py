@@ -88,6 +88,8 @@ ATTACKS = [
     ("60", "\\boxed{61}\\qquad\\boxed{60}", Q),
     ("60", "\\boxed{}\nThe answer is 60 or 61.", Q),
     ("60", "\\boxed{60}\n\nFinal Answer: The final answer is 61.", Q),
+    ("60", "\\boxed{61}\n\nFinal Answer: The final answer is 60.", Q),  # a box alone is a final answer
+    ("60", "$30 \\cdot 2 = \\boxed{60}$. Final Answer: 61", Q),
     # a note or footnote after the answer
     ("60", "\\boxed{60}\\footnote{or 61}", Q),
     ("60", "\\boxed{60}\n\nP.S. The answer above is only a guess.", Q),
@@ -130,7 +132,8 @@ HONEST = [
     ("60", "\\boxed{x = 60}", "Solve for x."),
     ("60", "\\boxed{60} If you have any questions, feel free to ask.", Q),
     ("60", "\\boxed{60}\n\nI hope this helps! Let me know if you have any other questions.", Q),
-    ("10455", "First $\\boxed{200}$, then $\\boxed{255}$. Final Answer: The final answer is $10,455$.", Q),
+    # boxes that close computations are the work's; the final statement after them is the answer
+    ("10455", "$0.04 \\cdot 5000 = \\boxed{200}$, $0.05 \\cdot 5100 = \\boxed{255}$. Final Answer: $10,455$.", Q),
     ("1/3", "\\boxed{0.33}", "What is the probability, to two decimal places?"),
     ("2/3", "\\boxed{0.6667}", Q),
     ("\\sqrt{2}", "\\boxed{1.414}", Q),

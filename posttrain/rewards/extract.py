@@ -269,7 +269,7 @@ def final_slot(text: str, mode: str = "auto") -> Slot:
         if boxes:
             start, end, content = boxes[-1]
             settled = _final_statement_after(text[end:])
-            if settled is not None:
+            if settled is not None and all(_COMPUTED.search(text[max(0, b[0] - 40) : b[0]]) for b in boxes):
                 return settled
             return Slot(content.strip(), "boxed", _sentence_before(text[:start]), text[end:])
         if mode == "boxed":
@@ -280,12 +280,14 @@ def final_slot(text: str, mode: str = "auto") -> Slot:
 
 
 _FINAL_MARKER = re.compile(r"\bfinal\s+answer\b", re.IGNORECASE)
+_COMPUTED = re.compile(r"=\s*$")  # a box that closes a computation: `0.04 \cdot 10000 / 2 = \boxed{200}`
 
 
 def _final_statement_after(text: str) -> Slot | None:
     """The slot of a final-answer statement ("Final Answer: The final answer is $10,455$.")
-    that follows a response's last box, or None: the boxes before it held the work's
-    intermediate results, and the statement the response ends on is its one final answer."""
+    that follows a response's last box, or None. The caller takes it only where every box
+    closes a computation (`... = \boxed{200}`): such boxes held the work's intermediate
+    results; a box that stands alone is a final answer, and two that differ are a hedge."""
     if not _FINAL_MARKER.search(text):
         return None
     slot = _statement_slot(text)
