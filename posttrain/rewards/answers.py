@@ -315,9 +315,9 @@ def named_tuples(text: str, names: tuple[str, ...] | None = None) -> tuple[str, 
     groups = [[_ASSIGNMENT.fullmatch(part) for part in group.split(",")] for group in inner.split(";")]
     if not all(all(group) for group in groups):
         return text, ()
-    order = [tuple(m.group(1) for m in group) for group in groups]
-    first = order[0]
-    if len(first) < 2 or len(set(first)) != len(first) or any(n != first for n in order):
+    written = [tuple(m.group(1) for m in group) for group in groups]
+    first = written[0]
+    if len(first) < 2 or len(set(first)) != len(first) or any(n != first for n in written):
         return text, ()
     order = names or tuple(sorted(first))
     if sorted(first) != sorted(order) or (names is None and first != order):
