@@ -168,8 +168,9 @@ class ReasoningGymVerifier:
         if refused is not None:
             details.update(refused.details)
             return RewardResult(0.0, refused.reason, self.name, details)
+        scorer = self._scorer(family)  # an unknown family is a broken row: it raises, unscored
         try:
-            score = float(self._scorer(family)(answer, entry))
+            score = float(scorer(answer, entry))
         except Exception as exc:  # the family cannot read this answer: a wrong answer, not a void
             reason = f"wrong: the family's scorer cannot read {answer[:60]!r} ({type(exc).__name__}: {exc})"
             return RewardResult(0.0, reason[:300], self.name, details)
