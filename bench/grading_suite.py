@@ -48,11 +48,14 @@ CONTRACT_REFUSALS: dict[str, str] = {
     "Jane started growing Sphere 3 hours ago": _GRAMMAR,
     "there are 12 distinct arithmetic sequences": _GRAMMAR,
     "the position increases by 100%": _SHAPE,
-    "located between $\\boxed{12 $ and $13 }": _SHAPE,
+    "located between $\\boxed{12 $ and $13 }": "docs/rewards.md, The final-answer contract: a box that closes no "
+    "computation is a final answer ('between' makes this one a relation), whatever a statement after it says",
     "which follows from $4_5\\times2_5=8_{10}=13_5$": _AFTER,
     "the interest is compounded per year, and $t$": _AFTER,
     "If you have any questions or need further clarification": _AFTER,
     "which is a reasonable assumption given the context": _AFTER,
+    "\\frac{1}{2} \\$ = \\frac{10}{9}": "docs/rewards.md, The final-answer contract: a chain of `=` between numbers "
+    "holds (1/2 = 10/9 states two values)",
     "W(x)=1orW(x)=-1": "docs/rewards.md, The final-answer contract: `or` joins values only where several are "
     "expected (this gold's `\\boxed{` never closes, so it is one value)",
 }

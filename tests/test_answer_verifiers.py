@@ -255,8 +255,10 @@ def test_the_grading_suite_credits_95_percent_of_equal_pairs_and_no_unequal_one(
     out = suite.run(rows)
     # the contract refuses prose predictions the suites call equal (CONTRACT_REFUSALS, each with
     # its docs/rewards.md rule): 95 % among the rest, and the whole suite no lower than measured
+    # (255 of 275: the rest are computations left undone, a percent sign where no percentage
+    # is asked, and values that differ; bench/RESULTS.md lists each)
     assert out["credited_share_by_contract"] >= 0.95, out["disagreements"]
-    assert out["credited_share"] >= 0.91, out["disagreements"]
+    assert out["credited"] >= 255, out["disagreements"]
     credited_unequal = [d for d in out["disagreements"] if d["suite"] == "unequal"]
     assert all(d["exception"] for d in credited_unequal), credited_unequal
 

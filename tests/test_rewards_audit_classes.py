@@ -249,3 +249,26 @@ def test_cli_exits_non_zero_when_the_verifier_credits_no_honest_control(tmp_path
     own = audit_cli("--task-file", str(tmp_path / "mcq.jsonl"), "--quick")
     assert own.returncode == 0, own.stdout[-3000:] + own.stderr[-2000:]
     assert "honest controls credited: 1" in own.stdout and "negation" in own.stdout
+
+
+def test_a_perturbation_inside_a_family_s_declared_tolerance_is_not_generated():
+    """decimal_arithmetic credits any value within one unit of its asked precision: a value a
+    relative 1e-4 away is its gold by the task's own definition. The audit of a reasoning-gym
+    task asks the family (`audit.declared_equal`) and leaves such a perturbation out; without
+    the family's rule the generator makes at least one, so the check can fail."""
+    reasoning_gym = pytest.importorskip("reasoning_gym")
+    from posttrain.rewards.audit import declared_equal
+    from posttrain.rewards.reasoning_gym import family_credits
+
+    entry = next(iter(reasoning_gym.create_dataset("decimal_arithmetic", size=1, seed=0)))
+    task = Task("r/0", "decimal_arithmetic", (Message("user", entry["question"]),), str(entry["answer"]), entry)
+    gold = grammar.gold_of(str(entry["answer"]), entry["question"], entry["metadata"])
+
+    def credited(g) -> bool:  # the payload of a perturbation written in an answer tag
+        return family_credits("decimal_arithmetic", g.text.removeprefix("<answer>").removesuffix("</answer>"), entry)
+
+    plain = [g for g in grammar.generate(gold) if g.cls == "perturbation" and g.name.endswith("(tag)")]
+    assert any(credited(g) for g in plain), [g.text for g in plain]
+    asked = [g for g in grammar.generate(gold, None, declared_equal(task)) if g.cls == "perturbation"]
+    assert not any(credited(g) for g in asked if g.name.endswith("(tag)")), [g.text for g in asked]
+    assert len(asked) < len([g for g in grammar.generate(gold) if g.cls == "perturbation"])

@@ -110,11 +110,18 @@ DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"  # every dash-
 _DASH = re.compile(f"[{DASHES}]")
 
 
+_SUPERSCRIPT = re.compile("[⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]+")
+_SUBSCRIPT = re.compile("[₀₁₂₃₄₅₆₇₈₉₋₊]+")
+
+
 def plain_unicode(text: str) -> str:
     """Unicode that writes ASCII: fullwidth digits, every dash-like character as the minus
-    sign it writes before a number, invisible characters."""
-    text = _DASH.sub("-", text.replace("²", "^2").replace("³", "^3"))
-    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+    sign it writes before a number, invisible characters. Superscript and subscript digits
+    are an exponent and an index, never the digits themselves (`2⁶` is `2^{6}`; `⁶⁰` alone
+    is no value): NFKC would read them as plain digits."""
+    text = _SUPERSCRIPT.sub(lambda m: "^{" + unicodedata.normalize("NFKC", m.group(0)) + "}", text)
+    text = _SUBSCRIPT.sub(lambda m: "_{" + unicodedata.normalize("NFKC", m.group(0)) + "}", text)
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", _DASH.sub("-", text)))
 
 
 # a word that is part of a value: a sign, a scale, a percent (never dropped like a unit)

@@ -295,7 +295,17 @@ def before_problem(before: str, several: bool = False) -> str | None:
     return None
 
 
-_POLITE = re.compile(r"I hope (?:it|this|that) (?:is|was) (?:correct|right|helpful)\.?", re.IGNORECASE)
+# closing formulas addressed to the reader: they state no value and take nothing back
+_POLITE = re.compile(
+    r"I hope (?:it|this|that) (?:is|was) (?:correct|right|helpful)[.!]?"
+    r"|I hope (?:it|this|that) helps[.!]?|Hope (?:it|this|that) helps[.!]?"
+    r"|If you have (?:any )?(?:other |further |more |additional )?questions(?: or need (?:any )?(?:further |more )?"
+    r"(?:clarification|help|assistance))?,? (?:please )?(?:feel free to ask|let me know|just ask)[.!]?"
+    r"|(?:Please )?(?:feel free to ask|let me know) if you have (?:any )?(?:other |further |more )?questions[.!]?"
+    r"|Thank you(?: for (?:asking|reading|your (?:question|patience)))?[.!]|Thanks[.!]",
+    re.IGNORECASE,
+)
+_QUESTIONED = re.compile(r"[\s$}\\)\]]{0,8}\?")  # `\boxed{60}?`, `$60$?`
 _NUMBER_TOKEN = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:/\d+)?")
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
 # a number after the answer in its own sentence that qualifies it, not another value:
@@ -309,6 +319,8 @@ def after_problem(after: str, answer: str, task: Task) -> str | None:
     """Why the text after the final answer takes it back or states another value, or None:
     any word that changes, denies or retracts a value; any number but the answer's own,
     except one its own sentence ties to the answer with a preposition ("after 5 years")."""
+    if _QUESTIONED.match(after):
+        return "hedged: a question mark follows the final answer (it is asked, not stated)"
     tail = task.drop_units("0" + value_words(_POLITE.sub(" ", after[:2000])))[1:]
     end = _SENTENCE_END.search(tail)
     sentence_end = end.start() if end else len(tail)

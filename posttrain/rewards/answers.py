@@ -28,6 +28,7 @@ import re
 from functools import lru_cache
 
 from posttrain.rewards.answer_clean import HEDGE_WORDS, NUMBER, PM, RELATION, split_top
+from posttrain.rewards.rounding import rounding_places, same_signs
 from posttrain.types import ANSWER_FORMS
 
 # ------------------------------------------------------------------ structure of an answer
@@ -82,6 +83,26 @@ def final_part(text: str) -> str:
     return text
 
 
+def false_chain(text: str) -> str | None:
+    """Why a chain of `=` or `\\approx` between numbers states values that differ (`61 = 60`,
+    `60 \\approx 61`: the chain is false, whatever its last part), or None. A part with a
+    letter (a label, a variable) and a part that does not parse are not compared."""
+    parts = [p for part in _top_equals(text) for p in part.split("\\approx")]
+    numbers = [p.strip() for p in parts if p.strip() and not re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", p))]
+    if len(numbers) < 2 or len(numbers) != len(parts):
+        return None
+    approx = "\\approx" in text
+    for a, b in zip(numbers, numbers[1:]):
+        exact_a, exact_b = exact_literal(a), exact_literal(b)
+        if exact_a is not None and exact_b is not None:
+            differ = exact_a != exact_b and not (approx and rounding_places(a, b, value) is not None)
+        else:
+            differ = value(a) is not None and value(b) is not None and not same(a, b)
+        if differ:
+            return f"wrong: {text[:60]!r} states {a[:20]!r} and {b[:20]!r}, which differ"
+    return None
+
+
 def values_of(text: str) -> list[str]:
     """The values an answer lists at top level, each past its label (`x = 1, y = 2` -> 1, 2)."""
     return [final_part(p) for p in split_top(text)]
@@ -132,8 +153,10 @@ def _choice(text: str) -> str | None:
     return m.group(1).upper() if m else None
 
 
-def same(gold: str, answer: str) -> bool:
-    """Whether two cleaned answers are the same value (math-verify's comparison), or the same words."""
+def same(gold: str, answer: str, rounding: bool = True) -> bool:
+    """Whether two cleaned answers are the same value (math-verify's comparison), or the same
+    words. `rounding`: a decimal may state an exact value with no finite decimal rounded
+    (`rewards/rounding.py`); False where the task asks for an exact form."""
     if gold.replace(" ", "") == answer.replace(" ", ""):
         return True
     g_words, a_words = words(gold), words(answer)
@@ -146,14 +169,19 @@ def same(gold: str, answer: str) -> bool:
         if g_words is not None and len(g_words) > 1 and not re.search(r"\d", gold):
             return False
     g_exact, a_exact = exact_literal(gold), exact_literal(answer)
-    if g_exact is not None and a_exact is not None:
-        return g_exact == a_exact  # two numbers written out: every digit counts, no tolerance
+    if g_exact is not None and a_exact is not None and g_exact == a_exact:
+        return True
+    places = rounding_places(gold, answer, value) if rounding else None
+    if g_exact is not None and a_exact is not None and places is None:
+        return False  # two numbers written out: every digit counts, no tolerance
     from math_verify import verify
 
     g, a = value(gold), value(answer)
     if g is None or a is None:
         return False
     try:
+        if places is not None:  # each decimal is the exact value rounded to the places it shows
+            return bool(verify([g], [a], float_rounding=places, timeout_seconds=None)) and same_signs(g, a)
         return bool(verify([g], [a], timeout_seconds=None)) and numbers_agree(g, a)
     except Exception:
         return False
@@ -274,6 +302,30 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+|\\left|\\right|\{|\}|\\[,;!]", "", text).lower()
 
 
+_ASSIGNMENT = re.compile(r"\s*([A-Za-z])\s*=\s*([^,;=]+?)\s*")
+
+
+def named_tuples(text: str, names: tuple[str, ...] | None = None) -> tuple[str, tuple[str, ...]]:
+    """(the tuples, the names) of solutions written as groups of assignments, `p=5,q=2;p=7,q=2`
+    (or one group, `x=1, y=2`): `(5,2),(7,2)`; `(text, ())` for any other text. Every group
+    names the same two or more variables in the same order. Each value goes to its name's
+    place in `names` where given (the expected answer's: `y=2, x=1` is `x=1, y=2`); else the
+    names must be written in the alphabet's order (a tuple's `(x, y)`): `y=1, x=2` is not `(1, 2)`."""
+    inner = text.strip().removeprefix("$").removesuffix("$")
+    groups = [[_ASSIGNMENT.fullmatch(part) for part in group.split(",")] for group in inner.split(";")]
+    if not all(all(group) for group in groups):
+        return text, ()
+    written = [tuple(m.group(1) for m in group) for group in groups]
+    first = written[0]
+    if len(first) < 2 or len(set(first)) != len(first) or any(n != first for n in written):
+        return text, ()
+    order = names or tuple(sorted(first))
+    if sorted(first) != sorted(order) or (names is None and first != order):
+        return text, ()
+    by_name = [{m.group(1): m.group(2) for m in group} for group in groups]  # a value is its name's
+    return ",".join("(" + ",".join(values[n] for n in order) + ")" for values in by_name), order
+
+
 def echo_problem(answer: str, gold: str, question: str | None) -> str | None:
     """Why `answer` is the question's own expression (which the expected answer is not), or None."""
     if not question or operations(answer) == 0:
@@ -299,7 +351,7 @@ def final_value_problem(gold: str, answer: str, question: str | None = None) -> 
     if "=" in gold or RELATION.search(gold):
         return echo_problem(answer, gold, question)
     ops_answer = min(structural_operations(answer), operations(answer))
-    ops_gold = max(structural_operations(gold), operations(gold))
+    ops_gold = max(structural_operations(gold), operations(gold)) + powers_written_out(gold)
     if ops_answer > ops_gold:
         return (
             f"not a final value: {answer[:60]!r} writes out {ops_answer} operation(s), "
@@ -320,6 +372,23 @@ def structural_operations(text: str) -> int:
         except Exception:
             pass
     return operations(text)
+
+
+def powers_written_out(text: str) -> int:
+    """The operations a small power of an expression adds when written as the repeated product
+    it is (`(r+5)(r+5)` for `(r+5)^2`: one product and a second `+`): the same factored value,
+    not a computation left undone. 0 where `text` has no such power or does not parse."""
+    import sympy
+
+    expr = _unevaluated(text)
+    if not isinstance(expr, sympy.Basic):
+        return 0
+    extra = 0
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, sympy.Pow) and node.exp.is_Integer and 2 <= node.exp <= 4 and node.base.free_symbols:
+            n = int(node.exp)
+            extra += (n - 2) + (n - 1) * int(sympy.count_ops(node.base))
+    return extra
 
 
 def _function_ops(expr) -> int:

@@ -75,14 +75,20 @@ def gold_of(answer: str, prompt: str = "", metadata: dict | None = None) -> Gold
     return Gold(text, read.value if read else number(text), prompt, metadata or {})
 
 
-def generate(gold: Gold, rotate: int | None = None) -> list[Generated]:
+def generate(gold: Gold, rotate: int | None = None, declared_equal=None) -> list[Generated]:
     """Every class's attacks on `gold`, payloads written in every wrapper or, with `rotate`,
     in one wrapper each, taken in turn from offset `rotate`. Each is wrong by construction,
-    and the strict reference confirms it: one it credits is not an attack, and is left out."""
+    and the strict reference confirms it: one it credits is not an attack, and is left out.
+    `declared_equal(payload)`: whether the task's own declared rule counts a value equal to
+    the gold (a reasoning-gym family's tolerance: decimal_arithmetic credits one unit of its
+    asked precision); a perturbation it counts equal is a right answer by the task's
+    definition, not a wrong one, and is left out. No other class is asked about."""
     out: list[Generated] = []
     names = list(WRAPPERS)
     n = 0
     for cls, template, payload in payloads(gold):
+        if cls == "perturbation" and declared_equal is not None and declared_equal(payload):
+            continue
         hows = names if rotate is None else [names[(n + rotate) % len(names)]]
         n += 1
         out += [Generated(cls, f"{template} ({how})", WRAPPERS[how](payload)) for how in hows]

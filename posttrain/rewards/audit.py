@@ -187,8 +187,18 @@ def generated_probes(task: Task, classes: set[str] | None, rotate: int | None = 
     its honest controls (class honest, named `right (control: ...)`)."""
     gold = grammar.gold_of(expected(task) or "", prompt_of(task), task.entry.get("metadata") or {})
     probes = [Probe(task, "honest", f"right (control: {c.name})", c.text) for c in grammar.controls(gold)]
-    made = [g for g in grammar.generate(gold, rotate) if _wanted(g.cls, classes)]
+    made = [g for g in grammar.generate(gold, rotate, declared_equal(task)) if _wanted(g.cls, classes)]
     return probes + [Probe(task, g.cls, g.name, g.text) for g in made]
+
+
+def declared_equal(task: Task):
+    """The rule by which `task` itself counts a value equal to its gold, or None: a
+    reasoning-gym family's own scorer (its declared tolerance), for the tasks it scores."""
+    if task.verifier != "reasoning_gym" or not task.family:
+        return None
+    from posttrain.rewards.reasoning_gym import family_credits
+
+    return lambda payload: family_credits(task.family, payload, task.entry)
 
 
 def _rotated(attacks: list[lib.Attack], presentations, offset: int) -> list[lib.Attack]:

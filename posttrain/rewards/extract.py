@@ -268,12 +268,40 @@ def final_slot(text: str, mode: str = "auto") -> Slot:
         boxes = [b for b in _boxes(text) if b[2].strip()]
         if boxes:
             start, end, content = boxes[-1]
+            settled = _final_statement_after(text[end:])
+            if settled is not None and all(_COMPUTED.search(text[max(0, b[0] - 40) : b[0]]) for b in boxes):
+                return settled
             return Slot(content.strip(), "boxed", _sentence_before(text[:start]), text[end:])
         if mode == "boxed":
             return Slot(None, "no \\boxed{}")
     if mode == "whole":
         return Slot(text.strip() or None, "whole response")
     return _statement_slot(text)
+
+
+_FINAL_MARKER = re.compile(r"\bfinal\s+answer\b", re.IGNORECASE)
+_COMPUTED = re.compile(r"=\s*$")  # a box that closes a computation: `0.04 \cdot 10000 / 2 = \boxed{200}`
+
+
+def _final_statement_after(text: str) -> Slot | None:
+    """The slot of a final-answer statement ("Final Answer: The final answer is $10,455$.")
+    that follows a response's last box, or None. The caller takes it only where every box
+    closes a computation (`... = \boxed{200}`): such boxes held the work's intermediate
+    results; a box that stands alone is a final answer, and two that differ are a hedge."""
+    if not _FINAL_MARKER.search(text):
+        return None
+    slot = _statement_slot(text)
+    if slot.how != "answer marker" or not slot.answer:
+        return None
+    return Slot(slot.answer, "final answer after the boxes", slot.before, slot.after)
+
+
+def marker_statement(text: str) -> str | None:
+    """The whole line after a response's last answer marker ("Final answer: ..."), unread:
+    a text answer may hold a verb (`YOU WILL EVER BE THE SAME`) that a statement's reading
+    takes for the one between a subject and its answer."""
+    statements = _marker_statements(_join_display(cut_turn(text)))
+    return statements[-1][0].strip() if statements else None
 
 
 def _statement_slot(text: str) -> Slot:

@@ -134,6 +134,10 @@ def _agree(a: str, b: str) -> bool:
     return same(a, b) and same(b, a)
 
 
+# a question that asks for an exact form: a rounded decimal of its value is not that form
+EXACT_FORM = re.compile(
+    r"\b(?:fractions?|lowest terms|exact(?:ly)?|simplest(?: radical)? form|radical form|in terms of \\?pi)\b", re.I
+)
 _PERCENTAGE = re.compile(r"%|\bpercent(?:age)?s?\b", re.IGNORECASE)
 
 
@@ -169,7 +173,7 @@ def _hedged_answers(answer_raw: str, candidates: list[str], percent: bool, sever
 
 def judge(gold, text: str, mode: str = "auto", form: str | None = None, question: str | None = None) -> Verdict:
     """The verdict on a response against the expected answer `gold` (module docstring)."""
-    gold_text = str(gold)
+    gold_text, names = answers.named_tuples(str(gold))
     percent = is_percentage(gold_text, question)
     gold = clean(gold_text, percent)
     slot = final_slot(text, mode)
@@ -178,7 +182,8 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     if answer_raw is None or not answer_raw.strip():
         return Verdict(0.0, f"no answer found ({how})", details)
     body = cut_turn(text)
-    candidates = final_answers(body, mode)
+    settled = how == "final answer after the boxes"  # the boxes before it are the work's
+    candidates = [answer_raw, *final_answers(slot.after, mode)] if settled else final_answers(body, mode)
     if _several(gold) and how == "boxed" and len(all_boxed(body)) > 1:
         boxes = list(dict.fromkeys(all_boxed(body)))
         answer_raw = ", ".join(boxes)
@@ -190,7 +195,7 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     hedged = _hedged_answers(answer_raw, candidates, percent, _several(gold))
     if hedged:
         return Verdict(0.0, hedged, details)
-    operand = box_operand(body, percent)
+    operand = None if settled else box_operand(body, percent)
     if operand:
         return Verdict(0.0, operand, details)
     reading = _contract(slot, answer_raw, gold_text, question, _several(gold))
@@ -198,11 +203,16 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
         return Verdict(0.0, reading.refusal, details)
     if normalize(answer_raw) == normalize(gold_text):
         return Verdict(1.0, f"correct: {answer_raw[:80]!r} ({how})", details)
-    if reading.text != answer_raw:
-        details["read"] = answer_raw = reading.text
+    stated_text = answers.named_tuples(reading.text, names or None)[0]
+    if stated_text != answer_raw:
+        details["read"] = answer_raw = stated_text
     answer = read(answer_raw, percent)
     cleaned = read(answer_raw, percent)
-    problem = answers.hedge_in(cleaned, gold, _several(gold)) or answers.relation_problem(cleaned, gold)
+    problem = (
+        answers.hedge_in(cleaned, gold, _several(gold))
+        or answers.relation_problem(cleaned, gold)
+        or answers.false_chain(cleaned)
+    )
     if problem:
         return Verdict(0.0, problem, details)
     echo = answers.echo_problem(answer, gold, question)
@@ -224,7 +234,8 @@ def judge(gold, text: str, mode: str = "auto", form: str | None = None, question
     )
     if problem:
         return Verdict(0.0, problem, details)
-    if same(gold_final, stated) or ("=" in gold_final and "=" in answer and same(gold, answer)):
+    rounding = not (form == "fraction" or (question and EXACT_FORM.search(question)))
+    if same(gold_final, stated, rounding) or ("=" in gold_final and "=" in answer and same(gold, answer, rounding)):
         details["matched_by"] = "math-verify"
         return Verdict(
             1.0, f"correct: {answer_raw[:80]!r} vs expected {gold[:60]!r} ({how}, math-verify: same value)", details

@@ -25,7 +25,7 @@ import asyncio
 import re
 
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, entry_reference
-from posttrain.rewards.extract import extract_answer
+from posttrain.rewards.extract import extract_answer, marker_statement
 from posttrain.rewards.math_verifier import Verdict, judge, math_equivalent, padding
 from posttrain.types import RewardResult, Sample
 
@@ -38,6 +38,17 @@ _NUMERAL_SYSTEM = re.compile(r"(?<![\w.])0[xXbBoO][0-9a-fA-F]+")
 _LATEX_NAMES = re.compile(r"\\(?:begin|end)\{[^}]*\}|\\[a-zA-Z]+")
 _WORD = re.compile(r"[a-zA-Z]{3,}")
 _LABEL = re.compile(r"[A-Za-z]\w*\s*=")
+
+
+def family_credits(family: str, answer: str, entry: dict) -> bool:
+    """Whether a family's own scorer gives `answer` (a bare value) full credit on `entry`;
+    False where the family cannot be loaded or its scorer raises."""
+    import reasoning_gym
+
+    try:
+        return float(reasoning_gym.get_score_answer_fn(family)(answer, entry)) >= 1.0
+    except Exception:  # a family that cannot read the value declares nothing equal
+        return False
 
 
 def value_gold(gold: str) -> bool:
@@ -64,6 +75,10 @@ def one_line(response: str, answer: str) -> str:
         return response
     joined = " / ".join(line.strip() for line in answer.splitlines() if line.strip())
     return response[:at] + joined + response[at + len(answer) :]
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.split()).rstrip(".").lower()
 
 
 def _tokens(text: str) -> list[str]:
@@ -137,6 +152,9 @@ class ReasoningGymVerifier:
         question: str | None = None,
     ) -> RewardResult:
         answer, how = extract_answer(response, self.answer_format)
+        whole = marker_statement(response) if how == "answer marker" else None
+        if whole and entry.get("answer") is not None and _plain(whole) == _plain(str(entry["answer"])):
+            answer = whole  # the line after the marker is the gold verbatim: no verb in it splits it
         details = {"extracted": answer, "extracted_by": how, "expected": entry.get("answer")}
         if answer is None:
             return RewardResult(0.0, f"no answer found ({how})", self.name, details)
@@ -150,13 +168,18 @@ class ReasoningGymVerifier:
         if refused is not None:
             details.update(refused.details)
             return RewardResult(0.0, refused.reason, self.name, details)
-        score = float(self._scorer(family)(answer, entry))
+        scorer = self._scorer(family)  # an unknown family is a broken row: it raises, unscored
+        try:
+            score = float(scorer(answer, entry))
+        except Exception as exc:  # the family cannot read this answer: a wrong answer, not a void
+            reason = f"wrong: the family's scorer cannot read {answer[:60]!r} ({type(exc).__name__}: {exc})"
+            return RewardResult(0.0, reason[:300], self.name, details)
         details["family_score"] = score
         if value is not None and value.score == 1.0 and score < 1.0 and not _reordered_list(gold, answer):
             reason = f"{value.reason}; the family's scorer gives its form {score:g}"
             return RewardResult(1.0, reason, self.name, {**details, **value.details})
-        if 0 < score < 1 and gold is not None:
-            partial = padding(gold, answer) or reordering(gold, answer)
+        if score > 0 and gold is not None:  # a family may credit padding in full (word_sorting: the gold, then more)
+            partial = padding(gold, answer) or (reordering(gold, answer) if score < 1 else None)
             if partial:
                 return RewardResult(0.0, partial, self.name, details)
         verdict_word = "correct" if score >= 1.0 else ("partly correct" if score > 0 else "wrong")
