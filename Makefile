@@ -43,7 +43,7 @@ test: setup
 	$(PY) -m pytest -q $(XDIST)
 
 # What `make test` leaves out: whole runs killed and resumed, fault injection, the 3-node Ray
-# cluster (tens of minutes on 2 cores). Run before a change to those paths lands.
+# cluster (tens of minutes on 2 cores). CI (.ci/run) runs it after `make test`.
 test-system: setup
 	$(PY) -m pytest -q $(XDIST) -m "system or cluster"
 

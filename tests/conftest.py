@@ -3,7 +3,14 @@ from pathlib import Path
 
 import pytest
 
+# The tests' environment is set here, once, at import (before any test starts Ray) and never
+# changed by a test (tests/test_environment_untouched.py): setenv and unsetenv while Ray's native
+# threads read the environment race with them (a worker crashed so), and a value one test set
+# would reach whatever a later test starts. Tests pass the values they mean to code and to the
+# processes they start instead. A caller's RAY_ADDRESS would send the tests' runs to that
+# cluster: every test starts its own Ray.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.pop("RAY_ADDRESS", None)
 
 # Debian's chromium, which the browser-marked tests drive (POSTTRAIN_TEST_CHROMIUM: another path,
 # for the test of the rule below).

@@ -274,7 +274,9 @@ def agent_run(ray_session, tiny_dir, tmp_path_factory):
     config = PipelineConfig(
         model={"name": "tiny"},
         rollout=RolloutConfig(max_model_len=320),
-        trainer=TrainerConfig(workers=2, micro_batch_tokens=1024),
+        # every sequence through the passes (not only those with a gradient): the test compares
+        # the trainer's token count and logprobs with the engine's on every model token
+        trainer=TrainerConfig(workers=2, micro_batch_tokens=1024, skip_zero_gradient=False),
         stages=[stage],
     )
     trainers = TrainerGroup(config.trainer, seed=0)

@@ -99,7 +99,8 @@ def test_reading_is_linear_time_on_adversarial_responses():
     for text in attacks:
         start = time.perf_counter()
         judge_choice("B", text, NUMBERS)
-        assert time.perf_counter() - start < 1.0, text[:20]
+        # a limit against a superlinear read (100k characters: hours), with room for a loaded machine
+        assert time.perf_counter() - start < 10.0, text[:20]
 
 
 def test_options_are_the_prompt_lines_from_a():

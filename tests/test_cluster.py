@@ -55,31 +55,29 @@ PIPELINE = {
 # ---------------------------------------------------------------- units, no cluster
 
 
-def test_token_sources_in_order(tmp_path, monkeypatch):
-    for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
-    assert cl.read_token() is None
+def test_token_sources_in_order(tmp_path):
+    env = {"HOME": str(tmp_path)}  # passed, never written into this process (it may hold a live Ray)
+    assert cl.read_token(environ=env) is None
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("home\n")
-    assert cl.read_token() == cl.Token("home", "~/.ray/auth_token")
+    assert cl.read_token(environ=env) == cl.Token("home", "~/.ray/auth_token")
     (tmp_path / "path").write_text("frompath")
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "path"))
-    assert cl.read_token().value == "frompath"
-    monkeypatch.setenv("RAY_AUTH_TOKEN", "fromenv")
-    assert cl.read_token().value == "fromenv"
+    env["RAY_AUTH_TOKEN_PATH"] = str(tmp_path / "path")
+    assert cl.read_token(environ=env).value == "frompath"
+    env["RAY_AUTH_TOKEN_PATH"] = "~/path"
+    assert cl.read_token(environ=env).value == "frompath"
+    env["RAY_AUTH_TOKEN"] = "fromenv"
+    assert cl.read_token(environ=env).value == "fromenv"
     (tmp_path / "file").write_text(" fromfile \n")
-    assert cl.read_token(str(tmp_path / "file")) == cl.Token("fromfile", f"--token-file {tmp_path / 'file'}")
+    assert cl.read_token(str(tmp_path / "file"), env) == cl.Token("fromfile", f"--token-file {tmp_path / 'file'}")
 
 
-def test_named_token_file_that_is_missing_or_empty_is_an_error(tmp_path, monkeypatch):
+def test_named_token_file_that_is_missing_or_empty_is_an_error(tmp_path):
     with pytest.raises(cl.ClusterError, match="--token-file .*nope: cannot read token file"):
         cl.read_token(str(tmp_path / "nope"))
     (tmp_path / "empty").write_text("\n")
-    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "empty"))
     with pytest.raises(cl.ClusterError, match="RAY_AUTH_TOKEN_PATH=.*: token file is empty"):
-        cl.read_token()
+        cl.read_token(environ={"RAY_AUTH_TOKEN_PATH": str(tmp_path / "empty")})
 
 
 def test_entrypoint_quotes_and_joins_the_cluster():
@@ -133,21 +131,16 @@ def dashboard():
     _Dashboard.auth_off = False
 
 
-def test_connect_checks_the_token(dashboard, tmp_path, monkeypatch, capsys):
+def test_connect_checks_the_token(dashboard, tmp_path, capsys):
     address = f"127.0.0.1:{dashboard.server_port}"
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
-    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     with pytest.raises(cl.ClusterError, match="requires a token and none was found"):
-        cl.connect(address)
-    monkeypatch.setenv("RAY_AUTH_TOKEN", "wrong")
+        cl.connect(address, environ={"HOME": str(tmp_path)})
     with pytest.raises(cl.ClusterError, match="rejected the token from RAY_AUTH_TOKEN$"):
-        cl.connect(address)
-    monkeypatch.setenv("RAY_AUTH_TOKEN", "right")
-    assert cl.connect(address)._headers["Authorization"] == "Bearer right"
+        cl.connect(address, environ={"RAY_AUTH_TOKEN": "wrong"})
+    assert cl.connect(address, environ={"RAY_AUTH_TOKEN": "right"})._headers["Authorization"] == "Bearer right"
     assert capsys.readouterr().err == ""
     _Dashboard.auth_off = True
-    cl.connect(address)
+    cl.connect(address, environ={"HOME": str(tmp_path)})
     assert "has Ray token auth off" in capsys.readouterr().err
 
 

@@ -128,7 +128,7 @@ def test_each_task_has_its_own_time_limit():
             entry=entry(entry_point="f", tests=["assert f() == 1"], timeout_s=limit),
             verifier="code",
         )
-        for limit in (6.0, 0.8)
+        for limit in (60.0, 0.8)  # 1.5 s of sleep: well inside 60 s however loaded the machine
     ]
     verifier = CodeVerifier(workers=2)
     try:
@@ -140,7 +140,7 @@ def test_each_task_has_its_own_time_limit():
     finally:
         verifier.close()
     assert slow.score == 1.0 and fast.score == 0.0 and "time limit" in fast.reason, (slow.reason, fast.reason)
-    assert took < 15
+    assert took < 120  # against a hang: neither task waited for another's limit
 
 
 @pytest.mark.parametrize(

@@ -190,14 +190,13 @@ def test_normalized_prompts_ignore_system_lines_case_and_spacing():
     assert normalize_prompt(a) == normalize_prompt(b)
 
 
-def test_generated_sources_prompt_fingerprints_are_cached_by_config(tmp_path, monkeypatch):
+def test_generated_sources_prompt_fingerprints_are_cached_by_config(tmp_path):
     """The held-out check lists a generated source's prompts once per config: a second
     listing reads the cache, another config (or a torn cache file) generates again, and the
     cached fingerprints are the generated ones."""
     from posttrain.data.heldout import _source_digests, prompt_digest
     from posttrain.data.tasks import generate_tasks
 
-    monkeypatch.setenv("POSTTRAIN_CACHE", str(tmp_path))
     calls = []
 
     def counting(source):
@@ -205,11 +204,11 @@ def test_generated_sources_prompt_fingerprints_are_cached_by_config(tmp_path, mo
         return generate_tasks(source)
 
     source = ArithmeticTasks(type="arithmetic", size=30, seed=4)
-    first = _source_digests(source, counting)
+    first = _source_digests(source, counting, tmp_path)
     assert first == [prompt_digest(normalize_prompt(t.messages)) for t in generate_tasks(source)]
-    assert _source_digests(source, counting) == first and calls == [30]  # read back, not generated
-    assert len(_source_digests(ArithmeticTasks(type="arithmetic", size=31, seed=4), counting)) == 31
+    assert _source_digests(source, counting, tmp_path) == first and calls == [30]  # read back, not generated
+    assert len(_source_digests(ArithmeticTasks(type="arithmetic", size=31, seed=4), counting, tmp_path)) == 31
     assert calls == [30, 31]
     (cached,) = [p for p in (tmp_path / "prompts").iterdir() if p.stat().st_size == 30 * 16]
     cached.write_bytes(cached.read_bytes()[:-3])  # torn
-    assert _source_digests(source, counting) == first and calls == [30, 31, 30]
+    assert _source_digests(source, counting, tmp_path) == first and calls == [30, 31, 30]

@@ -130,10 +130,13 @@ def kill_when(proc, run: Path, pattern: str, deadline_s: float = 900) -> str:
 def test_a_judge_stage_and_the_grm_stage_that_uses_it_resume_after_kills(tmp_path):
     # a longer RL phase than the other test's (its steps take about a second), so that the kill lands in it (under
     # 20 steps: the tiny judge's reward is 0 throughout, and 20 such steps in a row stop a run); then the GRM stage
-    # is killed after its first step checkpoint and resumed with the trained judge
-    judge = {**JUDGE, "rl": {**JUDGE["rl"], "steps": 15}}
+    # is killed after its first step checkpoint and resumed with the trained judge. That judge is
+    # a tiny model: its rubrics are unreadable, every GRM sample unscored, and the faults stop
+    # (2 such steps in a row by default) would end the 3-step stage; this test is about resuming.
+    judge = {**JUDGE, "rl": {**JUDGE["rl"], "steps": 8}}  # the kill comes at its first checkpoint: 7 left
     policy = {**POLICY, "steps": 3, "save_every": 1}
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump({**PIPELINE, "stages": [judge, policy]}))
+    health = {"faults_stop_after": 10}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({**PIPELINE, "health": health, "stages": [judge, policy]}))
     run = tmp_path / "run"
     kill_when(start_cli("run", str(tmp_path / "p.yaml"), "--run-dir", str(run)), run,
               "checkpoints/judge/rl/step_*/rollout_state.json")  # fmt: skip
@@ -143,6 +146,6 @@ def test_a_judge_stage_and_the_grm_stage_that_uses_it_resume_after_kills(tmp_pat
     out, _ = again.communicate(timeout=900)
     assert again.returncode == 0, out[-3000:]
     assert "[grpo] resuming from" in out and "[judge/" not in out, out[-3000:]  # the judge stage is not run again
-    check_run(run, rl_steps=15, policy_steps=3)  # each step logged once: no phase or stage ran twice
+    check_run(run, rl_steps=8, policy_steps=3)  # each step logged once: no phase or stage ran twice
     state = json.loads((run / "run_state.json").read_text())["stages"]["judge"]["phases"]
     assert "resumed_from" not in state["sft"] and state["rl"]["resumed_from"]

@@ -91,24 +91,22 @@ def test_env_missing_is_one_line_naming_the_key():
         assert "\n" not in str(err.value)
 
 
-def test_env_escape_is_literal_and_survives_the_resolved_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("POSTTRAIN_TEST_SEED_DIR", str(tmp_path))
+def test_env_escape_is_literal_and_survives_the_resolved_config(tmp_path):
     data = {
         **GOOD,
         "name": "${POSTTRAIN_TEST_NAME:-from-default}",
         "stages": [{**GOOD["stages"][0], "data": {**GOOD["stages"][0]["data"], "prompt_suffix": " costs $${price}"}}],
     }
-    config = load_pipeline(write(tmp_path, data), ["trainer.workers=1"])
+    config = load_pipeline(write(tmp_path, data), ["trainer.workers=1"], environ={})
     assert config.name == "from-default" and config.stages[0].data.prompt_suffix == " costs ${price}"
     resolved = tmp_path / "config.resolved.yaml"
     resolved.write_text(dump_config(config))  # what a run folder holds, and what --resume reads
     assert load_pipeline(resolved) == config
 
 
-def test_env_numbers_from_strings(tmp_path, monkeypatch):
-    monkeypatch.setenv("POSTTRAIN_TEST_WORKERS", "3")
+def test_env_numbers_from_strings(tmp_path):
     data = {**GOOD, "trainer": {"workers": "${POSTTRAIN_TEST_WORKERS}", "zero_stage": "${POSTTRAIN_TEST_NONE:-3}"}}
-    config = load_pipeline(write(tmp_path, data))
+    config = load_pipeline(write(tmp_path, data), environ={"POSTTRAIN_TEST_WORKERS": "3"})
     assert config.trainer.workers == 3 and config.trainer.zero_stage == 3
 
 
@@ -151,28 +149,24 @@ def test_validate_and_dry_run(name):
     assert "local Ray (started by `posttrain run`)" in plan.stdout and "slot 0: node local" in plan.stdout
 
 
-def test_cluster_template_takes_model_and_cluster_from_the_environment(tmp_path, monkeypatch):
+def test_cluster_template_takes_model_and_cluster_from_the_environment(tmp_path):
     model = tmp_path / "my-model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    monkeypatch.setenv("POSTTRAIN_MODEL_DIR", str(model))
-    monkeypatch.setenv("RAY_ADDRESS", "auto")
-    monkeypatch.delenv("POSTTRAIN_JUDGE_DIR", raising=False)
-    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml")
+    env = {**without_cluster_env(), "POSTTRAIN_MODEL_DIR": str(model), "RAY_ADDRESS": "auto"}
+    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml", environ=env)
     assert config.model.name == str(model) and config.ray.address == "auto"
     assert config.trainer.zero_stage == 3 and config.trainer.num_gpus == 1 and config.rollout.num_gpus == 1
     assert config.stages[1].reward.grm.judge.model == "smollm2-135m-instruct"
-    monkeypatch.setenv("POSTTRAIN_MODEL_DIR", str(tmp_path / "absent"))
+    env["POSTTRAIN_MODEL_DIR"] = str(tmp_path / "absent")
     with pytest.raises(ConfigError, match="model.name: model path does not exist: .*absent"):
-        load_pipeline(PIPELINES / "cluster-8gpu.yaml")
+        load_pipeline(PIPELINES / "cluster-8gpu.yaml", environ=env)
 
 
-def test_cluster_template_puts_one_slot_on_each_8_gpu_node(monkeypatch):
+def test_cluster_template_puts_one_slot_on_each_8_gpu_node():
     from posttrain.runtime.slots import plan, slot_bundles
 
-    for var in CLUSTER_VARS:
-        monkeypatch.delenv(var, raising=False)
-    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml")
+    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml", environ=without_cluster_env())
     assert sum(b.get("GPU", 0) for b in slot_bundles(config)) == 8
     nodes = [{"node": n, "resources": {"CPU": 64, "GPU": 8}} for n in ("head", "w1", "w2")]
     assert [p["node"] for p in plan(config, nodes, 3)] == ["head", "w1", "w2"]
@@ -212,12 +206,10 @@ def test_the_recipe_fits_one_8_gpu_node_with_every_gpu_in_use_in_every_stage():
     assert "teachers 2" in lines["mopd"] and "judge" not in lines["mopd"]
 
 
-def test_the_cluster_template_shows_the_gpus_slot_0_holds_idle_through_sft(monkeypatch):
+def test_the_cluster_template_shows_the_gpus_slot_0_holds_idle_through_sft():
     from posttrain.config.resources import declared_nodes, stage_gpus
 
-    for var in CLUSTER_VARS:
-        monkeypatch.delenv(var, raising=False)
-    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml")
+    config = load_pipeline(PIPELINES / "cluster-8gpu.yaml", environ=without_cluster_env())
     sft = stage_gpus(config, config.stages[0], declared_nodes(config.ray))
     assert sft.used == {"trainer ranks": 4} and sft.held_idle == {"engines": 3, "judge": 1} and sft.idle == 20
 

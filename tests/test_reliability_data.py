@@ -113,4 +113,4 @@ def test_mixed_batch_of_hostile_rewards_scores_the_bad_samples_zero(tmp_path):
     assert "returned nan" in by_text["nan"].reason and "returned inf" in by_text["inf"].reason
     assert "returned NoneType" in by_text["none"].reason
     assert "timed out after 2.0s" in by_text["hang"].reason and "crashed" in by_text["exit"].reason
-    assert seconds < 60  # a timeout and a crash, each worker replaced, not a hang
+    assert seconds < 120  # a timeout and a crash, each worker replaced, not a hang (the hang: an hour)

@@ -297,8 +297,8 @@ def test_every_shipped_verifier_is_clean(verifier, monkeypatch):
     """Every attack class of the library against every shipped verifier on generated tasks
     (answers: each attack in one presentation per task, in turn): nothing scores above an honest wrong
     answer, nothing is left unscored. (The GRM is a model: its audit needs a real judge.)"""
-    monkeypatch.syspath_prepend(str(TESTS))  # vf_fixtures, here and in the reward workers
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    # vf_fixtures, here and in the reward workers (spawned: they get this sys.path, no env change)
+    monkeypatch.syspath_prepend(str(TESTS))
     n, options = SHIPPED[verifier]
     tasks = generated_tasks(verifier, n, 0, **options)
     source = source_for(verifier)

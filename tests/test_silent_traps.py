@@ -269,7 +269,7 @@ def test_a_tool_that_hangs_in_a_gold_episode_is_one_line(tmp_path):
     started = time.time()
     line = refused(validate(tmp_path, pipeline(env_tasks("Hanging"))))
     assert "did not return within timeout_s=2s" in line and "tool kv_" in line
-    assert time.time() - started < 50  # the hung call does not hold the command
+    assert time.time() - started < 240  # the hung call (an hour) does not hold the command
 
 
 def test_an_environment_reward_that_never_pays_its_gold(tmp_path):

@@ -105,8 +105,7 @@ def test_the_toy_type_is_unknown_until_registered_and_after(tmp_path):
         validate_pipeline(raw, "p.yaml")
 
 
-def test_validate_and_dry_run_through_the_cli(toy, tiny_dir, tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+def test_validate_and_dry_run_through_the_cli(toy, tiny_dir, tmp_path, capsys):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(pipeline(str(tiny_dir), toy_stage("a"), toy_stage("b", init_from="a"))))
     assert main(["validate", str(path)]) == 0

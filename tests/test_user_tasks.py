@@ -104,7 +104,7 @@ def test_hanging_user_function_is_stopped_and_the_next_sample_scored(tmp_path):
     try:
         started = time.perf_counter()
         results = score_sync(reward, samples_for(tmp_path, ["4", "6"]))
-        assert time.perf_counter() - started < 15
+        assert time.perf_counter() - started < 120  # against a hang: the 1 s limit, not the hang
     finally:
         reward.close()
     assert all(r.ok and r.score == 0.0 and "timed out after 1.0s" in r.reason for r in results)

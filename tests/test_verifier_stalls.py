@@ -98,15 +98,16 @@ def test_unclosed_delimiters_get_their_verdict_within_the_limit(name):
         assert result.ok and result.score == 0.0, (name, delimiter, result.reason[:200])
     # the batch: one limit per sample at most (two workers share them), plus the start of a worker
     assert seconds < limit * len(ATTACKS) + 30, (name, seconds)
-    assert longest_wait < 1.0, (name, longest_wait)  # the main thread was never stalled
+    assert longest_wait < limit, (name, longest_wait)  # never stalled by a verdict (loaded cores: slower ticks)
 
 
 def test_the_code_verifiers_one_check_in_the_calling_thread_is_linear():
     """The code verifier reads the program out of the response before the sandbox (which has
-    its own limits) runs it: that read is linear, a fraction of a second on every attack."""
+    its own limits) runs it: that read is linear, a fraction of a second on every attack (the
+    limit is one against a superlinear read, with room for a loaded machine)."""
     from posttrain.rewards.code import extract_code
 
     for text in [*ATTACKS, "```python\n" * 100_000, "```" * 100_000]:
         started = time.perf_counter()
         extract_code(text)
-        assert time.perf_counter() - started < 0.5, text[:20]
+        assert time.perf_counter() - started < 10.0, text[:20]  # quadratic on 100k characters: hours

@@ -162,8 +162,7 @@ def pipeline(model, **tasks) -> dict:
     return {"name": "echo", "model": {"name": str(model)}, "wandb": {"enabled": False}, "stages": [stage]}
 
 
-def test_validate_runs_the_toy_sources_preflight_and_gold_check(echo, tiny_dir, tmp_path, capsys, monkeypatch):
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+def test_validate_runs_the_toy_sources_preflight_and_gold_check(echo, tiny_dir, tmp_path, capsys):
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(pipeline(tiny_dir)))
     assert main(["validate", str(good)]) == 0, capsys.readouterr().err

@@ -4,6 +4,10 @@ metrics and the resolved config in its files, no API key written, failures as wa
 
 import io
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from wandb_files import history, run_config, run_meta
@@ -41,10 +45,8 @@ def test_numeric_keeps_plottable_metrics_only():
     }
 
 
-def test_one_offline_run_per_job_holds_its_metrics_and_the_config(tmp_path, monkeypatch):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    sink = WandbSink(WandbConfig(), tmp_path, "demo-20261129", {"name": "demo", "seed": 3})
+def test_one_offline_run_per_job_holds_its_metrics_and_the_config(tmp_path):
+    sink = WandbSink(WandbConfig(mode="offline"), tmp_path, "demo-20261129", {"name": "demo", "seed": 3})
     log = MetricsLog(tmp_path, sink)
     for row in ROWS:
         log.log(row["stage"], row["step"], {k: v for k, v in row.items() if k not in ("stage", "step", "time")})
@@ -62,21 +64,38 @@ def test_one_offline_run_per_job_holds_its_metrics_and_the_config(tmp_path, monk
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == len(ROWS)
 
 
-def test_the_api_key_is_never_written(tmp_path, monkeypatch):
+# wandb reads the key from its environment and keeps one service process per Python process:
+# this run gets a process of its own, so the key reaches neither this test process (which may
+# hold a live Ray) nor a later test's wandb.
+KEY_RUN = """
+import io, sys
+from pathlib import Path
+from test_wandb import ROWS
+from posttrain.config import WandbConfig
+from posttrain.records.wandb import WandbSink
+stream = io.StringIO()
+sink = WandbSink(WandbConfig(), Path(sys.argv[1]), "demo", {"name": "demo"}, stream=stream)
+for row in ROWS:
+    sink.log(row)
+sink.close()
+print(stream.getvalue())
+"""
+
+
+def test_the_api_key_is_never_written(tmp_path):
     secret = "posttrain-test-key-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
-    monkeypatch.setenv("WANDB_API_KEY", secret)
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    stream = io.StringIO()
-    sink = WandbSink(WandbConfig(), tmp_path, "demo", {"name": "demo"}, stream=stream)
-    for row in ROWS:
-        sink.log(row)
-    sink.close()
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "WANDB_API_KEY": secret, "WANDB_MODE": "offline", "PYTHONPATH": path}
+    run = subprocess.run(
+        [sys.executable, "-c", KEY_RUN, str(tmp_path)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr
     assert run_files(tmp_path), "no wandb files written"
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(written) > 5
     for path in written:
         assert secret.encode() not in path.read_bytes(), path
-    assert secret not in stream.getvalue()
+    assert secret not in run.stdout and secret not in run.stderr
 
 
 def test_a_wandb_failure_is_a_warning_and_metrics_go_on(tmp_path, monkeypatch):

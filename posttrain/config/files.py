@@ -12,6 +12,7 @@ import os
 import re
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -264,9 +265,9 @@ def _child(node: Any, part: str | int, prefix: list, text: str) -> Any:
     raise ConfigError(f"override {text!r}: cannot descend into {'.'.join(map(str, prefix))}")
 
 
-def read_yaml(path: str | Path) -> dict:
-    """Read a pipeline file into a dict, environment variables expanded, with one-line
-    errors for unreadable files."""
+def read_yaml(path: str | Path, environ: Mapping[str, str] | None = None) -> dict:
+    """Read a pipeline file into a dict, environment variables expanded (from `environ`,
+    the process's environment by default), with one-line errors for unreadable files."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -287,14 +288,14 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{path}: file is empty")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys, got {type(raw).__name__}")
-    return expand_env(raw, str(path))
+    return expand_env(raw, str(path), environ=environ)
 
 
 _ENV_REF = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _ENV_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
 
 
-def expand_env(value: Any, source: str, path: str = "", environ: dict | None = None) -> Any:
+def expand_env(value: Any, source: str, path: str = "", environ: Mapping[str, str] | None = None) -> Any:
     """`value` with `${VAR}` and `${VAR:-default}` in its strings (at any depth) replaced
     from the environment; keys and non-string values are left alone."""
     environ = os.environ if environ is None else environ
@@ -337,9 +338,13 @@ def _escape_env(value: Any) -> Any:
     return value.replace("${", "$${") if isinstance(value, str) else value
 
 
-def load_pipeline(path: str | Path, overrides: list[str] = ()) -> PipelineConfig:
-    """Parse and validate a pipeline file; raises ConfigError with one line on any problem."""
-    raw = read_yaml(path)
+def load_pipeline(
+    path: str | Path, overrides: list[str] = (), environ: Mapping[str, str] | None = None
+) -> PipelineConfig:
+    """Parse and validate a pipeline file; raises ConfigError with one line on any problem.
+    `${VAR}` references read `environ` (the process's environment by default): a caller
+    with other values passes them, never writes them into the process."""
+    raw = read_yaml(path, environ)
     for text in overrides:
         parts, value = parse_override(text)
         apply_override(raw, parts, value, text)

@@ -97,15 +97,16 @@ def _code_version() -> str:
     return digest.hexdigest()
 
 
-def _source_digests(source, generate) -> list[bytes]:
+def _source_digests(source, generate, cache: Path | None = None) -> list[bytes]:
     """The fingerprints of a source's training prompts, from the disk cache for generated
-    sources (written atomically, so concurrent runs never read half a file)."""
+    sources (written atomically, so concurrent runs never read half a file). `cache` is the
+    cache folder, posttrain's own (`POSTTRAIN_CACHE`) unless given."""
     if not _generated_only(source):
         return [digest_of(t.messages) for t in generate(source)]
     from posttrain.config.paths import cache_root
 
     key = hashlib.blake2b((_code_version() + source.model_dump_json()).encode(), digest_size=16).hexdigest()
-    path = cache_root() / "prompts" / f"{key}.bin"
+    path = (cache_root() if cache is None else cache) / "prompts" / f"{key}.bin"
     if path.is_file():
         data = path.read_bytes()
         if len(data) % 16 == 0:

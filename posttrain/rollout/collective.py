@@ -15,8 +15,9 @@ timeout: a peer that died or hangs makes the others fail, never wait forever.
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -123,24 +124,33 @@ WATCHDOG_SLACK_S = 60.0  # NCCL's watchdog fires this long after our own deadlin
 POLL_S = 0.005
 
 
+_NCCL_ENV_LOCK = threading.Lock()
+
+
 @contextmanager
-def nccl_failure_raises():
+def nccl_failure_raises(environ: MutableMapping[str, str] | None = None):
     """Around the creation of an NCCL group: a failed or timed-out operation of it raises in
     its caller instead of tearing the process down. torch's default (async error handling
     3) kills a process whose NCCL work times out: trainer rank 0 would die for an engine
     that hung, and the run with it. Mode 2 only aborts the group's communicators; the
     caller's TimeoutError then lets the pool replace the engine. torch reads the variable
-    when it makes a group, so only this group is affected."""
+    when it makes a group and has no option for it, so the variable is set for that moment
+    only, in the process making the group (an engine or trainer rank 0: Ray actors of their
+    own, never a test's driver), under a lock: two threads making groups at once cannot
+    restore the other's value while its group is being made.
+    `environ` is the process's environment unless given (a test passes its own mapping)."""
+    environ = os.environ if environ is None else environ
     key = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
-    before = os.environ.get(key)
-    os.environ[key] = "2"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = before
+    with _NCCL_ENV_LOCK:
+        before = environ.get(key)
+        environ[key] = "2"
+        try:
+            yield
+        finally:
+            if before is None:
+                environ.pop(key, None)
+            else:
+                environ[key] = before
 
 
 class SyncGroup:

@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,17 +37,26 @@ class Token:
     source: str  # where it came from, for error messages (never the value)
 
 
-def read_token(token_file: str | None = None) -> Token | None:
+def read_token(token_file: str | None = None, environ: Mapping[str, str] | None = None) -> Token | None:
     """The cluster token from the first place that has one, or None. A named file
-    (--token-file, RAY_AUTH_TOKEN_PATH) that cannot be read is an error, not a fallback."""
+    (--token-file, RAY_AUTH_TOKEN_PATH) that cannot be read is an error, not a fallback.
+    The variables (and HOME) come from `environ`, the process's environment by default."""
+    environ = os.environ if environ is None else environ
     if token_file:
         return _token_from(Path(token_file).expanduser(), f"--token-file {token_file}", required=True)
-    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
-        return Token(os.environ["RAY_AUTH_TOKEN"].strip(), "RAY_AUTH_TOKEN")
-    if os.environ.get("RAY_AUTH_TOKEN_PATH"):
-        path = os.environ["RAY_AUTH_TOKEN_PATH"]
-        return _token_from(Path(path).expanduser(), f"RAY_AUTH_TOKEN_PATH={path}", required=True)
-    return _token_from(Path.home() / ".ray" / "auth_token", "~/.ray/auth_token", required=False)
+    if environ.get("RAY_AUTH_TOKEN", "").strip():
+        return Token(environ["RAY_AUTH_TOKEN"].strip(), "RAY_AUTH_TOKEN")
+    if environ.get("RAY_AUTH_TOKEN_PATH"):
+        path = environ["RAY_AUTH_TOKEN_PATH"]
+        return _token_from(_expand_home(path, environ), f"RAY_AUTH_TOKEN_PATH={path}", required=True)
+    return _token_from(_expand_home("~/.ray/auth_token", environ), "~/.ray/auth_token", required=False)
+
+
+def _expand_home(path: str, environ: Mapping[str, str]) -> Path:
+    """`~` from `environ`'s HOME (the user's home when it has none)."""
+    if path == "~" or path.startswith("~/"):
+        return Path(environ.get("HOME") or Path.home()) / path[2:]
+    return Path(path).expanduser()
 
 
 def _token_from(path: Path, source: str, required: bool) -> Token | None:
@@ -61,7 +71,7 @@ def _token_from(path: Path, source: str, required: bool) -> Token | None:
     return Token(value, source) if value else None
 
 
-def connect(address: str, token_file: str | None = None):
+def connect(address: str, token_file: str | None = None, environ: Mapping[str, str] | None = None):
     """A JobSubmissionClient for the dashboard at `address`, after checking that the
     cluster answers and accepts the token (a one-line error otherwise). A cluster that
     answers without any token has auth off: said on stderr, since anyone reaching it can
@@ -71,7 +81,7 @@ def connect(address: str, token_file: str | None = None):
     address = address.rstrip("/")
     if "://" not in address:
         address = f"http://{address}"
-    token = read_token(token_file)
+    token = read_token(token_file, environ)
     headers = {"Authorization": f"Bearer {token.value}"} if token else {}
     status = _version_status(address, {})
     if status == 200:

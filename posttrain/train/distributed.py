@@ -9,20 +9,22 @@ from pathlib import Path
 
 
 @contextmanager
-def op_build_guard(name: str):
+def op_build_guard(name: str, folder: Path | None = None):
     """Around the first use of a JIT-built torch extension (DeepSpeed compiles its CPU
     shared-memory comm op in `init_distributed`, about 30 s, once per machine). torch's own
     build lock is a bare file: a process killed while compiling leaves it behind, and every
     later rank waits on it forever, silently. Here each builder first takes a kernel lock
     (flock, released when its holder dies, however it dies), so a torch lock found while
-    holding it was left by a dead build: it is removed, with a warning, and the op rebuilt."""
+    holding it was left by a dead build: it is removed, with a warning, and the op rebuilt.
+    `folder` is the op's build folder, torch's own (under TORCH_EXTENSIONS_DIR) unless given."""
     import fcntl
     import warnings
 
     from torch.utils.cpp_extension import _get_build_directory
 
     try:
-        folder = Path(_get_build_directory(name, verbose=False))
+        folder = Path(_get_build_directory(name, verbose=False)) if folder is None else folder
+        folder.mkdir(parents=True, exist_ok=True)
     except OSError:  # no writable build folder: nothing to guard
         yield
         return
