@@ -35,6 +35,7 @@ from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
 from posttrain.records.rl_metrics import agent_metrics, cell_metrics, grm_metrics, grm_spread
 from posttrain.records.rollouts import RolloutLog
+from posttrain.records.startup import CLOCK, StageStartup
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
 from posttrain.rollout.agent_loop import AgentLoop
@@ -126,8 +127,10 @@ class RLRun:
 
     def __init__(self, stage, infra: Infra, sampler=None, verifier=None):
         self.stage, self.infra = stage, infra
-        self.sampler = sampler or task_sampler(stage.tasks, seed=infra.config.seed)
-        self.verifier = verifier or reward_router(stage, infra.judge)
+        self.startup = StageStartup(CLOCK)  # written in the first step's row
+        with self.startup.phase("data"):
+            self.sampler = sampler or task_sampler(stage.tasks, seed=infra.config.seed)
+            self.verifier = verifier or reward_router(stage, infra.judge)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
         self.agents = AgentLoop(infra.tokenizer, infra.config.rollout.max_model_len)
@@ -344,6 +347,7 @@ class RLRun:
             infra.config.health, stage.name, stage.partial.max_staleness, outcome=self.uses_outcome, lengths=lengths
         )
         while not self.done():
+            startup = self.startup.first_step()  # {} after the first
             started = time.perf_counter()
             before = (sum(self.queue.dropped.values()), self.queue.trained)
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
@@ -365,7 +369,7 @@ class RLRun:
             row.update(rollout, **timing.metrics(), **batch_stats, **accounting, **sync, **self.resampled(drawn))
             row.update(self.step_facts(row, version, budget), **code_test_counts(rewards))
             row.update(sample_shares(rewards, self.queue, before), **{"loss/entropy_coef": step_spec.entropy_coef})
-            row.update(self.faults(samples, rewards), **time_remainder(row))
+            row.update(self.faults(samples, rewards), **time_remainder(row), **startup)
             self.entropy.update(row["policy/entropy"] if trained.sums.tokens else math.nan)
             row.update(health.step(self.step, row))  # warnings and health/ keys (records/health.py)
             self.record(row, samples, rewards, groups, progress)
@@ -558,6 +562,30 @@ def train_and_save(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -
     """Load the trainer (from `init_dir`, or a checkpoint of this stage), run, save `final`."""
     stage, infra = run.stage, run.infra
     per_step = stage.algo.minibatches * stage.algo.epochs  # optimizer steps per RL step
+    with run.startup.phase("trainers"):
+        load_trainers(run, init_dir, resume_dir, per_step)
+    run.verifier.start()  # a judge engine loads while the first rollouts run
+    if resume_dir is not None:
+        state = json.loads((resume_dir / STATE_FILE).read_text())
+        infra.trainers.version = state["version"]
+        run.restore(state)
+        grm = run.verifier.sources.get("grm")
+        if grm is not None:  # judgements made before the crash are not asked for again
+            grm.preload(run.rollouts.scoreboard_entries())
+    with run.startup.phase("engines"):  # what is left of their load once the trainer ranks are in
+        infra.pool.wait_ready()
+    with run.startup.phase("first_push"):
+        infra.pool.on_every_engine(infra.trainers.sync_weights)  # engines start from this stage's weights
+    try:
+        run.run()
+    finally:
+        run.verifier.close()
+    return Path(run.save(infra.run_dir / "checkpoints" / stage.name / "final"))
+
+
+def load_trainers(run: RLRun, init_dir: Path, resume_dir: Path | None, per_step: int) -> None:
+    """The trainer ranks load the stage's start (or its checkpoint, optimizer state included)."""
+    stage, infra = run.stage, run.infra
     infra.trainers.load(
         str(resume_dir or init_dir),
         infra.config.model.dtype,
@@ -570,17 +598,3 @@ def train_and_save(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -
         total_steps=stage.steps * per_step,
         min_lr_ratio=stage.min_lr_ratio,
     )
-    run.verifier.start()  # a judge engine loads while the first rollouts run
-    if resume_dir is not None:
-        state = json.loads((resume_dir / STATE_FILE).read_text())
-        infra.trainers.version = state["version"]
-        run.restore(state)
-        grm = run.verifier.sources.get("grm")
-        if grm is not None:  # judgements made before the crash are not asked for again
-            grm.preload(run.rollouts.scoreboard_entries())
-    infra.pool.on_every_engine(infra.trainers.sync_weights)  # engines start from this stage's weights
-    try:
-        run.run()
-    finally:
-        run.verifier.close()
-    return Path(run.save(infra.run_dir / "checkpoints" / stage.name / "final"))
