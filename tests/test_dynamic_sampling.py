@@ -64,6 +64,8 @@ def scripted_run(tmp_path, tiny_dir, signal_groups: set[int], **stage):
 
 
 def test_a_step_draws_until_it_holds_its_groups_with_signal(tmp_path, tiny_dir):
+    from posttrain.stages.rl import sample_shares
+
     # groups are numbered as drawn, 4 an iteration: 1 has signal in the first, 5, 6 in the
     # second, 8 in the third; the third draw is never needed beyond that
     run = scripted_run(tmp_path, tiny_dir, {1, 5, 6, 8, 9}, dynamic_sampling={"max_draws": 5})
@@ -76,6 +78,8 @@ def test_a_step_draws_until_it_holds_its_groups_with_signal(tmp_path, tiny_dir):
     books = run.queue.check()  # drawn = trained + queued + dropped
     assert len(seqs) == 5 * 2 and books["samples/dropped/zero_signal"] == 7 * 2
     assert stats["groups/zero_advantage_frac"] == pytest.approx(7 / 12)  # of every group drawn
+    # set aside by design, not lost: the health check of dropped samples does not fire on them
+    assert sample_shares(drawn.rewards, run.queue, (0, 0))["samples/dropped_frac"] == 0.0
     assert run.resampled(drawn) == {
         "groups/resampled": 7.0,
         "groups/draws": 2.0,

@@ -349,7 +349,7 @@ class RLRun:
         while not self.done():
             startup = self.startup.first_step()  # {} after the first
             started = time.perf_counter()
-            before = (sum(self.queue.dropped.values()), self.queue.trained)
+            before = (lost(self.queue), self.queue.trained)
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
             drawn, ahead = self.collect(version, budget)
             groups, samples, rewards = drawn.groups, drawn.samples, drawn.rewards
@@ -463,11 +463,17 @@ def console(line: str) -> None:
     stream.flush()
 
 
+def lost(queue: PartialRolloutQueue) -> int:
+    """Samples dropped for a fault (unscored, empty, stale, prompt too long): all dropped but
+    the groups dynamic sampling set aside by design (`zero_signal`), which are no loss."""
+    return sum(queue.dropped.values()) - queue.dropped["zero_signal"]
+
+
 def sample_shares(rewards: list[RewardResult], queue: PartialRolloutQueue, before: tuple[int, int]) -> dict:
     """This step's shares of samples: unscored (no verifier could score them) and dropped
-    (left out of training: unscored, empty, stale, prompt too long), of those the step
-    settled (trained or dropped)."""
-    dropped = sum(queue.dropped.values()) - before[0]
+    (left out of training for a fault: `lost`), of those the step settled (trained or
+    dropped for a fault)."""
+    dropped = lost(queue) - before[0]
     settled = dropped + queue.trained - before[1]
     return {
         "samples/scored": float(sum(r.ok for r in rewards)),
