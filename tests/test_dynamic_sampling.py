@@ -149,7 +149,7 @@ PIPELINE = {
     "stages": [
         {
             **STAGE,
-            "steps": 6,
+            "steps": 4,
             "group_size": 4,
             "save_every": 2,
             # budgets of 1..3x the answer length end responses at different lengths, some
@@ -169,7 +169,7 @@ def test_a_run_killed_and_resumed_keeps_its_books(tmp_path):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(PIPELINE))
     run = tmp_path / "run"
     proc = start_cli("run", str(tmp_path / "p.yaml"), "--run-dir", str(run))
-    marker = run / "checkpoints" / "grpo" / "step_000004" / "rollout_state.json"
+    marker = run / "checkpoints" / "grpo" / "step_000002" / "rollout_state.json"
     deadline = time.time() + 300
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
@@ -185,7 +185,7 @@ def test_a_run_killed_and_resumed_keeps_its_books(tmp_path):
     assert "resuming from" in out
 
     rows = assert_accounting_matches_rollouts(run, "grpo", group_size=4)
-    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert [r["step"] for r in rows] == list(range(1, 5))
     for r in rows:  # each step holds its 4 groups with signal, or drew up to the cap
         assert r["groups/with_signal"] >= 4 or r["groups/draws"] == 3, r
         assert r["groups/short"] == max(0.0, 4 - r["groups/with_signal"]), r
@@ -194,7 +194,13 @@ def test_a_run_killed_and_resumed_keeps_its_books(tmp_path):
     assert sum(r["groups/resampled"] for r in rows) > 0
     last = rows[-1]
     assert 0 < last["samples/dropped/zero_signal"] <= 4 * sum(r["groups/resampled"] for r in rows)
-    assert rows[4]["samples/drawn"] > queue["drawn"]  # step 5 continued from the saved queue's counters
+    assert rows[2]["samples/drawn"] > queue["drawn"]  # step 3 continued from the saved queue's counters
+    # start-up by phase, in the first step's row of each process (the resumed one's too)
+    phases = ("preflight", "ray", "slot", "data", "trainers", "engines", "first_push")
+    for r in (rows[0], rows[2]):
+        took = [r[f"startup/{p}_s"] for p in phases]
+        assert all(t >= 0 for t in took) and sum(took) <= r["startup/total_s"], r
+    assert not any(k.startswith("startup/") for k in rows[1]) and not any(k.startswith("startup/") for k in rows[3])
     samples = [json.loads(line) for line in (run / "rollouts" / "grpo.jsonl").read_text().splitlines()]
     ids = [s["sample"] for s in samples]
     assert len(ids) == len(set(ids))  # nothing saved twice across the kill
