@@ -230,6 +230,7 @@ def run_pipeline(
             if kind.records_init:
                 entry["init_from"] = str(init_dir)
             save_state()
+            CLOCK.stage_begins()
             with slots.for_stage(stage) as infra:
                 run = StageRun(
                     stage.with_judge_from(checkpoints),  # a judge an earlier stage trained: its checkpoint

@@ -52,3 +52,17 @@ def test_expert_jobs_in_threads_take_the_process_phases_once():
 
 def test_the_process_started_before_this_module_was_imported():
     assert IMPORTED - 24 * 3600 < process_started() <= IMPORTED
+
+
+def test_a_later_stage_counts_from_its_own_begin_with_the_slot_it_opened():
+    clock = StartupClock(origin=time.time() - 10.0)
+    clock.stage_begins()  # the first stage: a synthesis stage, which logs no step
+    with clock.phase("ray"):
+        pass
+    time.sleep(0.05)
+    clock.stage_begins()  # the next stage (ray.placement: per_stage opens its slot now)
+    with clock.phase("slot"):
+        time.sleep(0.01)
+    row = StageStartup(clock).first_step()
+    assert set(row) == {"startup/slot_s", "startup/total_s"}
+    assert row["startup/slot_s"] <= row["startup/total_s"] < 1.0  # not the 10 s before, nor the first stage's

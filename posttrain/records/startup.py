@@ -29,6 +29,16 @@ class StartupClock:
         self.origin = origin  # wall-clock time the phases count from; None: each stage's own start
         self.phases: dict[str, float] = {}
         self.lock = threading.Lock()  # expert jobs reach their first step in threads of their own
+        self.stages = 0  # stages begun in this process
+
+    def stage_begins(self) -> None:
+        """A stage starts (before its slot opens, with `ray.placement: per_stage`). The first
+        keeps the process's origin and phases; a later one counts from now, and phases left
+        by a stage that logged no step (synthesis, eval) are not its own."""
+        with self.lock:
+            if self.stages:
+                self.origin, self.phases = time.time(), {}
+            self.stages += 1
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
