@@ -192,6 +192,7 @@ def run_pipeline(
     from its newest checkpoint."""
     from posttrain.records.startup import CLOCK
 
+    CLOCK.pipeline_begins()
     with CLOCK.phase("preflight"):
         preflight(config, source)
     if resume:

@@ -31,6 +31,11 @@ class StartupClock:
         self.lock = threading.Lock()  # expert jobs reach their first step in threads of their own
         self.stages = 0  # stages begun in this process
 
+    def pipeline_begins(self) -> None:
+        """A pipeline starts in this process: nothing of an earlier one (a test's) is carried."""
+        with self.lock:
+            self.phases, self.stages = {}, 0
+
     def stage_begins(self) -> None:
         """A stage starts (before its slot opens, with `ray.placement: per_stage`). The first
         keeps the process's origin and phases; a later one counts from now, and phases left
