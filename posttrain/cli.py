@@ -320,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         from posttrain.pipeline import run_pipeline
 
         run_dir = Path(args.run_dir or Path("runs") / config.name)
+        _count_startup_from_process_start()
         state = run_pipeline(config, run_dir, verbose=args.verbose, source=args.pipeline)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
@@ -491,6 +492,13 @@ def _dashboard(args) -> int:
     return 0
 
 
+def _count_startup_from_process_start() -> None:
+    """The first stage's `startup/total_s` counts from this process's start (records/startup.py)."""
+    from posttrain.records.startup import CLOCK, process_started
+
+    CLOCK.origin = process_started()
+
+
 def _resume(args) -> int:
     from posttrain.config.files import load_pipeline
     from posttrain.pipeline import run_pipeline
@@ -507,6 +515,7 @@ def _resume(args) -> int:
         print(f"{run_dir}: not a run folder (no run_state.json or config.resolved.yaml)", file=sys.stderr)
         return 2
     config = load_pipeline(resolved)
+    _count_startup_from_process_start()
     # a ReviewPending or RunStopped goes to main's handlers (resume runs inside its try)
     state = run_pipeline(config, run_dir, verbose=args.verbose, source=str(resolved), resume=True)
     from posttrain.records.summary import print_summary

@@ -1,6 +1,7 @@
 """Run a pipeline: validate what can be checked before any actor starts, bring up Ray,
 the engines and the trainer ranks once, then run the stages in order, each from the
-previous stage's final checkpoint (or its `init_from`).
+previous stage's final checkpoint (or its `init_from`). Each start-up phase is timed
+(records/startup.py) and written in the first step's metrics row.
 
 Run folder:
   config.resolved.yaml   the validated config with every default filled in
@@ -189,7 +190,11 @@ def run_pipeline(
 ) -> dict:
     """Run every stage; with `resume`, skip finished stages and continue the interrupted one
     from its newest checkpoint."""
-    preflight(config, source)
+    from posttrain.records.startup import CLOCK
+
+    CLOCK.pipeline_begins()
+    with CLOCK.phase("preflight"):
+        preflight(config, source)
     if resume:
         state = json.loads((run_dir / "run_state.json").read_text())
     else:
@@ -207,7 +212,8 @@ def run_pipeline(
     resume_dirs = resume_plan(config, run_dir, state) if resume else {}
     model_dir = resolved_model(config, source)
     state["model"] = str(model_dir)
-    start_ray(config, verbose)
+    with CLOCK.phase("ray"):
+        start_ray(config, verbose)
     check_placeable(config, source)  # a slot or teachers no node can hold: exit 2 now, not a silent wait
     metrics = MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"]))
     slots = StageSlots(config, model_dir, run_dir, metrics)
@@ -225,6 +231,7 @@ def run_pipeline(
             if kind.records_init:
                 entry["init_from"] = str(init_dir)
             save_state()
+            CLOCK.stage_begins()
             with slots.for_stage(stage) as infra:
                 run = StageRun(
                     stage.with_judge_from(checkpoints),  # a judge an earlier stage trained: its checkpoint

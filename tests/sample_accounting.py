@@ -4,9 +4,11 @@ Every metrics row carries drawn = trained + queued + dropped, but the queue logs
 only after its own check of the same equation passed, so asserting it again proves nothing.
 The rollouts file is a second, independent record: one row per sample of every group that
 finished, written as the step is logged. Each finished sample was either trained or dropped
-after scoring (its reward flagged, or its response empty), so through every step
+after scoring (its reward flagged, its response empty, or, under dynamic sampling, its
+group without signal), so through every step
 
-    trained + dropped/reward_flagged + dropped/empty_response == rollouts rows so far,
+    trained + dropped/reward_flagged + dropped/empty_response + dropped/zero_signal
+        == rollouts rows so far,
 
 and each group there has exactly group_size rows. A sample trained twice, trained but not
 counted, counted but never scored, or a group split, breaks it."""
@@ -17,7 +19,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-AFTER_SCORING = ("samples/dropped/reward_flagged", "samples/dropped/empty_response")
+AFTER_SCORING = (
+    "samples/dropped/reward_flagged",
+    "samples/dropped/empty_response",
+    "samples/dropped/zero_signal",  # dynamic sampling sets a scored group with no signal aside
+)
 
 
 def jsonl(path: Path) -> list[dict]:

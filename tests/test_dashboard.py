@@ -579,6 +579,7 @@ def synthetic_dirs(tmp_path_factory):
                 "queue/depth": float(step % 5), "staleness/mean": 1.0, "offpolicy/token_frac": 0.1,  # three
                 "time/generate_s": 20.0 + step, "loss/nll": 2.0 - step / 10, "loss/policy": 0.01 * step,
                 **{f"samples/dropped/{k}": 0.0 for k in ("a", "b", "c")}, "health/flags": 0.0,
+                **({"startup/ray_s": 4.0, "startup/trainers_s": 9.5, "startup/total_s": 21.0} if step == 1 else {}),
             })  # fmt: skip
     (good / "config.resolved.yaml").write_text(
         "name: good\nstages: [{name: sft, type: sft}, {name: grpo, type: rl}, {name: eval, type: eval}]\n"
@@ -750,6 +751,9 @@ def test_links_durations_the_debuggers_stage_and_800_px(narrow, synthetic_server
     assert good.locator("tr[data-stage=sft] a").count() == 0  # logged nothing: no link to an empty page
     assert good.locator("tr[data-stage=sft] td").nth(3).inner_text() == "3h01m02s"
     assert good.locator("tr[data-stage=grpo] td").nth(3).inner_text() == "1m15s"
+    startup = good.locator("tr[data-stage=grpo] td.startup")  # seconds to the first step, by phase
+    assert startup.inner_text().split() == ["21.0s", "ray", "4.0s", "·", "trainers", "9.5s"]
+    assert good.locator("tr[data-stage=sft] td.startup").inner_text() == ""
     open_view(narrow, synthetic_server, "rewards?run=0")
     assert narrow.locator("#f-stage").input_value() == "grpo"  # the newest RL stage, not the eval cell
     assert narrow.locator("#f-stage option").all_inner_texts() == ["eval/sft/general-max", "grpo"]  # newest first

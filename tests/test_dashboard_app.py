@@ -592,3 +592,24 @@ def test_table_headers_wrap_between_words_only():
             found.update({k: v for k, v in props.items() if k in ("overflow-wrap", "word-break")})
     assert found.get("overflow-wrap", "normal") in ("normal", "break-word"), found
     assert found.get("word-break", "normal") in ("normal", "keep-all"), found
+
+
+def test_the_pipeline_view_gives_each_stages_startup_by_phase(tmp_path):
+    phases = {"preflight": 2.5, "ray": 4.0, "slot": 1.5, "data": 0.5, "trainers": 9.0, "engines": 3.0}
+    first = {f"startup/{k}_s": v for k, v in phases.items()} | {"startup/total_s": 21.0}
+    rows = [
+        {"stage": "grpo", "step": 1, "time": 0.0, "reward/mean": 0.1, **first},
+        {"stage": "grpo", "step": 2, "time": 1.0, "reward/mean": 0.2},
+        {"stage": "experts", "job": "general-max", "step": 1, "time": 2.0, "startup/total_s": 30.0},
+        {"stage": "experts", "job": "general-high", "step": 1, "time": 3.0, "reward/mean": 0.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "config.resolved.yaml").write_text(
+        "name: s\nstages: [{name: grpo, type: rl}, {name: experts, type: experts}, {name: eval, type: eval}]\n"
+    )
+    stages = {s["name"]: s for s in client(tmp_path).get("/api/pipeline").json()[0]["stages"]}
+    assert stages["grpo"]["startup"] == {**phases, "total": 21.0}  # as step 1 logged it, kept after step 2
+    assert stages["experts"]["startup"] == {"total": 30.0}  # its first job's
+    assert stages["eval"]["startup"] == {}
+    app_js = (ROOT_STATIC / "app.js").read_text()
+    assert "startupCell(s.startup)" in app_js and "<th>start-up</th>" in app_js

@@ -1,5 +1,5 @@
 """Algorithm settings the RL stages share: GRPO advantage and loss, the off-policy
-corrections of stale tokens, partial rollouts, and effort token budgets with their
+corrections of stale tokens, partial rollouts, dynamic sampling, and effort token budgets with their
 schedules (docs/recipe.md)."""
 
 from __future__ import annotations
@@ -108,6 +108,23 @@ class PartialRolloutConfig(Base):
         4, ge=0, description="Most policy versions a trajectory's oldest token may lag before it is dropped."
     )
     correction: Correction = Field(default_factory=TISCorrection, description="Off-policy correction of stale tokens.")
+
+
+class DynamicSamplingConfig(Base):
+    """DAPO's dynamic sampling: a group whose rewards are all equal has zero advantage and
+    teaches nothing, so it is set aside (counted as dropped, `zero_signal`) and more rollout
+    iterations are drawn through the partial-rollout queue until the step holds
+    `prompts_per_step` groups with signal, or `max_draws` extra iterations were drawn."""
+
+    max_draws: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description=(
+            "Most extra rollout iterations per step; at the cap the step trains the groups with signal it has "
+            "(`groups/short` says how many it lacked)."
+        ),
+    )
 
 
 class AnnealConfig(Base):

@@ -158,6 +158,11 @@ class MOPDStage(RolloutStage):
             )
         if any(v < 1 for v in self.effort_max_tokens.values()):
             raise ValueError("effort_max_tokens must be >= 1")
+        if self.dynamic_sampling is not None:
+            raise ValueError(
+                "dynamic_sampling does not apply to MOPD: the teacher's per-token advantage is dense, so a group "
+                "whose rewards are all equal still teaches (set it on the rl or experts stages)"
+            )
         return self
 
     def task_sources(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from posttrain.config.algo import (
     BudgetConfig,
+    DynamicSamplingConfig,
     GRPOConfig,
     PartialRolloutConfig,
 )
@@ -316,6 +317,13 @@ class RolloutStage(StageBase):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
     partial: PartialRolloutConfig = Field(default_factory=PartialRolloutConfig, description="Partial-rollout queue.")
     budget: BudgetConfig = Field(default_factory=BudgetConfig, description="Token budget and effort tier.")
+    dynamic_sampling: DynamicSamplingConfig | None = Field(
+        None,
+        description=(
+            "Replace groups whose rewards are all equal (no gradient) by fresh draws until the step holds "
+            "prompts_per_step groups with signal (DAPO); none: train every group drawn."
+        ),
+    )
 
     @model_validator(mode="after")
     def _minibatches_fit(self) -> RolloutStage:

@@ -19,6 +19,7 @@ from posttrain.dashboard.rows import comparison_row, eval_row, finite
 from posttrain.dashboard.series import MetricsStore, layout, plot_groups
 from posttrain.dashboard.tail import BadRow, BadRows, read_raw
 from posttrain.records.checkpoints import checkpoint_disk, human_bytes
+from posttrain.records.startup import PREFIX as STARTUP
 
 RL_TYPES = ("rl", "mopd", "experts")  # stages the reward debugger opens on first (not eval cells)
 SAMPLE_LIMIT = 256 << 10  # bytes: a larger sample is sent cut, with a link to the whole
@@ -199,6 +200,7 @@ class Run:
                     "tokens": row.get("response_tokens/mean"),
                     "jobs": _job_counts(entry.get("jobs") or {}),
                     "flags": sum(n for (stage, _), n in flagged.items() if stage == name),
+                    "startup": self._startup(name),
                     "link": self._link(name, types.get(name) or entry.get("type")),
                 }
             )
@@ -240,6 +242,19 @@ class Run:
         if kind == "eval":
             return {"view": "eval"}
         return None
+
+    def _startup(self, stage: str) -> dict[str, float]:
+        """The stage's start-up by phase (`startup/PHASE_s`, `total` among them), as its
+        newest first step logged it (a resume logs its own); an experts stage: its first
+        job's, which holds the run's own start."""
+        for (name, _), series in self.store.jobs.items():
+            if name == stage and f"{STARTUP}total_s" in series.latest:
+                return {
+                    key.removeprefix(STARTUP).removesuffix("_s"): finite(value)
+                    for key, value in series.latest.items()
+                    if key.startswith(STARTUP)
+                }
+        return {}
 
     def _latest(self, stage: str, job: str | None) -> dict:
         series = self.store.jobs.get((stage, job))

@@ -181,8 +181,11 @@ class StageSlots:
             slot.close()
 
     def _open(self, stage) -> tuple[Slot, object]:
+        from posttrain.records.startup import CLOCK
+
         extra = {} if self.tokenizer is None else {"tokenizer": self.tokenizer}
-        slot, infra = open_first_slot(self.config, self.model_dir, self.run_dir, self.metrics, stage, **extra)
+        with CLOCK.phase("slot"):  # placement granted, actors sent off (they load in the background)
+            slot, infra = open_first_slot(self.config, self.model_dir, self.run_dir, self.metrics, stage, **extra)
         self.tokenizer = infra.tokenizer
         granted = slot_parts(self.config, stage)
         whose = f"[{stage.name}] its own slot" if stage is not None else "slot 0 (every stage)"

@@ -17,7 +17,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
 from posttrain.records.rl_metrics import agent_metrics, cell_metrics, grm_metrics, grm_spread
 from posttrain.records.rollouts import RolloutLog
+from posttrain.records.startup import CLOCK, StageStartup
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
 from posttrain.rollout.agent_loop import AgentLoop
@@ -101,13 +102,35 @@ class RolloutTiming:
         }
 
 
+@dataclass
+class Scored:
+    """The groups a step drew and their scores, in one order: `samples` and `rewards` hold
+    every trajectory of `groups`, group by group (with dynamic sampling, also the groups
+    with no signal that are set aside)."""
+
+    groups: list[Group]
+    samples: list[Sample]
+    rewards: list[RewardResult]
+    metrics: dict
+    timing: RolloutTiming
+    draws: int = 0  # extra rollout iterations dynamic sampling drew
+
+    def extend(self, more: Scored) -> None:
+        self.groups += more.groups
+        self.samples += more.samples
+        self.rewards += more.rewards
+        self.metrics["time/score_s"] += more.metrics["time/score_s"]
+
+
 class RLRun:
     """State of one RL stage: the queue, the task sampler and the step counter."""
 
     def __init__(self, stage, infra: Infra, sampler=None, verifier=None):
         self.stage, self.infra = stage, infra
-        self.sampler = sampler or task_sampler(stage.tasks, seed=infra.config.seed)
-        self.verifier = verifier or reward_router(stage, infra.judge)
+        self.startup = StageStartup(CLOCK)  # written in the first step's row
+        with self.startup.phase("data"):
+            self.sampler = sampler or task_sampler(stage.tasks, seed=infra.config.seed)
+            self.verifier = verifier or reward_router(stage, infra.judge)
         self.queue = PartialRolloutQueue(stage.partial.max_staleness)
         self.sampling = SamplingSettings(temperature=stage.temperature, top_p=stage.top_p)
         self.agents = AgentLoop(infra.tokenizer, infra.config.rollout.max_model_len)
@@ -154,6 +177,47 @@ class RLRun:
             groups = self.queue.pop_complete(version)
         return groups, timing
 
+    def collect(self, version: int, budget: int | None) -> tuple[Scored, Iteration | None]:
+        """The step's scored groups, and with overlap the next step's iteration, sent off
+        before scoring (dynamic sampling: after its draws, which need the scores)."""
+        groups, timing = self.iterate(version, budget)
+        if self.stage.dynamic_sampling is None:
+            ahead = self.launch_ahead(version)  # overlap: the next batch generates while this one trains
+            return self.scored(groups, timing), ahead
+        drawn = self.draw_until_signal(self.scored(groups, timing), version, budget)
+        return drawn, self.launch_ahead(version)
+
+    def draw_until_signal(self, drawn: Scored, version: int, budget: int | None) -> Scored:
+        """Dynamic sampling: more rollout iterations, through the queue (a cut trajectory
+        waits there for the next step), until `prompts_per_step` groups have signal or
+        `max_draws` iterations were drawn."""
+        cap = self.stage.dynamic_sampling.max_draws
+        while drawn.draws < cap and self.with_signal(drawn.groups, drawn.rewards) < self.stage.prompts_per_step:
+            drawn.draws += 1
+            drawn.timing.add(self.land(self.launch(version, budget)), overlapped=False)
+            more = self.queue.pop_complete(version)
+            drawn.extend(self.scored(more, drawn.timing, start=len(drawn.groups)))
+        return drawn
+
+    def resampled(self, drawn: Scored) -> dict:
+        """Dynamic sampling's metrics; a step that hit `max_draws` short of its groups with
+        signal says so on the console."""
+        if self.stage.dynamic_sampling is None:
+            return {}
+        signal = self.with_signal(drawn.groups, drawn.rewards)
+        short = max(0, self.stage.prompts_per_step - signal)
+        if short:
+            console(
+                f"dynamic sampling: {self.stage.name} step {self.step} trains {signal} of "
+                f"{self.stage.prompts_per_step} groups with signal after {drawn.draws} extra draws (max_draws)"
+            )
+        return {
+            "groups/resampled": float(len(drawn.groups) - signal),
+            "groups/draws": float(drawn.draws),
+            "groups/with_signal": float(signal),
+            "groups/short": float(short),
+        }
+
     def launch(self, version: int, budget: int | None) -> Iteration:
         """Fill an iteration and send it to the engines, without waiting."""
         trajs = self.fill(version, budget)
@@ -169,9 +233,10 @@ class RLRun:
 
     # ------------------------------------------------------------ scoring and batch
 
-    def samples(self, groups: list[Group]) -> list[Sample]:
+    def samples(self, groups: list[Group], start: int = 0) -> list[Sample]:
+        """One sample per trajectory; a group's index in the step counts from `start`."""
         out = []
-        for index, group in enumerate(groups):
+        for index, group in enumerate(groups, start=start):
             for t in group.trajectories:
                 text = self.infra.tokenizer.decode(t.response_ids, skip_special_tokens=True)
                 completion = Completion(tuple(t.response_ids), tuple(t.logp_behaviour), text, t.finish_reason)
@@ -193,20 +258,48 @@ class RLRun:
         budgets = [g.budget for g in groups for _ in g.trajectories]
         return [apply_budget(r, s.model_tokens, b) for r, s, b in zip(rewards, samples, budgets)]
 
+    def scored(self, groups: list[Group], timing: RolloutTiming, start: int = 0) -> Scored:
+        """Samples of the groups, the work before scoring (`prepare`) and their rewards."""
+        samples = self.samples(groups, start)
+        metrics = self.prepare(groups)
+        score_start = time.perf_counter()
+        rewards = self.score(groups, samples)
+        metrics["time/score_s"] = time.perf_counter() - score_start
+        return Scored(groups, samples, rewards, metrics, timing)
+
+    def rows(self, groups: list[Group], rewards: list[RewardResult]) -> list[list[tuple]]:
+        """Each group's trainable (trajectory, reward) pairs: flagged samples (ok=False, only
+        when the reward is trained on: `uses_outcome`) and empty responses left out."""
+        flat, rows = iter(rewards), []
+        for group in groups:
+            pairs = [(t, next(flat)) for t in group.trajectories]
+            rows.append([(t, r) for t, r in pairs if (r.ok or not self.uses_outcome) and t.response_ids])
+        return rows
+
+    def advantages(self, rows: list[list[tuple]]) -> list[list[float]]:
+        return grpo_advantages(
+            [[r.score for _, r in row] for row in rows], self.stage.algo.std_normalize, self.stage.algo.eps
+        )
+
+    def with_signal(self, groups: list[Group], rewards: list[RewardResult]) -> int:
+        """How many of the groups have a nonzero advantage (rewards not all equal)."""
+        return sum(not np.allclose(advs, 0) for advs in self.advantages(self.rows(groups, rewards)))
+
     def batch(self, groups: list[Group], rewards: list[RewardResult], version: int) -> tuple[list[TrainSequence], dict]:
         """GRPO advantages per group, laid out per token with each token's staleness.
         Flagged samples (ok=False) and empty responses are dropped and counted (flagged
-        ones only when the reward is trained on: `uses_outcome`)."""
-        rows, flat = [], iter(rewards)
-        for group in groups:
-            pairs = [(t, next(flat)) for t in group.trajectories]
-            usable = [(t, r) for t, r in pairs if r.ok or not self.uses_outcome]
-            self.queue.dropped["reward_flagged"] += len(pairs) - len(usable)
-            self.queue.dropped["empty_response"] += sum(not t.response_ids for t, _ in usable)
-            rows.append([(t, r) for t, r in usable if t.response_ids])
-        adv_P_G = grpo_advantages(
-            [[r.score for _, r in row] for row in rows], self.stage.algo.std_normalize, self.stage.algo.eps
-        )
+        ones only when the reward is trained on: `uses_outcome`). With dynamic sampling, a
+        group whose advantages are all zero is set aside too (`zero_signal`)."""
+        rows = self.rows(groups, rewards)
+        usable = sum(r.ok or not self.uses_outcome for r in rewards)
+        self.queue.dropped["reward_flagged"] += len(rewards) - usable
+        self.queue.dropped["empty_response"] += usable - sum(map(len, rows))
+        adv_P_G = self.advantages(rows)
+        if self.stage.dynamic_sampling is not None:
+            for row, advs in zip(rows, adv_P_G):
+                if np.allclose(advs, 0):
+                    self.queue.dropped["zero_signal"] += len(row)
+                    row.clear()
         seqs = []
         for group, row, advs in zip(groups, rows, adv_P_G):
             for (t, _), per_token in zip(row, self.token_advantages(group, [t for t, _ in row], advs)):
@@ -254,16 +347,13 @@ class RLRun:
             infra.config.health, stage.name, stage.partial.max_staleness, outcome=self.uses_outcome, lengths=lengths
         )
         while not self.done():
+            startup = self.startup.first_step()  # {} after the first
             started = time.perf_counter()
-            before = (sum(self.queue.dropped.values()), self.queue.trained)
+            before = (lost(self.queue), self.queue.trained)
             version, budget = infra.trainers.version, current_budget(stage, self.step + 1)
-            groups, timing = self.iterate(version, budget)
-            ahead = self.launch_ahead(version)  # overlap: the next batch generates while this one trains
-            samples = self.samples(groups)
-            rollout = self.prepare(groups)
-            score_start = time.perf_counter()
-            rewards = self.score(groups, samples)
-            rollout["time/score_s"] = time.perf_counter() - score_start
+            drawn, ahead = self.collect(version, budget)
+            groups, samples, rewards = drawn.groups, drawn.samples, drawn.rewards
+            rollout, timing = drawn.metrics, drawn.timing
             seqs, batch_stats = self.batch(groups, rewards, version)
             self.queue.mark_trained(len(seqs))
             train_start = time.perf_counter()
@@ -276,10 +366,10 @@ class RLRun:
             sync = infra.pool.on_every_engine(infra.trainers.sync_weights) if seqs else {"sync/seconds": 0.0}
             self.step += 1
             row = step_metrics(samples, rewards, seqs, trained, started, train_seconds)
-            row.update(rollout, **timing.metrics(), **batch_stats, **accounting, **sync)
+            row.update(rollout, **timing.metrics(), **batch_stats, **accounting, **sync, **self.resampled(drawn))
             row.update(self.step_facts(row, version, budget), **code_test_counts(rewards))
             row.update(sample_shares(rewards, self.queue, before), **{"loss/entropy_coef": step_spec.entropy_coef})
-            row.update(self.faults(samples, rewards), **time_remainder(row))
+            row.update(self.faults(samples, rewards), **time_remainder(row), **startup)
             self.entropy.update(row["policy/entropy"] if trained.sums.tokens else math.nan)
             row.update(health.step(self.step, row))  # warnings and health/ keys (records/health.py)
             self.record(row, samples, rewards, groups, progress)
@@ -294,10 +384,7 @@ class RLRun:
         found = StepFaults.of(samples, rewards)
         self.fault_line = found.line(self.stage.name, self.step, str(self.infra.run_dir))
         if self.fault_line is not None:
-            stream = sys.stderr
-            clear = "\r\033[K" if stream.isatty() else ""  # the live progress line is rewritten in place
-            stream.write(f"{clear}faults: {self.fault_line}\n")
-            stream.flush()
+            console(f"faults: {self.fault_line}")
         return found.metrics()
 
     def stop_if_no_signal(self, health: HealthMonitor) -> None:
@@ -368,11 +455,25 @@ class RLRun:
         self.entropy.restore(state.get("entropy"))
 
 
+def console(line: str) -> None:
+    """A line on stderr, above the live progress line (which is rewritten in place)."""
+    stream = sys.stderr
+    clear = "\r\033[K" if stream.isatty() else ""
+    stream.write(f"{clear}{line}\n")
+    stream.flush()
+
+
+def lost(queue: PartialRolloutQueue) -> int:
+    """Samples dropped for a fault (unscored, empty, stale, prompt too long): all dropped but
+    the groups dynamic sampling set aside by design (`zero_signal`), which are no loss."""
+    return sum(queue.dropped.values()) - queue.dropped["zero_signal"]
+
+
 def sample_shares(rewards: list[RewardResult], queue: PartialRolloutQueue, before: tuple[int, int]) -> dict:
     """This step's shares of samples: unscored (no verifier could score them) and dropped
-    (left out of training: unscored, empty, stale, prompt too long), of those the step
-    settled (trained or dropped)."""
-    dropped = sum(queue.dropped.values()) - before[0]
+    (left out of training for a fault: `lost`), of those the step settled (trained or
+    dropped for a fault)."""
+    dropped = lost(queue) - before[0]
     settled = dropped + queue.trained - before[1]
     return {
         "samples/scored": float(sum(r.ok for r in rewards)),
@@ -467,6 +568,30 @@ def train_and_save(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -
     """Load the trainer (from `init_dir`, or a checkpoint of this stage), run, save `final`."""
     stage, infra = run.stage, run.infra
     per_step = stage.algo.minibatches * stage.algo.epochs  # optimizer steps per RL step
+    with run.startup.phase("trainers"):
+        load_trainers(run, init_dir, resume_dir, per_step)
+    run.verifier.start()  # a judge engine loads while the first rollouts run
+    if resume_dir is not None:
+        state = json.loads((resume_dir / STATE_FILE).read_text())
+        infra.trainers.version = state["version"]
+        run.restore(state)
+        grm = run.verifier.sources.get("grm")
+        if grm is not None:  # judgements made before the crash are not asked for again
+            grm.preload(run.rollouts.scoreboard_entries())
+    with run.startup.phase("engines"):  # what is left of their load once the trainer ranks are in
+        infra.pool.wait_ready()
+    with run.startup.phase("first_push"):
+        infra.pool.on_every_engine(infra.trainers.sync_weights)  # engines start from this stage's weights
+    try:
+        run.run()
+    finally:
+        run.verifier.close()
+    return Path(run.save(infra.run_dir / "checkpoints" / stage.name / "final"))
+
+
+def load_trainers(run: RLRun, init_dir: Path, resume_dir: Path | None, per_step: int) -> None:
+    """The trainer ranks load the stage's start (or its checkpoint, optimizer state included)."""
+    stage, infra = run.stage, run.infra
     infra.trainers.load(
         str(resume_dir or init_dir),
         infra.config.model.dtype,
@@ -479,17 +604,3 @@ def train_and_save(run: RLRun, init_dir: Path, resume_dir: Path | None = None) -
         total_steps=stage.steps * per_step,
         min_lr_ratio=stage.min_lr_ratio,
     )
-    run.verifier.start()  # a judge engine loads while the first rollouts run
-    if resume_dir is not None:
-        state = json.loads((resume_dir / STATE_FILE).read_text())
-        infra.trainers.version = state["version"]
-        run.restore(state)
-        grm = run.verifier.sources.get("grm")
-        if grm is not None:  # judgements made before the crash are not asked for again
-            grm.preload(run.rollouts.scoreboard_entries())
-    infra.pool.on_every_engine(infra.trainers.sync_weights)  # engines start from this stage's weights
-    try:
-        run.run()
-    finally:
-        run.verifier.close()
-    return Path(run.save(infra.run_dir / "checkpoints" / stage.name / "final"))

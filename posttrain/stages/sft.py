@@ -14,6 +14,7 @@ from posttrain.data.chat import sft_example
 from posttrain.data.tasks import load_chat_jsonl, load_tasks
 from posttrain.records.checkpoints import retain_checkpoints
 from posttrain.records.metrics import Progress
+from posttrain.records.startup import CLOCK, StageStartup
 from posttrain.runtime.infra import Infra
 from posttrain.stages.registry import SFT_STATE as STATE_FILE
 from posttrain.train.spec import loss_spec
@@ -132,18 +133,21 @@ def _save(infra: Infra, folder: Path, step: int, rng: random.Random) -> str:
 def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None, weigh=None) -> Path:
     """SFT from `init_dir`, or continued from one of its own checkpoints (same batches after);
     `weigh` as in `sft_sequences`."""
-    seqs = sft_sequences(infra.tokenizer, sft_conversations(stage, infra.run_dir), stage.max_len, weigh)
+    startup = StageStartup(CLOCK)  # written in the first step's row
+    with startup.phase("data"):
+        seqs = sft_sequences(infra.tokenizer, sft_conversations(stage, infra.run_dir), stage.max_len, weigh)
     rng = random.Random(infra.config.seed)
-    infra.trainers.load(
-        str(resume_dir or init_dir),
-        infra.config.model.dtype,
-        stage.lr,
-        stage.warmup_steps,
-        resume=resume_dir is not None,
-        decay=stage.lr_decay,
-        total_steps=stage.steps,
-        min_lr_ratio=stage.min_lr_ratio,
-    )
+    with startup.phase("trainers"):
+        infra.trainers.load(
+            str(resume_dir or init_dir),
+            infra.config.model.dtype,
+            stage.lr,
+            stage.warmup_steps,
+            resume=resume_dir is not None,
+            decay=stage.lr_decay,
+            total_steps=stage.steps,
+            min_lr_ratio=stage.min_lr_ratio,
+        )
     first = 1
     if resume_dir is not None:
         state = json.loads((resume_dir / STATE_FILE).read_text())
@@ -153,9 +157,10 @@ def run_sft(stage: SFTStage, init_dir: Path, infra: Infra, resume_dir: Path | No
     ckpt_root = infra.run_dir / "checkpoints" / stage.name
     spec = loss_spec("nll")
     for step in range(first, stage.steps + 1):
+        row: dict = startup.first_step()  # {} after the first
         batch = [seqs[rng.randrange(len(seqs))] for _ in range(stage.batch_size)]
         out = infra.trainers.train_step(batch, spec)
-        row = {
+        row |= {
             "loss/nll": out.sums.loss,
             "grad/norm": out.grad_norm,
             "tokens": out.sums.tokens,

@@ -46,14 +46,21 @@ function stageLink(p, s) {
   return `<a href="#job?${new URLSearchParams({stage: s.link.stage, job: s.link.job, runs: p.run})}">${esc(s.name)}</a>`;
 }
 
+function startupCell(phases) {  // seconds to the first step, and each phase's (startup/PHASE_s)
+  if (!phases || phases.total === undefined) return `<td class="startup"></td>`;
+  const sec = (v) => typeof v === "number" ? `${v.toFixed(1)}s` : "–";
+  const parts = Object.entries(phases).filter(([k]) => k !== "total").map(([k, v]) => `${esc(k)} ${sec(v)}`);
+  return `<td class="startup" title="${parts.join(", ")}">${sec(phases.total)}<br><small>${parts.join(" · ")}</small></td>`;
+}
+
 function stageTable(p) {
   const rows = p.stages.map((s) => `<tr data-stage="${esc(s.name)}">
     <td>${stageLink(p, s)}</td><td>${esc(s.type)}</td>
-    <td class="status-${esc(s.status)}">${esc(s.status)}</td><td>${dur(s.seconds)}</td>
+    <td class="status-${esc(s.status)}">${esc(s.status)}</td><td>${dur(s.seconds)}</td>${startupCell(s.startup)}
     <td>${Object.keys(s.jobs).length ? "jobs: " + Object.entries(s.jobs).map(([k, n]) => `${n} ${esc(k)}`).join(", ") : fmt(s.step)}</td>
     <td>${fmt(s.reward)}</td><td>${fmt(s.tokens, 1)}</td>
     <td>${s.flags ? `<a class="flagged" href="#health">${plural(s.flags, "flagged step", "flagged steps")}</a>` : ""}</td></tr>`).join("");
-  return `<table class="stages"><thead><tr><th>stage</th><th>type</th><th>status</th><th>duration</th><th>step</th>
+  return `<table class="stages"><thead><tr><th>stage</th><th>type</th><th>status</th><th>duration</th><th>start-up</th><th>step</th>
     <th>reward</th><th>tokens</th><th>health</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
