@@ -173,7 +173,7 @@ class AlwaysA(TorchJudge):
         return [math.log(0.9), math.log(0.1)]
 
 
-def train_tiny_judge(folder: Path, steps: int = 80, batch: int = 16):
+def train_tiny_judge(folder: Path, steps: int = 120, batch: int = 16):
     """A 2-layer model trained on the pairwise call (both orders, the better answer's letter),
     a sentence against gibberish; it stops once its loss has stayed low for five steps."""
     import torch
