@@ -12,12 +12,17 @@ per criterion; Likert: the expected score over its top logprobs at the score tok
     .venv/bin/python bench/grm_agreement.py [--judge smollm2-135m-instruct | tiny | /path]
     .venv/bin/python bench/grm_agreement.py --http-url URL --http-model NAME [--api-key-env VAR]
     .venv/bin/python bench/grm_agreement.py --generated 300 [--judge runs/judge/checkpoints/judge/final --bare]
+    .venv/bin/python bench/grm_agreement.py --generated 300 --handwritten --methods pairwise --bare --judge ...
 
 `--generated N`: N pairs (a clean response against one with a known defect, ten defect kinds)
 from the `heldout` part of the judge's training generator (`data/judgements.py`): no pair
 shares its subject with any case a judge stage trains on. `--bare`: the GRM without its worked
 examples (`grm.examples: false`), as a judge trained on the GRM's formats is asked. Each
 response is scored on its own, so the two orders of a pair cannot disagree.
+`--handwritten`: adds the pairs written by hand (`posttrain/data/judge_handwritten.jsonl`), a
+source no generator of the project wrote and no training source reads. With the pairwise
+method, every measure of `rewards/judge_metrics.py` is printed per source and kind: margins
+summed, right in both orders, orders agreeing, Cohen's kappa, length bias, each ± its SE.
 """
 
 from __future__ import annotations
@@ -111,12 +116,62 @@ def likert(backend, pairs: list[dict]) -> tuple[list, list, float]:
 
 
 def generated_pairs(count: int, seed: int) -> list[dict]:
-    from posttrain.data.judgements import cases
+    """Held-out pairs of the generator, each named by its author (`generated-first`, `-second`)."""
+    from posttrain.data.judgements import AUTHOR, cases
 
     return [
-        {"id": f"heldout/{seed}/{i}", "kind": c.kind, "task": c.task, "better": c.good, "worse": c.bad}
+        {"id": f"heldout/{seed}/{i}", "kind": c.kind, "task": c.task, "better": c.good, "worse": c.bad,
+         "source": f"generated-{AUTHOR[c.kind]}"}
         for i, c in enumerate(cases(count, seed, "heldout"))
+    ]  # fmt: skip
+
+
+def handwritten() -> list[dict]:
+    from dataclasses import asdict
+
+    from posttrain.data.judge_handwritten import handwritten_pairs
+
+    return [asdict(p) for p in handwritten_pairs()]
+
+
+def print_measures(compared: dict, pairs: list[dict]) -> dict:
+    """The judge measures (`rewards/judge_metrics.py`) of the pairwise calls, per source and
+    kind; returns them for the JSON report."""
+    from posttrain.rewards.judge_metrics import from_comparison, grouped
+
+    verdicts = [
+        from_comparison(compared.get(i, {}), p["kind"], p.get("source", "file"), len(p["worse"]) > len(p["better"]))
+        for i, p in enumerate(pairs)
     ]
+    print(
+        "\n| source | kind | pairs | summed margins | right in both orders | orders agree | kappa | "
+        "longer-and-worse wins | unread |"
+    )
+    print("|---" * 9 + "|")
+    out = {}
+    for (source, kind), m in sorted(
+        grouped(verdicts).items(), key=lambda x: (x[0][0] == "all", x[0], x[0][1] == "all")
+    ):
+        bias = str(m.length_bias) if m.length_bias else "-"
+        print(
+            f"| {source} | {kind} | {m.pairs} | {m.summed} | {m.both_right} | {m.orders_agree} | {m.kappa} | "
+            f"{bias} | {m.unread} |"
+        )
+        out[f"{source}/{kind}"] = {
+            "pairs": m.pairs,
+            "unread": m.unread,
+            **{
+                name: None if r is None else {"value": r.value, "se": r.se, "n": r.n}
+                for name, r in (
+                    ("summed", m.summed),
+                    ("both_right", m.both_right),
+                    ("orders_agree", m.orders_agree),
+                    ("kappa", m.kappa),
+                    ("length_bias", m.length_bias),
+                )
+            },
+        }
+    return out
 
 
 def accuracy(scores: list, pairs: list[dict]) -> dict[str, tuple[float, float]]:
@@ -218,6 +273,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="first N pairs only")
     parser.add_argument("--generated", type=int, help="N held-out pairs from the judge-training generator instead")
     parser.add_argument("--seed", type=int, default=100, help="seed of the generated pairs")
+    parser.add_argument(
+        "--handwritten", action="store_true", help="add the hand-written held-out pairs (data/judge_handwritten.jsonl)"
+    )
     parser.add_argument("--bare", action="store_true", help="the GRM without worked examples (a trained judge)")
     parser.add_argument(
         "--methods", default="rubric,likert,pairwise", help="which of rubric, likert, pairwise to run (comma list)"
@@ -233,8 +291,11 @@ def main() -> None:
 
     if args.generated:
         pairs = generated_pairs(args.generated, args.seed)
+    elif args.handwritten:
+        pairs = []
     else:
         pairs = [json.loads(line) for line in Path(args.pairs).read_text().splitlines() if line.strip()][: args.limit]
+    pairs += handwritten() if args.handwritten else []
     grm = GRM(
         GRMConfig(judge=judge_config(args), length_cap=100_000, max_criteria=args.max_criteria, examples=not args.bare)
     )
@@ -277,6 +338,7 @@ def main() -> None:
             + " | ".join(f"{agreement[k]:.2f}" if k in agreement else "-" for k in kinds)
             + f" | **{agree:.2f}** | {len(pairs) - len(judged)} | |"
         )
+        report["pairwise_measures"] = print_measures(compared, pairs)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
 

@@ -291,3 +291,15 @@ def test_the_judge_is_shown_each_answers_code_run_on_the_tasks_example():
     assert results[0].details["code_runs"] == ["answer run: f(7, 2) returns 9; the task says 5: fail"]
     assert len(prompts) == 2 and all("f(7, 2) returns 9; the task says 5: fail" in p for p in prompts)
     assert all("f(7, 2) returns 5; the task says 5: pass" in p for p in prompts)
+
+
+@pytest.mark.parametrize("orders, paris_win", [("summed", 0.65), ("agreeing", 0.5)])
+def test_orders_agreeing_counts_a_comparison_whose_orders_disagree_as_a_tie(orders, paris_win):
+    # it picks A in both orders: P(A) 0.9 with Paris as A, 0.6 with Lyon as A, so summed Paris wins
+    # (0.9 + (1 - 0.6)) / 2 = 0.65; with `orders: agreeing` the disagreement is a tie
+    judge = RuleJudge(lambda a, b: "A", p_first=lambda a, b: 0.9 if "Paris" in a else 0.6)
+    results = score(grm_with(judge, verdict="probability", orders=orders), [sample("Paris."), sample("Lyon.")])
+    row = results[0].details["comparisons"][0]
+    assert row["win"] == pytest.approx(paris_win) and not row["orders_agree"]
+    assert results[0].score == pytest.approx(2 * paris_win - 1) and results[1].score == pytest.approx(1 - 2 * paris_win)
+    assert (row["as_first"], row["as_second"]) == (0.9, 0.4)  # what each order said is kept either way

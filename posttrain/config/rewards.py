@@ -109,6 +109,12 @@ class GRMConfig(Base):
         "in a batch against each other, two at a time in both orders; scores are relative within the task's "
         "group (needs 2 or more samples per task; n(n-1) judge calls for n different responses).",
     )
+    orders: Literal["summed", "agreeing"] = Field(
+        "summed",
+        description="Pairwise: `summed` scores a comparison by its two orders' margins summed (a position bias "
+        "cancels); `agreeing` counts a comparison whose two orders pick different responses as a tie, so only "
+        "verdicts that agree across orders move a reward (`grm/orders_agree` logs the rate either way).",
+    )
     length_cap: int = Field(256, ge=1, description="A response longer than this many tokens scores -1 without judging.")
     min_criteria: int = Field(3, ge=3, le=10, description="Fewest rubric criteria the judge must write.")
     max_criteria: int = Field(10, ge=3, le=10, description="Most rubric criteria the judge may write.")

@@ -13,10 +13,11 @@ from posttrain.config.answers import AnswerSource
 from posttrain.config.base import Base, SourceSchema
 from posttrain.config.verifiers import verifier_facts
 
-# the defect kinds of the judge's training cases (`data/judgements.py` builds each)
+# the defect kinds of the judge's training cases (`data/judgements.py` and `judgement_more.py` build them)
 JudgementKind = Literal[
-    "fact", "arithmetic", "only_word", "count", "form", "off_topic", "unsafe", "padding", "language", "code"
-]
+    "fact", "arithmetic", "only_word", "count", "form", "off_topic", "unsafe", "padding", "language", "code",
+    "constraint", "yes_only", "json_only", "reasoning", "over_refusal", "length_trap", "too_short",
+]  # fmt: skip
 JUDGEMENT_KINDS: tuple[str, ...] = JudgementKind.__args__
 
 

@@ -9,7 +9,9 @@ with the case's rubric, and one verdict call per (response, criterion), answered
 
 Defect kinds (`KINDS`): a wrong fact, wrong arithmetic, a broken instruction (only the word,
 a list count, a form, a language), an off-topic answer, unsafe compliance against a refusal,
-padding, and code that fails its tests; plus clean responses on every kind.
+padding, and code that fails its tests; plus clean responses on every kind. A second author
+(`data/judgement_more.py`) adds checkable constraints, format obedience, reasoning slips,
+over-refusal and length traps both ways, with templates and subjects of its own.
 
 Held out by construction: every entity a case is built on (a country, a topic, a word, a pair
 of operands, a function) falls in the `train` or the `heldout` part by a hash of its name
@@ -22,7 +24,6 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from posttrain.config.tasks import JUDGEMENT_KINDS as KINDS
 from posttrain.data.judge_prompts import (
@@ -32,7 +33,8 @@ from posttrain.data.judge_prompts import (
     rubric_messages,
     verdict_messages,
 )
-from posttrain.data.judge_tools import Run
+from posttrain.data.judgement_case import Case, Check, part_of, say
+from posttrain.data.judgement_more import MORE_GENERATORS
 from posttrain.data.judgement_tables import (
     CAPITALS,
     EXAMPLE_FORMS,
@@ -49,62 +51,7 @@ from posttrain.data.judgement_tables import (
     tool_run,
     value_of,
 )
-from posttrain.data.reasoning import in_eval_part
 from posttrain.types import Message, Task
-
-
-@dataclass(frozen=True)
-class Check:
-    """A rubric criterion, with its verdict on the clean and on the defective response."""
-
-    text: str
-    kind: str  # essential, important, optional, pitfall (the GRM's kinds)
-    weight: int
-    on_good: bool  # the verdict's "yes": the check passes (for a pitfall: the mistake is made)
-    on_bad: bool
-    why_good: str  # one short line: the reason a careful grader gives
-    why_bad: str
-
-
-@dataclass(frozen=True)
-class Case:
-    kind: str
-    key: str  # the entity it is built on: decides its part
-    task: str
-    good: str
-    bad: str
-    checks: tuple[Check, ...]
-    runs: tuple[tuple[Run, ...], tuple[Run, ...]] | None = None  # good's, bad's code runs on the task's examples
-
-    def side_runs(self, side: str) -> list[Run] | None:
-        """A side's code runs (`data/judge_tools.py`), as the GRM's sandbox reports them."""
-        return None if self.runs is None else list(self.runs[side != "good"])
-
-    def rubric(self) -> dict:
-        return {"criteria": [{"text": c.text, "kind": c.kind, "weight": c.weight} for c in self.checks]}
-
-    def likert(self, side: str) -> tuple[int, str]:
-        """The single 1-10 prompt's known reply for a side: its rubric's score (the GRM's
-        weighting of the known verdicts) on 1-10, and the reason of its first failed check."""
-        got = total = 0
-        reason = ""
-        for c in self.checks:
-            verdict, why = (c.on_good, c.why_good) if side == "good" else (c.on_bad, c.why_bad)
-            passed = not verdict if c.kind == "pitfall" else verdict
-            got, total = got + c.weight * passed, total + c.weight
-            reason = reason or ("" if passed else why)
-        return 1 + round(9 * got / total), reason or self.checks[0].why_good
-
-
-def say(rng: random.Random, *phrasings: str) -> str:
-    """One of a criterion's phrasings: the judge meets each check worded several ways, as the
-    rubrics it writes itself will word them."""
-    return rng.choice(phrasings)
-
-
-def part_of(key: str) -> str:
-    return "heldout" if in_eval_part(f"judgement:{key}", 4) else "train"
-
 
 # ------------------------------------------------------------------ the kinds
 
@@ -410,7 +357,10 @@ GENERATORS: dict[str, Callable[[random.Random, str], Case | None]] = {
     "padding": _padding,
     "language": _language,
     "code": _code,
+    **MORE_GENERATORS,  # the second author's kinds (`data/judgement_more.py`)
 }
+# which author wrote each kind: the held-out measures report each author apart
+AUTHOR = {kind: "first" if kind not in MORE_GENERATORS else "second" for kind in GENERATORS}
 
 
 def cases(count: int, seed: int, part: str, kinds: tuple[str, ...] = KINDS) -> list[Case]:

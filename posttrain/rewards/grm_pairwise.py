@@ -9,7 +9,9 @@ For two different responses x and y to one task:
     win(x, y) = (p(x, y) + 1 - p(y, x)) / 2            so win(y, x) = 1 - win(x, y)
 
 Both orders always count, so a judge that prefers the first (or the second) answer adds
-the same to both sides and the order cancels. A response over `length_cap` scores -1 and
+the same to both sides and the order cancels. With `orders: agreeing`, a comparison whose
+two orders pick different responses is a tie (win 0.5): only verdicts that agree across
+orders move a reward. A response over `length_cap` scores -1 and
 loses every comparison with one under it, without a judge call. The score of x is
 
     r(x) = 2 * mean over the other responses y of win(x, y) - 1      in [-1, 1]
@@ -144,11 +146,13 @@ def _entry(
             row.update(win=None, error=bad["error"], raw=[*shown_first["raw"], *shown_second["raw"]])
         else:
             as_first, as_second = shown_first["p"], 1.0 - shown_second["p"]
+            agree = (shown_first["pick"] == "A") == (shown_second["pick"] == "B")
+            summed = (as_first + as_second) / 2
             row.update(
-                win=round((as_first + as_second) / 2, 4),
+                win=round(summed if agree or grm.config.orders == "summed" else 0.5, 4),
                 as_first=round(as_first, 4),  # P(this response is better) when shown as A
                 as_second=round(as_second, 4),  # ... and when shown as B
-                orders_agree=(shown_first["pick"] == "A") == (shown_second["pick"] == "B"),
+                orders_agree=agree,
                 reasons=[shown_first["reason"], shown_second["reason"]],
                 raw=[*shown_first["raw"], *shown_second["raw"]],
                 calls=[
