@@ -9,7 +9,8 @@ examples of each refusal.
 A response over its budget is counted by the verdict its verifier gave before the budget's
 penalty (the `was:` of its reason). Verdicts whose reason starts with a phrase this script
 does not know are listed under that phrase, never dropped; code and GRM verdicts (tests
-run, a judge's score) are counted as `other` with their own phrase.
+run, a judge's score) and an agent's environment checks (`store[...]`) are counted as
+`other` with their own phrase.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ UNREADABLE = (
     "text after the final answer",
     "not a number literal",
     "the slot is modified by what precedes it",
+    "no final answer",  # an agent episode that ended on a tool call, or out of turns or tokens
 )
 DOMAINS = ("general", "coding", "agent")
 WAS = re.compile(r"^over budget: .*?\(was: (.*)\)$", re.S)
@@ -43,8 +45,8 @@ def verdict_reason(row: dict) -> str:
 
 
 def head(reason: str) -> str:
-    """The reason's leading phrase: up to its first `:` or `(`."""
-    return re.split(r"[:(]", reason, maxsplit=1)[0].strip().lower() or "(no reason)"
+    """The reason's leading phrase: up to its first `:`, `(`, `[` or quote."""
+    return re.split(r"[:(\['\"]", reason, maxsplit=1)[0].strip().lower() or "(no reason)"
 
 
 def verdict_class(reason: str) -> str:
@@ -55,6 +57,8 @@ def verdict_class(reason: str) -> str:
         return "unreadable"
     if phrase in ("correct", "wrong"):
         return phrase
+    if phrase == "answer" and " != expected " in reason:  # an agent's final answer, read and compared
+        return "wrong"
     return "other"
 
 

@@ -72,3 +72,10 @@ def test_only_one_stage_and_a_folder_without_rollouts(tmp_path, capsys):
     assert refusals.main([str(tmp_path), "--stage", "experts"]) == 2
     assert "no saved responses of stage experts" in capsys.readouterr().err
     assert refusals.main([str(tmp_path / "nowhere")]) == 2
+
+
+def test_an_agent_episode_s_reasons():
+    assert refusals.verdict_class("no final answer (the episode ended on a tool call)") == "unreadable"
+    assert refusals.verdict_class("answer 'you get 78.5.' != expected '1260'") == "wrong"
+    assert refusals.verdict_class("store['size4'] = None, expected 'violet'") == "other"
+    assert refusals.head("store['size4'] = None, expected 'violet'") == "store"
