@@ -8,8 +8,10 @@ checkpoints), scaled to the full pipeline's steps and eval size.
 A step's seconds are the mean of `time/step_s` after the first step (the first is shown
 apart: it warms caches), or the first step's when only one was measured. Fixed seconds
 come from a run where the stage (job) finished: its wall time less its steps. Expert
-jobs of an effort no run had take the seconds of their domain's measured job (an upper
-bound when that one had the largest budget). Eval scales with cells x tasks per cell.
+jobs of an effort no run had take the seconds of their domain's first measured job (an
+upper bound when that one had the largest budget). A stage without steps (synthesis)
+counts its measured time as it is: shorten it in the short run only if it is shortened in
+the full one too. Eval scales with cells x tasks per cell.
 Several run folders: the first that measured a stage (job) is used. Whatever no run
 measured is listed and left out of the total.
 """
@@ -28,6 +30,7 @@ class Measured:
         self.steps: dict[str, list[float]] = {}
         self.fixed: dict[str, float] = {}
         self.eval_per_task: float | None = None
+        self.whole: dict[str, float] = {}
         for run in runs:
             config = load_pipeline(run / "config.resolved.yaml")
             state = json.loads((run / "run_state.json").read_text())["stages"]
@@ -40,8 +43,12 @@ class Measured:
             for stage in config.stages:
                 entry = state.get(stage.name, {})
                 if stage.type == "experts":
-                    for name, job in entry.get("jobs", {}).items():
-                        units[f"{stage.name}/{name.split('-')[0]}"] = (f"{stage.name}/{name}", job)
+                    for name, job in entry.get("jobs", {}).items():  # each job, and its domain's first
+                        units[f"{stage.name}/{name}"] = (f"{stage.name}/{name}", job)
+                        units.setdefault(f"{stage.name}/{name.split('-')[0]}", (f"{stage.name}/{name}", job))
+                elif not hasattr(stage, "steps") and stage.type != "eval":
+                    if entry.get("status") == "done":  # no steps (synthesis): its time as measured
+                        self.whole.setdefault(stage.name, entry["seconds"])
                 elif stage.type == "eval" and entry.get("status") == "done" and self.eval_per_task is None:
                     self.eval_per_task = entry["seconds"] / (eval_cells(stage, config) * stage.tasks_per_cell)
                 else:
@@ -87,6 +94,15 @@ def main(pipeline: str, *run_dirs: str) -> None:
                 (f"{stage.name}/{d}-{e}", f"{stage.name}/{d}", stage.efforts[e].steps or stage.steps)
                 for d, e in stage.cells()
             ]
+        elif not hasattr(stage, "steps") and stage.type != "eval":
+            seconds = measured.whole.get(stage.name)
+            if seconds is None:
+                missing.append(stage.name)
+                print(f"{stage.name:<24} not measured")
+                continue
+            total += seconds
+            print(f"{stage.name:<24}{seconds / 3600:6.2f} h  (as measured: the shortened run had its full size)")
+            continue
         elif stage.type == "eval":
             cells = eval_cells(stage, full)
             if measured.eval_per_task is None:
@@ -103,7 +119,7 @@ def main(pipeline: str, *run_dirs: str) -> None:
         else:
             units = [(stage.name, stage.name, stage.steps)]
         for label, unit, steps in units:
-            note, seconds = measured.seconds(unit, steps)
+            note, seconds = measured.seconds(label if label in measured.steps else unit, steps)
             if seconds is None:
                 missing.append(label)
             else:

@@ -7,11 +7,14 @@ every (domain, effort) cell, greedy, the experts' budgets):
   weight-avg   the nine experts' weights averaged, parameter by parameter
   mixed-rl     one RL run from SFT on prompts of all nine cells, each with its effort line
                and budget, rewarded by the verifiers: the same steps, prompts per step and
-               group size as the MOPD stage (the same samples generated and trained on)
+               group size as the MOPD stage (the same samples generated and trained on);
+               `--steps recipe`: as many steps as the recipe's RL took in all (every expert
+               job's steps and MOPD's), the comparison on the same budget of steps
 
 and, for reference, SFT and each expert on its own cell (the teachers).
 
     .venv/bin/python bench/mopd.py runs/quickstart     # after `make quickstart`
+    .venv/bin/python bench/mopd.py runs/smollm2 --steps recipe   # read by bench/recipe_targets.py
 
 Anchor: published multi-teacher on-policy distillation (e.g. MiMo-V2-Flash's MOPD) beats
 weight merging and mixed-data RL at keeping each teacher's skill.
@@ -60,6 +63,11 @@ def main() -> int:
     parser.add_argument("run_dir", type=Path, help="a finished run with experts, mopd and eval stages")
     parser.add_argument("--out", type=Path, help="where the bench's run folder goes (default: RUN_DIR/bench-mopd)")
     parser.add_argument("--table-only", action="store_true", help="print the tables of an earlier run's bench.json")
+    parser.add_argument(
+        "--steps",
+        default="mopd",
+        help="mixed-rl's steps: `mopd` (the MOPD stage's), `recipe` (every expert job's and MOPD's), or a number",
+    )
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -79,7 +87,8 @@ def main() -> int:
         experts = next(s for s in config.stages if s.type == "experts")
         mopd = next(s for s in config.stages if s.type == "mopd")
         print(format_table(saved["rows"]))
-        print(summary(saved["rows"], experts, mopd, saved["mixed_rl_seconds"], float("nan"), run))
+        rl_steps = saved.get("mixed_rl_steps", mopd.steps)  # a bench.json of before --steps: MOPD's
+        print(summary(saved["rows"], experts, mopd, saved["mixed_rl_seconds"], float("nan"), run, rl_steps))
         return 0
     state = json.loads((run / "run_state.json").read_text())
     experts = next(s for s in config.stages if s.type == "experts")
@@ -100,7 +109,8 @@ def main() -> int:
     # mixed RL: the MOPD stage's prompts (all nine cells, round-robin, each cell's effort line,
     # budget and cap) and compute, with GRPO on the verifiers' rewards instead of the teachers
     stage, limits = with_experts(mopd, config)
-    stage = stage.model_copy(update={"name": "mixed-rl", "alpha": 1.0})
+    steps = mixed_steps(args.steps, experts, mopd)
+    stage = stage.model_copy(update={"name": "mixed-rl", "alpha": 1.0, "steps": steps})
     mixed = RLRun(stage, infra, sampler=CellSampler(cell_tasks(stage, limits), config.seed))
     rl_started = time.perf_counter()
     mixed_dir = train_and_save(mixed, sft_dir, None)
@@ -127,18 +137,33 @@ def main() -> int:
             rows.append({"checkpoint": label, "role": role, **evaluator._run(label, domain, effort)})
     evaluator.router.close()
     slot.close()
-    (out / "bench.json").write_text(json.dumps({"rows": rows, "mixed_rl_seconds": rl_seconds}, indent=1))
+    (out / "bench.json").write_text(
+        json.dumps({"rows": rows, "mixed_rl_seconds": rl_seconds, "mixed_rl_steps": steps}, indent=1)
+    )
     print(format_table(rows))
-    print(summary(rows, experts, mopd, rl_seconds, time.perf_counter() - started, run))
+    print(summary(rows, experts, mopd, rl_seconds, time.perf_counter() - started, run, steps))
     return 0
 
 
-def summary(rows, experts, mopd, rl_seconds, wall, run) -> str:
+def mixed_steps(asked: str, experts, mopd) -> int:
+    """The mixed run's steps: MOPD's, the recipe's RL steps in all, or a number."""
+    from posttrain.config.jobs import job_stage
+
+    if asked == "mopd":
+        return mopd.steps
+    if asked == "recipe":
+        return sum(job_stage(experts, d, e).steps for d, e in experts.cells()) + mopd.steps
+    if not asked.isdigit() or int(asked) < 1:
+        raise SystemExit(f"--steps {asked!r}: give mopd, recipe or a positive number of steps")
+    return int(asked)
+
+
+def summary(rows, experts, mopd, rl_seconds, wall, run, rl_steps: int) -> str:
     teacher = {(r["domain"], r["effort"]): r["score"] for r in rows if r["role"] == "expert"}
     teacher_tokens = {(r["domain"], r["effort"]): r["mean_tokens"] for r in rows if r["role"] == "expert"}
     lines = [
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}; run: {run}",
-        f"compute: mopd and mixed-rl each {mopd.steps} steps x {mopd.prompts_per_step} prompts x "
+        f"compute: mopd {mopd.steps} steps, mixed-rl {rl_steps} steps, each x {mopd.prompts_per_step} prompts x "
         f"{mopd.group_size} samples (mixed-rl took {rl_seconds:.0f}s); bench wall {wall:.0f}s",
         "",
         "| method | mean score (9 cells) | cells at >= 90% of their teacher | mean score / teacher's |"

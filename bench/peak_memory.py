@@ -7,13 +7,19 @@ reading, and at least every 10 s: new memory shows in RSS first, so a rise of th
 PSS comes with one of its RSS.
 
     .venv/bin/python bench/peak_memory.py -- make quickstart
+    .venv/bin/python bench/peak_memory.py --record runs/smollm2/peak_memory.json -- posttrain run ...
+
+`--record FILE` also writes the figures as JSON ({"peak_gib", "peak_at_s", "wall_s",
+"exit_code", "command"}), which bench/recipe_targets.py reads from the run folder.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -39,6 +45,11 @@ def tree_rss(root: psutil.Process) -> int:
 
 def main(argv: list[str]) -> int:
     command = argv[argv.index("--") + 1 :] if "--" in argv else argv
+    options = argv[: argv.index("--")] if "--" in argv else []
+    record = Path(options[options.index("--record") + 1]) if "--record" in options[:-1] else None
+    if options and record is None:
+        print(f"peak_memory.py: unknown options {' '.join(options)} (only --record FILE)", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     child = subprocess.Popen(command)
     root = psutil.Process(child.pid)
@@ -56,6 +67,10 @@ def main(argv: list[str]) -> int:
         f"\npeak memory (PSS of the process tree): {peak / 2**30:.2f} GiB at {peak_at:.0f}s; "
         f"wall {wall:.0f}s; exit code {child.returncode} ({readings} PSS readings)"
     )
+    if record is not None:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        figures = {"peak_gib": peak / 2**30, "peak_at_s": peak_at, "wall_s": wall, "exit_code": child.returncode}
+        record.write_text(json.dumps({**figures, "command": command}, indent=1) + "\n")
     return child.returncode
 
 

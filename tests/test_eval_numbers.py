@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from posttrain.stages.evaluate import cell_score, comparisons, paired, standard_error
+from posttrain.stages.evaluate import by_source, cell_score, comparisons, paired, standard_error
 from posttrain.types import RewardResult
 
 
@@ -91,3 +91,23 @@ def test_the_recipes_comparisons_by_hand():
         pytest.approx(-0.25),
         pytest.approx(0.25),
     )
+
+
+def test_a_cell_score_per_verifier_by_hand():
+    # a general cell mixing reasoning tasks and GRM-judged writing: each part its own mean and SE
+    found = by_source(["reasoning_gym", "grm", "reasoning_gym", "reasoning_gym"], [1.0, 0.75, 0.0, 1.0])
+    assert found["grm"] == {"score": 0.75, "score_se": 0.0, "n": 1}
+    # [1, 0, 1]: mean 2/3; sample variance 1/3; SE sqrt(1/3 / 3) = 1/3
+    assert found["reasoning_gym"]["score"] == pytest.approx(2 / 3)
+    assert found["reasoning_gym"]["score_se"] == pytest.approx(1 / 3) and found["reasoning_gym"]["n"] == 3
+
+
+def test_the_student_is_compared_with_an_rl_stage_on_every_cell():
+    rows = [
+        {"checkpoint": "mopd", "role": "student", "domain": "coding", "effort": "low"},
+        {"checkpoint": "mixed", "role": "rl", "domain": "coding", "effort": "low"},
+    ]
+    per_task = {("mopd", "coding", "low"): {"a": 1.0, "b": 1.0}, ("mixed", "coding", "low"): {"a": 0.0, "b": 1.0}}
+    (found,) = comparisons(rows, per_task)
+    assert found["kind"] == "student_minus_rl" and found["a"] == "mopd@coding-low" and found["b"] == "mixed@coding-low"
+    assert (found["diff"], found["n"]) == (0.5, 2)

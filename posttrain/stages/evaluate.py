@@ -15,7 +15,8 @@ Every cell of a domain is scored on the same tasks (a paired design), none of wh
 prompts occurs in the run's training data (posttrain/data/heldout.py: checked here, and
 before the run starts). Each row has the score's standard error; paired differences
 (each step of the effort ladder, expert against SFT, the student against its teacher) come
-with theirs.
+with theirs; so does each row's score per verifier of its tasks (`sources`), beside its
+mean tokens and the share of responses over the budget.
 Writes RUN_DIR/eval.json ({"rows": [...], "comparisons": [...]}) and prints the table;
 every scored sample is saved in rollouts/EVAL/CHECKPOINT/CELL.jsonl.
 """
@@ -129,6 +130,8 @@ class Evaluator:
             "score": float(np.mean(values)) if values else 0.0,
             "score_se": standard_error(values),
             "mean_tokens": float(np.mean([s.model_tokens for s in samples])) if samples else 0.0,
+            "over_budget_rate": float(np.mean([r.over_budget for _, r in scored])) if scored else 0.0,
+            "sources": by_source([s.task.verifier for s, _ in scored], values),
             "n": len(scored),
             "unscored": len(samples) - len(scored),
             "overlap": 0,
@@ -183,6 +186,16 @@ def standard_error(values: list[float]) -> float:
     return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
 
 
+def by_source(sources: list[str], values: list[float]) -> dict[str, dict]:
+    """A cell's score per verifier of its tasks (a mixture's parts: reasoning tasks and
+    GRM-judged writing, HumanEval and generated code), each with its standard error."""
+    out = {}
+    for source in sorted(set(sources)):
+        mine = [v for s, v in zip(sources, values) if s == source]
+        out[source] = {"score": float(np.mean(mine)), "score_se": standard_error(mine), "n": len(mine)}
+    return out
+
+
 def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]:
     """Mean of a - b over the tasks both scored, its standard error, and how many."""
     common = sorted(a.keys() & b.keys())
@@ -193,7 +206,8 @@ def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]
 def comparisons(rows: list[dict], per_task: dict[tuple[str, str, str], dict[str, float]]) -> list[dict]:
     """The differences the recipe is judged by, each paired on the same tasks: within a role,
     each step of the effort ladder (max against low, max against high, high against low);
-    each expert against SFT and the student against each expert, on the expert's cell."""
+    each expert against SFT and the student against each expert, on the expert's cell; the
+    student against an RL stage's checkpoint (role `rl`) on every cell."""
     by_cell: dict[tuple[str, str, str], str] = {}  # (role, domain, effort) -> checkpoint
     for r in rows:
         by_cell.setdefault((r["role"], r["domain"], r["effort"]), r["checkpoint"])
@@ -227,6 +241,8 @@ def comparisons(rows: list[dict], per_task: dict[tuple[str, str, str], dict[str,
         if r["role"] == "expert":
             add("expert_minus_sft", ("expert", r["domain"], r["effort"]), ("sft", r["domain"], r["effort"]))
             add("student_minus_teacher", ("student", r["domain"], r["effort"]), ("expert", r["domain"], r["effort"]))
+        if r["role"] == "rl":  # an RL stage on the mixture: the recipe's simpler alternative
+            add("student_minus_rl", ("student", r["domain"], r["effort"]), ("rl", r["domain"], r["effort"]))
     return out
 
 
