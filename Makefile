@@ -8,7 +8,7 @@ STAMP := $(VENV)/.posttrain-installed
 # exist`); triton has no CPU backend. Every install step ends with this.
 DROP_CUDA_WHEELS := $(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 
-.PHONY: setup chromium quickstart test test-system lint docs soak bench-setup clean
+.PHONY: setup chromium quickstart test test-system test-recipe lint docs soak bench-setup clean
 
 $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -45,7 +45,11 @@ test: setup
 # What `make test` leaves out: whole runs killed and resumed, fault injection, the 3-node Ray
 # cluster (tens of minutes on 2 cores). CI (.ci/run) runs it after `make test`.
 test-system: setup
-	$(PY) -m pytest -q $(XDIST) -m "system or cluster"
+	$(PY) -m pytest -q $(XDIST) -m "(system or cluster) and not recipe"
+
+# The whole recipe on SmolLM2-135M, every stage shortened to a step or two (about 14 minutes).
+test-recipe: setup
+	$(PY) -m pytest -q -m recipe
 
 # What tests/test_layout.py checks inside `make test`: ruff lint and format, and the layers.
 lint: setup

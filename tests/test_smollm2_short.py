@@ -14,7 +14,7 @@ import pytest
 from cli_process import start_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.slow, pytest.mark.system]
+pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.recipe]
 
 SHORT = [
     # synthesis: 8 tasks, 2 candidates each; SmolLM2's arithmetic passes about 3 times in 10 (14 of 48
