@@ -294,3 +294,35 @@ def test_a_receiver_that_never_comes_is_named_and_the_sender_freed_within_the_de
         sender.shutdown()
         for engine in engines:
             engine.shutdown()
+
+
+def test_a_send_blocked_on_an_engine_that_missed_its_deadline_is_aborted():
+    """vLLM's NCCL sender blocks in its broadcast with no deadline: once the client finds an
+    engine that missed one, the transfer is shut down (ncclCommAbort there), which frees
+    the broadcast. Here the blocked broadcast is an event that only `shutdown` sets."""
+    import threading
+
+    from posttrain.rollout.transfer import EngineCallTimeout, EngineClient, send_aborting_on_a_miss
+
+    class BlockedSend:
+        def __init__(self):
+            self.client = EngineClient([], [], timeout_s=1)
+            self.aborted = threading.Event()
+
+        def send_weights(self):
+            threading.Timer(0.5, self.miss).start()  # the engines' call, run beside the broadcast
+            if not self.aborted.wait(30):
+                raise AssertionError("the broadcast was never freed")
+            raise EngineCallTimeout("weight sync: receiving a bucket: 1 of 1 engines gave no answer", [0])
+
+        def miss(self):
+            self.client.missed.set()
+
+        def shutdown(self):
+            self.aborted.set()
+
+    transfer = BlockedSend()
+    started = time.monotonic()
+    with pytest.raises(EngineCallTimeout):
+        send_aborting_on_a_miss(transfer, poll_s=0.1)
+    assert transfer.aborted.is_set() and time.monotonic() - started < 5

@@ -11,6 +11,8 @@ reports once it serves the new weights.
 
 from __future__ import annotations
 
+import threading
+
 import ray
 
 
@@ -34,17 +36,19 @@ class EngineClient:
         self.offsets = [sum(workers_per_engine[:i]) for i in range(len(engines))]
         self.version = 0  # the version of the push under way (set by the sender before each push)
         self.versions: list[int] = []  # what each engine reported at the end of the last push
+        self.missed = threading.Event()  # set when an engine missed a call's deadline
 
     def _all(self, refs: list, what: str) -> list:
         _, pending = ray.wait(refs, num_returns=len(refs), timeout=self.timeout_s, fetch_local=False)
         if pending:
             stuck = [i for i, ref in enumerate(refs) if ref in pending]
+            self.missed.set()
             raise EngineCallTimeout(
                 f"weight sync: {what}: {len(stuck)} of {len(refs)} engines gave no answer within "
                 f"{self.timeout_s:.0f} s (rollout.sync_timeout_s)",
                 stuck,
             )
-        return ray.get(refs)
+        return results_deaths_first(refs)
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:
         refs = []
@@ -64,6 +68,49 @@ class EngineClient:
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         version = self.version if weight_version is None else int(weight_version)
         self.versions = self._all([e.transfer_finish.remote(version) for e in self.engines], "finishing an update")
+
+
+def send_aborting_on_a_miss(transfer, poll_s: float = 0.5) -> None:
+    """vLLM's `send_weights`, with the deadline its NCCL backend lacks: once the client finds
+    an engine that missed a call's deadline, the trainer engine is shut down (for NCCL,
+    `ncclCommAbort`), so a broadcast blocked on that engine returns, and the client's
+    EngineCallTimeout is raised, instead of holding rank 0 forever."""
+    client, finished = transfer.client, threading.Event()
+    client.missed.clear()
+
+    def guard() -> None:
+        while not finished.is_set():
+            if client.missed.wait(poll_s):
+                transfer.shutdown()
+                return
+
+    watcher = threading.Thread(target=guard, daemon=True)
+    watcher.start()
+    try:
+        transfer.send_weights()
+    finally:
+        finished.set()
+        watcher.join()
+
+
+def results_deaths_first(refs: list) -> list:
+    """Every ref's result; if some failed, an engine's death is the error raised (the
+    failures it caused in the others, a broken group, come second): the pool replaces the
+    dead engine and pushes again."""
+    from ray.exceptions import RayActorError
+
+    results, failures = [], []
+    for ref in refs:
+        try:
+            results.append(ray.get(ref))
+        except Exception as exc:  # noqa: BLE001 - sorted below, all raised
+            failures.append(exc)
+    for exc in failures:
+        if isinstance(exc, RayActorError):
+            raise exc
+    if failures:
+        raise failures[0]
+    return results
 
 
 def trainer_init_info(backend: str, rank: int, address: str, world_size: int, bucket_bytes: int, timeout_s: float):

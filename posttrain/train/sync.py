@@ -15,6 +15,7 @@ class WeightSender:
     """Mixed into TrainerWorker; uses its `rank`, `tied`, `engine` and `config.zero_stage`."""
 
     transfer = None  # vLLM's trainer-side weight-transfer engine, while connected
+    transfer_backend = ""
 
     def sync_connect(
         self, engines: list, workers: list[int], backend: str, bucket_bytes: int, timeout_s: float
@@ -33,15 +34,21 @@ class WeightSender:
         info = trainer_init_info(backend, self.rank, address, 1 + sum(workers), bucket_bytes, timeout_s)
         client = EngineClient(engines, workers, timeout_s)
         self.transfer = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+        self.transfer_backend = backend
 
     def sync_send(self, version: int) -> list[int]:
         """Every rank sends (under ZeRO-3 each bucket is a gather on every rank); rank 0
         returns the version each engine reports serving ([] elsewhere)."""
         if self.transfer is None:
             raise RuntimeError("weight sync: this rank has no weight transfer (sync_connect first)")
+        from posttrain.rollout.transfer import send_aborting_on_a_miss
+
         self.transfer.client.version = version
         try:
-            self.transfer.send_weights()
+            if self.transfer_backend == "nccl":  # its broadcast has no deadline of its own
+                send_aborting_on_a_miss(self.transfer)
+            else:  # gloo's operations have the push's deadline; ipc sends no collective
+                self.transfer.send_weights()
         except BaseException:
             self.sync_close()  # a broken group is never reused: the driver connects again
             raise
