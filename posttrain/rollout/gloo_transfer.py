@@ -227,9 +227,12 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         )
         with ThreadPoolExecutor(max_workers=1) as executor:  # the engines wait in the rendezvous
             joined = executor.submit(client.init_weight_transfer_engine, asdict(worker_info))
-            engine.group = open_group(
-                init_info.master_address, worker_info.master_port, 0, init_info.world_size, init_info.timeout_s, listen
-            )
+            try:
+                address, port = init_info.master_address, worker_info.master_port
+                engine.group = open_group(address, port, 0, init_info.world_size, init_info.timeout_s, listen)
+            except (TimeoutError, RuntimeError) as failed:
+                raise_engines_error(joined, failed)
+                raise
             joined.result()
         return engine
 
@@ -265,17 +268,14 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
 
     def _send(self, bucket: Bucket) -> None:
         """The engines' `update_weights` and the broadcast run together (both meet in the
-        group). A broadcast that failed is answered with the engines' own error when it
-        comes soon, since that one names the engines that hung, or died."""
+        group)."""
         executor = ThreadPoolExecutor(max_workers=1)
         try:
             received = executor.submit(self.client.update_weights, asdict(bucket.info))
             try:
                 broadcast(self.group, bucket.buffer[: bucket.info.nbytes], self.timeout_s)
             except (TimeoutError, RuntimeError) as failed:
-                wait([received], timeout=CLIENT_GRACE_S)
-                if received.done() and received.exception() is not None:
-                    raise received.exception() from failed  # type: ignore[misc]
+                raise_engines_error(received, failed)
                 raise
             received.result()
         finally:
@@ -285,6 +285,14 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         if self.group is not None:
             close_group(self.group)
         self.group = None
+
+
+def raise_engines_error(call, failed: BaseException) -> None:
+    """After a group operation `failed`: raise the error of the engines' side of it (`call`,
+    a future) if it comes within a grace, since that one names the engines that hung or died."""
+    wait([call], timeout=CLIENT_GRACE_S)
+    if call.done() and call.exception() is not None:
+        raise call.exception() from failed  # type: ignore[misc]
 
 
 def register() -> None:
