@@ -71,13 +71,6 @@ def test_the_sender_packs_buckets_that_the_receiver_unpacks_whole():
         assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
 
 
-class HungEngine(RolloutEngine):
-    """A real engine whose worker never takes part in a bucket (stuck before its receive)."""
-
-    def transfer_update(self, update_info) -> None:
-        time.sleep(600)
-
-
 def rollout_config(**changes) -> RolloutConfig:
     values = dict(max_model_len=128, kv_cache_gib=0.05, weight_sync="collective", sync_bucket_mib=0.25)
     return RolloutConfig(**{**values, **changes})
@@ -135,6 +128,12 @@ def test_a_push_through_vllms_transfer_engine_makes_stale_engines_serve_the_trai
 @pytest.mark.slow
 def test_a_hung_receiver_is_named_within_the_deadline_and_replaced(ray_session, tiny_dir):
     rollout = rollout_config(sync_timeout_s=8)
+
+    class HungEngine(RolloutEngine):  # local: Ray ships it by value (workers cannot import tests/)
+        """A real engine whose worker never takes part in a bucket (stuck before its receive)."""
+
+        def transfer_update(self, update_info) -> None:
+            time.sleep(600)
 
     def start(i, cls=RolloutEngine):
         return cls.remote_actor(str(tiny_dir), rollout, "float32", seed=i)
