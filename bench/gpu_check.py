@@ -6,8 +6,8 @@ Checks, in order (each with its own deadline; actors are killed between checks):
   versions       torch/CUDA/NCCL/GPU, vllm (the gpu extra's range), deepspeed, ray, transformers
   engine_rank    a vLLM engine with CUDA graphs (enforce_eager: false) and one NCCL DeepSpeed
                  rank (ZeRO-2) sharing the GPU: train step, then weights pushed by both modes
-                 (collective: gloo on device tensors, since NCCL refuses two ranks on one GPU;
-                 object_store), each followed by trainer-engine logprob agreement: a reload
+                 (collective: vLLM's ipc transfer backend, since NCCL refuses two ranks on one
+                 GPU; object_store), each followed by trainer-engine logprob agreement: a reload
                  under CUDA graphs must reach the captured graphs
   partial        partial generation (cut requests) and prompt logprobs on that engine
   zero3          one ZeRO-3 rank on the GPU, collective push, agreement
@@ -61,6 +61,8 @@ class Checks:
     def __init__(self, args, workdir: Path):
         self.args, self.workdir = args, workdir
         self.gpu = args.device == "cuda"
+        # one GPU: the engine and the rank share it, which NCCL refuses; vLLM's CUDA IPC backend is for that
+        self.transfer_backend = "ipc" if self.gpu else "gloo"
         self.actors: list = []
         self.groups: list = []
         self.results: list[tuple[str, bool, str, float]] = []
@@ -87,6 +89,7 @@ class Checks:
             kv_cache_gib=0.1,
             enforce_eager=(not self.gpu) if eager is None else eager,
             weight_sync=weight_sync,
+            transfer_backend=self.transfer_backend,
             **extra,
         )
         actor = RolloutEngine.remote_actor(str(model_dir), config, dtype, seed=0)
@@ -101,6 +104,8 @@ class Checks:
         config = TrainerConfig(
             workers=workers, zero_stage=zero_stage, num_gpus=self.share(gpus), num_cpus=0, micro_batch_tokens=4096
         )
+        if rollout is not None:  # the engines' backend (their config has the GPUs ipc needs)
+            rollout = rollout.model_copy(update={"transfer_backend": self.transfer_backend})
         group = TrainerGroup(config, seed=0, env=env, rollout=rollout)
         self.groups.append(group)
         group.load(str(model_dir), dtype, lr=1e-3, warmup_steps=0)
@@ -352,11 +357,11 @@ class Checks:
             group.weight_sync = mode
             group.sync_weights([engine])  # warm-up (forms the group)
             times[mode] = [group.sync_weights([engine])["sync/seconds"] for _ in range(3)]
-        nbytes = group.sync_manifest.nbytes
+        nbytes = ray.get(group.workers[0].sync_bytes.remote())
         for mode, values in times.items():
             median = statistics.median(values)
             lines.append(f"{mode} {median:.2f} s ({nbytes / median / 1e9:.1f} GB/s)")
-        backend = "gloo on device tensors (one GPU)" if self.gpu else "gloo"
+        backend = group.backend
         return True, (
             f"packet {nbytes / 1e9:.2f} GB bf16; median of 3: {', '.join(lines)}; collective backend {backend}; "
             f"engine start {info['start_seconds']:.0f} s; one train step of 4 x 1000 tokens {step['seconds']:.1f} s, "

@@ -102,7 +102,7 @@ def main() -> int:
                 nbytes = ray.get(ref).nbytes
             del ref
         if mode == "collective":
-            collective_bytes = trainers.sync_manifest.nbytes
+            collective_bytes = ray.get(trainers.workers[0].sync_bytes.remote())
     nbytes = nbytes or collective_bytes
     copy_best, copy_median = memcpy_seconds(nbytes, args.reps)
     trainers.shutdown()

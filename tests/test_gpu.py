@@ -1,8 +1,8 @@
 """The same stack on a CUDA device: an NCCL rank and a GPU vLLM engine sharing one GPU,
-weights pushed by both modes: the steps change the weights, the engine is stale by more than
-the tolerance before the push, at the trainer's version and within the tolerance after it
-(a push that does nothing fails). Skipped without a GPU (conftest); `bash bench/gpu_check.sh`
-runs the wider GPU check."""
+weights pushed by both modes (collective: vLLM's transfer engine, its CUDA IPC backend): the
+steps change the weights, the engine is stale by more than the tolerance before the push, at
+the trainer's version and within the tolerance after it (a push that does nothing fails).
+Skipped without a GPU (conftest); `bash bench/gpu_check.sh` runs the wider GPU check."""
 
 import numpy as np
 import pytest
@@ -22,14 +22,15 @@ pytestmark = pytest.mark.gpu
 def test_weight_push_and_logprob_agreement_on_gpu(ray_session, tiny_dir, dtype, tolerance, weight_sync):
     engine = RolloutEngine.remote_actor(
         str(tiny_dir),
-        RolloutConfig(max_model_len=128, num_gpus=0.4, num_cpus=0, gpu_memory_utilization=0.3),
+        RolloutConfig(max_model_len=128, num_gpus=0.4, num_cpus=0, gpu_memory_utilization=0.3, transfer_backend="ipc"),
         dtype,
         seed=0,
     )
     group = TrainerGroup(
         TrainerConfig(workers=1, zero_stage=2, num_gpus=0.4, num_cpus=0),
         seed=0,
-        rollout=RolloutConfig(weight_sync=weight_sync),  # collective: gloo on device tensors (one GPU)
+        # collective: vLLM's ipc backend (the engine and the rank share the GPU, which NCCL refuses)
+        rollout=RolloutConfig(weight_sync=weight_sync, num_gpus=0.4, transfer_backend="ipc"),
     )
     try:
         group.load(str(tiny_dir), dtype, lr=1e-2, warmup_steps=0)

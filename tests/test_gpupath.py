@@ -299,55 +299,24 @@ def test_a_member_whose_collective_timed_out_is_a_stuck_peer_for_the_pool(ray_se
     ray.kill(rank0)
 
 
-class _Work:
-    """NCCL's work as the caller sees it: `wait` returns at once (it only orders the CUDA
-    stream), `is_completed` says whether the collective finished."""
+def test_a_rank_naming_the_engines_that_missed_a_call_makes_them_the_stuck_ones(ray_session):
+    """Trainer rank 0 drives the engines' side of vLLM's transfer engine; the engines that
+    missed a call's deadline, named by their index, reach the pool as EnginesTimedOut
+    holding those engines (replaced), not as an anonymous timeout (every engine pinged)."""
+    from posttrain.rollout.pool import EnginesTimedOut
+    from posttrain.rollout.transfer import EngineCallTimeout
+    from posttrain.train.group import wait_sync
 
-    def __init__(self, done: bool):
-        self.done, self.waited = done, 0
+    @ray.remote(num_cpus=0)
+    class Rank0:
+        def sync_send(self, version):
+            raise EngineCallTimeout("weight sync: receiving a bucket: 1 of 2 engines gave no answer within 1 s", [1])
 
-    def is_completed(self) -> bool:
-        return self.done
-
-    def wait(self, timeout=None) -> bool:
-        self.waited += 1
-        return True
-
-
-class _NcclGroup:
-    def __init__(self):
-        self.aborted = 0
-
-    def abort(self):
-        self.aborted += 1
-
-
-def test_an_nccl_broadcast_that_never_completes_aborts_its_group_and_raises_in_time():
-    from posttrain.rollout.collective import SyncGroup
-
-    group = SyncGroup.__new__(SyncGroup)
-    pg = _NcclGroup()
-    group.pg, group.store, group.backend, group.timeout_s = pg, object(), "nccl", 0.3
-    started = time.monotonic()
-    with pytest.raises(TimeoutError, match="more than 0 s .*NCCL group aborted"):
-        group.wait(_Work(done=False))
-    assert 0.3 <= time.monotonic() - started < 30 and pg.aborted == 1 and group.pg is None
-    group.pg, done = _NcclGroup(), _Work(done=True)
-    group.wait(done)
-    assert done.waited == 1 and group.pg.aborted == 0
-
-
-def test_an_nccl_group_is_made_with_failures_raising_not_killing():
-    from posttrain.rollout.collective import nccl_failure_raises
-
-    environ = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}  # not this process's: it may hold a live Ray
-    with nccl_failure_raises(environ):
-        assert environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"  # abort the communicators only
-    assert environ == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}
-    environ.clear()
-    with nccl_failure_raises(environ):
-        assert environ == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
-    assert environ == {}
+    rank0, engines = Rank0.remote(), ["engine-a", "engine-b"]
+    with pytest.raises(EnginesTimedOut, match="receiving a bucket: 1 of 2 engines") as err:
+        wait_sync([rank0.sync_send.remote(1)], timeout=60, named=engines)
+    assert err.value.engines == ["engine-b"]
+    ray.kill(rank0)
 
 
 @pytest.mark.slow
@@ -436,10 +405,10 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
         # engine's model was touched
         assert pool.restarts == 1 and pool.engines[1] is not dead
         serving_trained_weights(pool, group, seqs)
-        # now during a push: 1 KiB buckets make it hundreds of broadcasts, and the engine dies
+        # now during a push: 16 KiB buckets make it dozens of buckets, and the engine dies
         # among them; the push fails without hanging, the engine is replaced, the push repeated
-        group.bucket_bytes, group.sync_manifest, group.sync_members = 1024, None, None
-        pool.on_every_engine(group.sync_weights)  # the group, formed for 1 KiB buckets
+        group.bucket_bytes, group.sync_members = 16 * 1024, None
+        pool.on_every_engine(group.sync_weights)  # the group, formed for 16 KiB buckets
         started = time.monotonic()
         pool.on_every_engine(group.sync_weights)
         push_s = time.monotonic() - started  # how long one push of them takes
@@ -456,62 +425,3 @@ def test_collective_push_replaces_a_dead_engine_and_pushes_again(ray_session, ti
     finally:
         group.shutdown()
         pool.shutdown()
-
-
-def _receiver(rank: int, size: int, port: int, manifest, out) -> None:
-    import io
-
-    import torch
-
-    from posttrain.rollout.collective import SyncGroup, receive
-
-    group = SyncGroup.join("127.0.0.1", port, rank, size, "gloo", 30)
-    got = {name: tensor.clone() for name, tensor in receive(group, manifest, "cpu", 7)}
-    buffer = io.BytesIO()
-    torch.save(got, buffer)  # bytes: a tensor put on a queue would be shared through this process, gone by then
-    out.put(buffer.getvalue())
-
-
-def test_buckets_round_trip_over_a_gloo_group():
-    """Rank 0 broadcasts a state dict in buckets to two receiving processes: every tensor
-    arrives whole, in its dtype and shape; a tied head is sent once and named twice."""
-    import io
-    import multiprocessing
-
-    import torch
-
-    from posttrain.rollout.collective import ALIGN, SyncGroup, bucket_groups, manifest_of, send
-
-    torch.manual_seed(0)
-    embed = torch.randn(300, 16)
-    state = {
-        "model.embed_tokens.weight": embed,
-        "model.norm.weight": torch.randn(16).to(torch.bfloat16),
-        "model.layers.0.mlp.down_proj.weight": torch.randn(16, 40),
-        "lm_head.weight": embed,  # tied: the same tensor under a second name
-    }
-    entries = [(k, v) for k, v in state.items() if k != "lm_head.weight"]
-    aliases = [("lm_head.weight", "model.embed_tokens.weight")]
-    manifest = manifest_of(entries, aliases, bucket_bytes=4096, tied_embeddings=True)
-    assert manifest.aliases == (("lm_head.weight", "model.embed_tokens.weight"),)
-    # the embedding is larger than a bucket: one of its own; the rest share one, each tensor aligned
-    assert manifest.buckets == (300 * 16 * 4, ALIGN + 16 * 40 * 4)
-    assert all(s.offset % ALIGN == 0 for s in manifest.slots)
-    assert manifest.nbytes < sum(t.numel() * t.element_size() for t in state.values())
-    store, port = SyncGroup.host_store("127.0.0.1", 3, 30)
-    context = multiprocessing.get_context("spawn")
-    out = context.Queue()
-    peers = [context.Process(target=_receiver, args=(r, 3, port, manifest, out)) for r in (1, 2)]
-    for peer in peers:
-        peer.start()
-    try:
-        buckets = (dict(group) for group in bucket_groups(manifest, entries))  # one bucket at a time
-        assert send(SyncGroup(store, 0, 3, "gloo", 30), buckets, manifest, 7, torch.device("cpu")) == manifest.nbytes
-        for _ in peers:
-            got = torch.load(io.BytesIO(out.get(timeout=60)))
-            assert set(got) == set(state)
-            for name, tensor in state.items():
-                assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
-    finally:
-        for peer in peers:
-            peer.join(timeout=30)

@@ -55,13 +55,30 @@ class RolloutConfig(Base):
     weight_sync: Literal["auto", "collective", "object_store"] = Field(
         "auto",
         description=(
-            "How new weights reach the engines: collective (trainer rank 0 broadcasts bucketed tensors over a "
-            "process group: NCCL on GPU, gloo on CPU), object_store (one packet through Ray's object store); "
-            "auto: collective when the engines have GPUs, object_store on CPU."
+            "How new weights reach the engines: collective (vLLM's weight-transfer engine: trainer rank 0 sends "
+            "bucketed tensors over the backend `transfer_backend` names), object_store (one packet through Ray's "
+            "object store); auto: collective when the engines have GPUs, object_store on CPU."
+        ),
+    )
+    transfer_backend: Literal["auto", "gloo", "nccl", "ipc"] = Field(
+        "auto",
+        description=(
+            "Collective weight sync: vLLM's weight-transfer backend. nccl between GPUs, ipc when an engine shares "
+            "its GPU with the trainer's rank 0, gloo on CPU (posttrain registers it); auto: nccl when the engines "
+            "have GPUs, gloo on CPU."
         ),
     )
     sync_bucket_mib: float = Field(
         256, gt=0, le=65536, description="Collective weight sync: MiB per broadcast bucket (tensors packed together)."
+    )
+    sync_timeout_s: float = Field(
+        120,
+        gt=0,
+        le=86400,
+        description=(
+            "Collective weight sync: seconds each step of a push may take (joining the group, one bucket, an "
+            "engine's answer); an engine that misses it is replaced and the push repeated."
+        ),
     )
     start_timeout_s: float = Field(
         1800,
@@ -81,6 +98,15 @@ class RolloutConfig(Base):
         problem = tensor_parallel_problem(self.num_gpus, self.tensor_parallel)
         if problem:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _transfer_backend_fits(self) -> RolloutConfig:
+        if self.transfer_backend in ("nccl", "ipc") and self.num_gpus == 0:
+            raise ValueError(
+                f"rollout.transfer_backend {self.transfer_backend} needs engines on GPUs (rollout.num_gpus is 0): "
+                "use gloo or auto on CPU"
+            )
         return self
 
 

@@ -53,6 +53,13 @@ def weight_sync_mode(rollout: RolloutConfig) -> Literal["collective", "object_st
     return "collective" if device_of(rollout.num_gpus) == "cuda" else "object_store"
 
 
+def transfer_backend(rollout: RolloutConfig) -> Literal["gloo", "nccl", "ipc"]:
+    """vLLM's weight-transfer backend of a collective sync; `auto`: nccl on GPU, gloo on CPU."""
+    if rollout.transfer_backend != "auto":
+        return rollout.transfer_backend
+    return "nccl" if device_of(rollout.num_gpus) == "cuda" else "gloo"
+
+
 # ---------------------------------------------------------------- a slot
 
 

@@ -3,8 +3,9 @@ behaviour logprobs out; new weights loaded in place, without a restart.
 
 The engine runs in-process in its actor (no extra engine-core process), so a weight
 update is a direct call on the worker: either the packet comes zero-copy out of Ray's
-object store, or the worker receives bucket after bucket from trainer rank 0 over a
-process group (collective.py); `reload_weights` copies them into the model. Logprobs are
+object store (`reload_weights` copies them into the model), or trainer rank 0 drives vLLM's
+own weight-transfer engine (`transfer_*`: the worker receives bucket after bucket over the
+backend's group and loads each in place; transfer.py). Logprobs are
 the processed ones (after temperature), the distribution the tokens were drawn from.
 What depends on the device (CPU or GPU) is decided in `vllm_args`, from the engine's
 resources.
@@ -18,7 +19,7 @@ import time
 import ray
 
 from posttrain.config import RolloutConfig
-from posttrain.config.resources import Device, device_of
+from posttrain.config.resources import Device, device_of, transfer_backend
 from posttrain.rollout.cores import pin_to_cores
 from posttrain.rollout.weights import WeightPacket, unpack_tensors
 from posttrain.types import Completion, GenerationRequest, SamplingSettings
@@ -75,48 +76,6 @@ def _runner(worker) -> str:
     return f"{runner.__module__}.{runner.__qualname__}"
 
 
-def _device_id(worker) -> str:
-    from posttrain.rollout.collective import device_id
-
-    return device_id()
-
-
-def _join(worker, host: str, port: int, size: int, offset: int, backend: str, timeout_s: float, manifest) -> int:
-    """Join the weight-sync group as rank offset + this worker's tensor-parallel rank
-    (leaving the group it was in: a group is rebuilt whenever its members change)."""
-    from posttrain.rollout.collective import SyncGroup
-
-    old = getattr(worker, "posttrain_sync", None)
-    worker.posttrain_sync = None
-    if old is not None:
-        old[0].close()
-    rank = offset + worker.rank
-    worker.posttrain_sync = (SyncGroup.join(host, port, rank, size, backend, timeout_s), manifest)
-    return rank
-
-
-def _receive(worker, version: int) -> int:
-    """Receive the buckets and load them as they come. The first bucket is received before
-    the model is touched: a push that fails at once (a peer already dead) leaves it intact."""
-    import itertools
-
-    from posttrain.rollout.collective import receive
-
-    if getattr(worker, "posttrain_sync", None) is None:
-        raise RuntimeError("weight sync: this engine is in no weight-sync group (join_weight_group first)")
-    group, manifest = worker.posttrain_sync
-    stream = receive(group, manifest, worker.device, version)
-    first = next(stream, None)
-    worker.posttrain_touched = True
-    worker.reload_weights(weights_iterator=itertools.chain([first] if first else [], stream))
-    worker.posttrain_touched = False
-    return version
-
-
-def _touched(worker) -> bool:
-    return bool(getattr(worker, "posttrain_touched", False))
-
-
 class RolloutEngine:
     """Wraps `vllm.LLM`. Create with `RolloutEngine.remote_actor(...)`."""
 
@@ -126,6 +85,11 @@ class RolloutEngine:
 
         started = time.perf_counter()
         self.device = device_of(config.num_gpus)
+        backend = transfer_backend(config)
+        if backend == "gloo":  # posttrain's own backend: registered before the worker looks it up
+            from posttrain.rollout.gloo_transfer import register
+
+            register()
         self.llm = LLM(
             model=model_dir,
             dtype=dtype,
@@ -133,6 +97,7 @@ class RolloutEngine:
             logprobs_mode="processed_logprobs",
             enable_prefix_caching=True,
             max_logprobs=max_logprobs,  # a teacher's top-k (MOPD's distill_topk); vLLM's default 20 otherwise
+            weight_transfer_config={"backend": backend},
             **vllm_args(
                 self.device,
                 config.max_model_len,
@@ -146,7 +111,7 @@ class RolloutEngine:
         self.version = 0
         self.start_seconds = time.perf_counter() - started
         self.busy_seconds = 0.0
-        self.half_loaded = False
+        self.updating = False  # a weight update started and not finished: the weights are a mix
         self._requests = 0
 
     @classmethod
@@ -172,8 +137,8 @@ class RolloutEngine:
         return ray.remote(cls).options(**options).remote(model_dir, config, dtype, seed, max_logprobs)
 
     def info(self) -> dict:
-        if self.half_loaded:
-            raise RuntimeError("this engine's weight reload was cut short: its weights are a mix, replace it")
+        if self.updating:
+            raise RuntimeError("this engine's weight update was cut short: its weights are a mix, replace it")
         return {
             "version": self.version,
             "start_seconds": self.start_seconds,
@@ -268,29 +233,31 @@ class RolloutEngine:
         self.version = versions[0]
         return self.version
 
-    def device_ids(self) -> list[str]:
-        """Each worker's device (GPU UUID or `cpu`), in tensor-parallel rank order."""
-        return self.llm.collective_rpc(_device_id)
+    def transfer_workers(self) -> int:
+        """This engine's workers: its ranks in a weight-transfer group."""
+        return self.llm.llm_engine.vllm_config.parallel_config.world_size
 
-    def join_weight_group(
-        self, host: str, port: int, size: int, offset: int, backend: str, timeout_s: float, manifest
-    ) -> list[int]:
-        """Join trainer rank 0's weight-sync group; returns this engine's ranks in it."""
-        return self.llm.collective_rpc(_join, args=(host, port, size, offset, backend, timeout_s, manifest))
+    def transfer_init(self, init_info: dict) -> None:
+        """Join trainer rank 0's weight transfer (vLLM's `init_weight_transfer_engine`),
+        leaving the group it was in: a group is formed again whenever its engines change."""
+        self.llm.collective_rpc("shutdown_weight_transfer_engine")
+        self.llm.collective_rpc("init_weight_transfer_engine", kwargs={"init_info": init_info})
 
-    def receive_weights(self, version: int) -> int:
-        """Receive rank 0's broadcast and load it in place; returns the version now served."""
-        try:
-            versions = self.llm.collective_rpc(_receive, args=(version,))
-        except BaseException:
-            # A reload cut short (a peer died mid-broadcast) leaves vLLM's layerwise loader half
-            # applied: the next reload fails and the weights are a mix. `info` then fails, so
-            # EnginePool.revive replaces this engine before the push is repeated.
-            self.half_loaded = any(self.llm.collective_rpc(_touched))
-            raise
+    def transfer_start(self) -> None:
+        self.updating = True
+        self.llm.collective_rpc("start_weight_update")
+
+    def transfer_update(self, update_info) -> None:
+        """Receive one bucket (or, as the backend sends, the whole push) and load it."""
+        self.llm.collective_rpc("update_weights", kwargs={"update_info": update_info})
+
+    def transfer_finish(self, version: int) -> int:
+        """Close the update; returns the version now served."""
+        self.llm.collective_rpc("finish_weight_update")
         self.llm.reset_prefix_cache()
-        self.version = versions[0]
-        return self.version
+        self.updating = False
+        self.version = version
+        return version
 
     def load_folder(self, folder: str, version: int) -> int:
         """Serve the weights of a saved model folder (eval of a checkpoint), in place."""

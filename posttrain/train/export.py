@@ -3,7 +3,8 @@ at once. Under ZeRO-3 every rank takes part in each bucket's gather (a collectiv
 gathered tensors live only while their bucket is used; rank 0 copies them out (into a
 broadcast buffer, host memory, a checkpoint shard). So a weight push or a save costs one
 bucket on the device above the weights, at any model size. The collective path
-(train/sync.py), the object-store packet and checkpoints all read the weights so.
+(`GatheredSource`, read by vLLM's weight-transfer engine), the object-store packet and
+checkpoints all read the weights so.
 
 The layout is the module's state dict: each parameter once (a tied lm_head is the
 embedding under a second name, an alias) and the persistent buffers, in order.
@@ -13,9 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from posttrain.rollout.collective import full_shape
-
 SHARD_BYTES = 2 * 2**30  # most bytes of one checkpoint safetensors file (host memory while it is written)
+
+
+def full_shape(tensor) -> tuple[tuple[int, ...], int]:
+    """(shape, bytes) of a tensor as a whole (ZeRO-3 keeps only a partition in `.shape`)."""
+    shape = tuple(getattr(tensor, "ds_shape", None) or tensor.shape)
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    return shape, numel * tensor.element_size()
 
 
 def weight_entries(module) -> tuple[list[tuple[str, object]], list[tuple[str, str]]]:

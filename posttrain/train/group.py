@@ -2,10 +2,11 @@
 
 `TrainerGroup.sync_weights` is the weight path, in one of two modes (`rollout.weight_sync`):
 `object_store`, rank 0's full weights go once into Ray's object store and every rollout
-engine loads that one copy in place; `collective`, rank 0 broadcasts them in buckets to
-every engine worker over a process group of their own (NCCL on GPU, gloo on CPU). Either
-way it waits for every engine with a timeout and checks the version each reports, so a
-stuck or dead engine is an error (EnginesTimedOut names the stuck ones), never a silent hang.
+engine loads that one copy in place; `collective`, vLLM's weight-transfer engine moves them
+in buckets from rank 0 to every engine worker (`rollout.transfer_backend`: nccl or ipc on
+GPU, posttrain's registered gloo backend on CPU; train/sync.py). Either way it waits for
+every engine with a timeout and checks the version each reports, so a stuck or dead engine
+is an error (EnginesTimedOut names the stuck ones), never a silent hang.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from posttrain.algo.schedule import Decay
 from posttrain.config import RolloutConfig, TrainerConfig
-from posttrain.config.resources import weight_sync_mode
+from posttrain.config.resources import transfer_backend, weight_sync_mode
 from posttrain.errors import TrainingDiverged
-from posttrain.rollout.collective import TIMEOUT_S
 from posttrain.rollout.pool import EnginesTimedOut
 from posttrain.train.trainer import TrainerWorker
 from posttrain.types import LoadedModel, LossSpec, TrainSequence, TrainStepResult, TrainSums
@@ -144,11 +144,12 @@ def engine_results(refs: list, engines: list, timeout: float, what: str) -> list
     return ray.get(refs)
 
 
-def wait_sync(refs: list, timeout: float, engines: list | None = None) -> list:
+def wait_sync(refs: list, timeout: float, engines: list | None = None, named: list | None = None) -> list:
     """Results of a weight-sync step on trainer ranks and engines together (`engines`: the
-    engine of each of the last refs). A peer that died is raised as its RayActorError
-    (preferred over the errors it caused in the others); nothing within `timeout` is a
-    GetTimeoutError naming how many never answered, an EnginesTimedOut when engines did not."""
+    engine of each of the last refs; `named`: the engines a member's EngineCallTimeout
+    counts in). A peer that died is raised as its RayActorError (preferred over the errors it
+    caused in the others); nothing within `timeout` is a GetTimeoutError naming how many
+    never answered, an EnginesTimedOut when engines did not or a member names them."""
     engines = engines or []
     owner = dict(zip(refs[len(refs) - len(engines) :], engines))
     pending, deadline = list(refs), time.monotonic() + timeout
@@ -167,8 +168,13 @@ def wait_sync(refs: list, timeout: float, engines: list | None = None) -> list:
             raise
         except Exception as exc:
             _raise_death_first(pending)  # a broken collective: a peer that died is the cause to report
+            if isinstance(getattr(exc, "cause", None), RayActorError):  # an engine rank 0 drove died
+                raise exc.cause from exc  # type: ignore[attr-defined]
             if isinstance(exc, TimeoutError):  # a member's collective timed out: a peer is stuck
                 cause = getattr(exc, "cause", None) or exc  # the member's own error, not Ray's traceback
+                stuck = [named[i] for i in getattr(cause, "engine_indices", [])] if named else []
+                if stuck:
+                    raise EnginesTimedOut(f"{cause}; an engine is stuck", stuck) from exc
                 raise GetTimeoutError(
                     f"weight sync: a collective timed out ({cause}); an engine or rank is stuck"
                 ) from exc
@@ -207,8 +213,9 @@ class TrainerGroup:
         rollout = rollout or RolloutConfig()  # how weights reach the engines (`rollout.weight_sync`)
         self.weight_sync = weight_sync_mode(rollout)
         self.bucket_bytes = int(rollout.sync_bucket_mib * 2**20)
-        self.sync_manifest = None  # the layout of a collective push, per loaded model
-        self.sync_members: tuple | None = None  # the engines of the current weight-sync group
+        self.backend = transfer_backend(rollout)
+        self.sync_timeout_s = rollout.sync_timeout_s
+        self.sync_members: tuple | None = None  # the engines of the current weight-transfer group
 
     def _start(self) -> list:
         """Start the ranks; they meet at an address rank 0 picks on its own node (so a group
@@ -279,7 +286,7 @@ class TrainerGroup:
         args = (model_dir, dtype, lr, warmup_steps, kl_beta, resume, ref_dir, *schedule)
         refs = [w.load.remote(*args) for w in self.workers]
         facts = get_all(refs)
-        self.sync_manifest = self.sync_members = None  # another model: a new layout, a new group
+        self.sync_members = None  # another model: a new source, a new group
         self.loaded = True
         self.dtype = dtype
         return facts[0]
@@ -372,48 +379,40 @@ class TrainerGroup:
         return {"sync/seconds": seconds, "sync/collective": 0.0}
 
     def broadcast_weights(self, engines: list) -> dict:
-        """The collective push: rank 0 broadcasts bucketed weights to every engine worker,
-        which loads them in place. The group is formed again whenever its engines change (a
-        replaced engine) or a push failed. Every wait has a timeout; an engine that died
-        surfaces as its RayActorError (EnginePool.on_every_engine replaces it and pushes
-        again), one that hangs as a GetTimeoutError."""
+        """The collective push through vLLM's weight-transfer engine: rank 0 sends bucketed
+        weights to every engine worker, which loads them in place. The group is formed again
+        whenever its engines change (a replaced engine) or a push failed. Every step has a
+        deadline (`rollout.sync_timeout_s`); an engine that died surfaces as its
+        RayActorError, one that hangs as an EnginesTimedOut naming it (EnginePool.on_every_engine
+        replaces either and pushes again)."""
         started = time.perf_counter()
         members = tuple(e._actor_id.hex() for e in engines)
         try:
             # an engine already dead is found here, before any engine has begun to load (a
             # reload cut short would cost the live engines a restart too)
-            engine_results([e.info.remote() for e in engines], engines, TIMEOUT_S, "weight sync: a ping")
+            engine_results([e.info.remote() for e in engines], engines, self.sync_timeout_s, "weight sync: a ping")
             if self.sync_members != members:
-                self._form_sync_group(engines)
+                self._connect(engines)
                 self.sync_members = members
             refs = [w.sync_send.remote(self.version) for w in self.workers]
-            receives = [e.receive_weights.remote(self.version) for e in engines]
-            versions = wait_sync(refs + receives, SYNC_TIMEOUT_S, engines)
+            versions = wait_sync(refs, SYNC_TIMEOUT_S, named=engines)[0]
         except BaseException:
             self.sync_members = None
             raise
-        versions = versions[len(self.workers) :]
-        if any(v != self.version for v in versions):
+        if versions != [self.version] * len(engines):
             raise RuntimeError(f"weight sync: engines report versions {versions}, expected {self.version}")
         return {"sync/seconds": time.perf_counter() - started, "sync/collective": 1.0}
 
-    def _form_sync_group(self, engines: list) -> None:
-        from posttrain.rollout.collective import backend_for
-
-        if self.sync_manifest is None:
-            self.sync_manifest = get_all([w.sync_manifest.remote(self.bucket_bytes) for w in self.workers])[0]
-        rank0 = self.workers[0]
-        ids = wait_sync([rank0.sync_device_id.remote()] + [e.device_ids.remote() for e in engines], TIMEOUT_S, engines)
-        size = 1 + sum(len(worker_ids) for worker_ids in ids[1:])
-        backend = backend_for([ids[0], *(d for worker_ids in ids[1:] for d in worker_ids)])
-        host, port = ray.get(rank0.sync_listen.remote(size, TIMEOUT_S), timeout=TIMEOUT_S)
-        refs, offset = [rank0.sync_connect.remote(size, backend, TIMEOUT_S)], 1
-        for engine, worker_ids in zip(engines, ids[1:]):
-            refs.append(
-                engine.join_weight_group.remote(host, port, size, offset, backend, TIMEOUT_S, self.sync_manifest)
-            )
-            offset += len(worker_ids)
-        wait_sync(refs, TIMEOUT_S + 30, engines)
+    def _connect(self, engines: list) -> None:
+        """Every rank's vLLM `trainer_init`; rank 0's brings every engine worker into the group."""
+        workers = engine_results(
+            [e.transfer_workers.remote() for e in engines], engines, self.sync_timeout_s, "weight sync: a handshake"
+        )
+        refs = [
+            w.sync_connect.remote(engines, workers, self.backend, self.bucket_bytes, self.sync_timeout_s)
+            for w in self.workers
+        ]
+        wait_sync(refs, self.sync_timeout_s + 30, named=engines)
 
     def save(self, folder: str, extra: dict[str, str] | None = None) -> str:
         return get_all([w.save.remote(folder, extra) for w in self.workers])[0]

@@ -1,11 +1,11 @@
-"""The trainer's side of the collective weight sync (rollout/collective.py), as methods of
-every rank: all ranks take part in gathering the full weights (ZeRO-3 partitions them),
-rank 0 alone hosts the group's store and broadcasts.
+"""The trainer's side of the collective weight sync, vLLM's weight-transfer engine, as
+methods of every rank: all ranks take part in gathering the full weights (ZeRO-3
+partitions them) bucket by bucket; rank 0 alone drives the engines (rollout/transfer.py)
+and sends.
 
-The driver (`TrainerGroup.broadcast_weights`) calls, in order: `sync_manifest` (once per
-loaded model), `sync_device_id` and `sync_listen` on rank 0, then `sync_connect` beside
-the engines' `join_weight_group` (once per set of engines), then `sync_send` on every
-rank beside the engines' `receive_weights` (every push).
+The driver (`TrainerGroup.broadcast_weights`) calls `sync_connect` on every rank once per
+set of engines (vLLM's `trainer_init`: the engines join the backend's group), then
+`sync_send` on every rank for every push (vLLM's `send_weights`).
 """
 
 from __future__ import annotations
@@ -14,66 +14,53 @@ from __future__ import annotations
 class WeightSender:
     """Mixed into TrainerWorker; uses its `rank`, `tied`, `engine` and `config.zero_stage`."""
 
-    sync_group = None
-    sync_store = None
-    sync_manifest_ = None
+    transfer = None  # vLLM's trainer-side weight-transfer engine, while connected
+    transfer_backend = ""
 
-    def sync_manifest(self, bucket_bytes: int):
-        """Every rank keeps the layout of every push (read from the parameters' shapes: no
-        gather); rank 0 returns it."""
-        from posttrain.rollout.collective import manifest_of
-        from posttrain.train.export import weight_entries
-
-        entries, aliases = weight_entries(self.engine.module)
-        self.sync_manifest_ = manifest_of(entries, aliases, bucket_bytes, self.tied)
-        return self.sync_manifest_ if self.rank == 0 else None
-
-    def sync_device_id(self) -> str:
-        from posttrain.rollout.collective import device_id
-
-        return device_id()
-
-    def sync_listen(self, size: int, timeout_s: float) -> tuple[str, int]:
-        """Rank 0: host a fresh group's store; returns (address, port) for the engines."""
+    def sync_connect(
+        self, engines: list, workers: list[int], backend: str, bucket_bytes: int, timeout_s: float
+    ) -> None:
+        """Every rank: vLLM's `trainer_init` for `backend`; rank 0 returns once every engine
+        worker (`workers` per engine) has joined."""
         import ray
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-        from posttrain.rollout.collective import SyncGroup
+        from posttrain.rollout.transfer import EngineClient, trainer_init_info
+        from posttrain.train.source import GatheredSource
 
         self.sync_close()
-        host = ray.util.get_node_ip_address()
-        self.sync_store, port = SyncGroup.host_store(host, size, timeout_s)
-        return host, port
+        source = GatheredSource(self.engine.module, bucket_bytes, self.config.zero_stage, self.tied)
+        address = ray.util.get_node_ip_address()
+        info = trainer_init_info(backend, self.rank, address, 1 + sum(workers), bucket_bytes, timeout_s)
+        client = EngineClient(engines, workers, timeout_s)
+        self.transfer = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+        self.transfer_backend = backend
 
-    def sync_connect(self, size: int, backend: str, timeout_s: float) -> int:
-        """Rank 0: form the group (returns once every engine worker has joined)."""
-        from posttrain.rollout.collective import SyncGroup
+    def sync_send(self, version: int) -> list[int]:
+        """Every rank sends (under ZeRO-3 each bucket is a gather on every rank); rank 0
+        returns the version each engine reports serving ([] elsewhere)."""
+        if self.transfer is None:
+            raise RuntimeError("weight sync: this rank has no weight transfer (sync_connect first)")
+        from posttrain.rollout.transfer import send_aborting_on_a_miss
 
-        self.sync_group = SyncGroup(self.sync_store, 0, size, backend, timeout_s)
-        return 0
-
-    def sync_send(self, version: int) -> int:
-        """Every rank, bucket by bucket (under ZeRO-3 each bucket is a gather on every rank);
-        rank 0 broadcasts each one. Returns bytes sent (0 elsewhere)."""
-        from posttrain.rollout.collective import bucket_groups, send
-        from posttrain.train.export import gathered, weight_entries
-
-        entries, _ = weight_entries(self.engine.module)
-        buckets = gathered(bucket_groups(self.sync_manifest_, entries), self.config.zero_stage)
-        if self.rank != 0:
-            for _ in buckets:  # take part in each gather
-                pass
-            return 0
-        if self.sync_group is None:
-            for _ in buckets:
-                pass
-            raise RuntimeError("weight sync: rank 0 is in no weight-sync group")
+        self.transfer.client.version = version
         try:
-            return send(self.sync_group, buckets, self.sync_manifest_, version, self.device)
-        except Exception:
-            self.sync_close()  # a broken group is never reused: the driver forms a new one
+            if self.transfer_backend == "nccl":  # its broadcast has no deadline of its own
+                send_aborting_on_a_miss(self.transfer)
+            else:  # gloo's operations have the push's deadline; ipc sends no collective
+                self.transfer.send_weights()
+        except BaseException:
+            self.sync_close()  # a broken group is never reused: the driver connects again
             raise
+        return list(self.transfer.client.versions) if self.rank == 0 else []
+
+    def sync_bytes(self) -> int:
+        """Bytes of one push's weights, each tensor once (a tied head's repeat left out)."""
+        from posttrain.train.export import full_shape, weight_entries
+
+        return sum(full_shape(tensor)[1] for _, tensor in weight_entries(self.engine.module)[0])
 
     def sync_close(self) -> None:
-        if self.sync_group is not None:
-            self.sync_group.close()
-        self.sync_group = self.sync_store = None
+        if self.transfer is not None:
+            self.transfer.shutdown()
+        self.transfer = None
