@@ -21,6 +21,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from posttrain.config.verifiers import verifier_facts
 from posttrain.rewards import attack_classes as grammar
 from posttrain.rewards import attacks as lib
 from posttrain.rewards import code_attacks as code_lib
@@ -194,8 +195,8 @@ def generated_probes(task: Task, classes: set[str] | None, rotate: int | None = 
 def declared_equal(task: Task):
     """The rule by which `task` itself counts a value equal to its gold, or None: a
     reasoning-gym family's own scorer (its declared tolerance), for the tasks it scores."""
-    if task.verifier != "reasoning_gym" or not task.family:
-        return None
+    if verifier_facts(task.verifier).entry != "reasoning_gym" or not task.family:
+        return None  # only a reasoning-gym entry carries a family whose scorer declares a tolerance
     from posttrain.rewards.reasoning_gym import family_credits
 
     return lambda payload: family_credits(task.family, payload, task.entry)
