@@ -8,27 +8,15 @@ forms beside them (fullwidth digits, a closing formula, a final sentence after b
 a rounded decimal of a third) score 1."""
 
 import pytest
+from test_answer_contract import three_verifiers
 
-from posttrain.rewards.base import score_sync
-from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
-from posttrain.rewards.user import UserReward
-from posttrain.types import Completion, Message, Sample, Task
 
 
 def scores(gold: str, text: str, question: str) -> list[tuple[float, str]]:
     """(score, reason) of the reasoning_gym, math and user verifiers on `text` for `gold`."""
-    messages = (Message("user", question),)
-    entry = {"question": question, "answer": gold, "metadata": {}}
-    tasks = [
-        (ReasoningGymVerifier(), Task("r", "basic_arithmetic", messages, answer=gold, entry=entry)),
-        (MathVerifier(), Task("m", "math", messages, answer=gold, verifier="math")),
-        (UserReward(None), Task("u", "user", messages, answer=gold, entry={"answer": gold}, verifier="user")),
-    ]
     out = []
-    for verifier, task in tasks:
-        sample = Sample(task, 0, (1,), Completion((5,), (-0.1,), text, "stop"))
-        result = score_sync(verifier, [sample])[0]
+    for result in three_verifiers(gold, text, question):
         assert result.ok, result.reason
         out.append((result.score, result.reason))
     return out
