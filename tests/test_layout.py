@@ -47,6 +47,57 @@ def test_only_the_cli_imports_the_pipeline_or_the_cli():
     assert hits == []
 
 
+def import_circles(package: str) -> list[list[str]]:
+    """The import circles among `package`'s modules: each strongly connected component of
+    the import graph with more than one module, imports inside functions counted (an
+    import under `if TYPE_CHECKING:` is a type's name, not an import at run time)."""
+    import grimp
+
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True, cache_dir=None)
+    modules = sorted(graph.modules)
+    edges = {m: sorted(set(graph.find_modules_directly_imported_by(m)) & set(modules)) for m in modules}
+    order, low, stack, circles = {}, {}, [], []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in edges[module]:
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in modules:
+        if module not in order:
+            visit(module)
+    return circles
+
+
+def test_no_import_circle_in_the_package():
+    """Dependencies point one way inside a layer too: a table (verifiers, task sources, stage
+    types) names the modules that use it by `module:function` (`config/lazy.py`)."""
+    assert import_circles("posttrain") == []
+
+
+def test_an_import_circle_is_found(tmp_path, monkeypatch):
+    """The check can fail: two modules that import each other inside functions are one circle."""
+    (tmp_path / "circ").mkdir()
+    (tmp_path / "circ" / "__init__.py").write_text("")
+    (tmp_path / "circ" / "a.py").write_text("def f():\n    from circ.b import g\n    return g\n")
+    (tmp_path / "circ" / "b.py").write_text(
+        "from circ.c import h\n\n\ndef g():\n    from circ import a\n    return a, h\n"
+    )
+    (tmp_path / "circ" / "c.py").write_text("def h():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_circles("circ") == [["circ.a", "circ.b"]]
+
+
 def test_ruff_lint_is_clean():
     proc = _run(str(BIN / "ruff"), "check", "--no-cache", ".")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr

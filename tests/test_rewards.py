@@ -3,7 +3,8 @@
 import pytest
 
 from posttrain.config import ReasoningGymFamily, ReasoningGymTasks
-from posttrain.data.tasks import TaskSampler, reasoning_gym_tasks
+from posttrain.data.families import reasoning_gym_tasks
+from posttrain.data.tasks import TaskSampler
 from posttrain.rewards.base import score_sync
 from posttrain.rewards.extract import extract_answer
 from posttrain.rewards.reasoning_gym import ReasoningGymVerifier

@@ -56,7 +56,7 @@ def test_code_each_test_verdict(tmp_path):
 
 def test_reasoning_gym_and_math(tmp_path):
     from posttrain.config import ReasoningGymFamily, ReasoningGymTasks
-    from posttrain.data.tasks import reasoning_gym_tasks
+    from posttrain.data.families import reasoning_gym_tasks
 
     family = ReasoningGymFamily(name="basic_arithmetic", params={"max_digits": 2})
     (task,) = reasoning_gym_tasks(ReasoningGymTasks(families=[family], size=1, seed=4))

@@ -135,6 +135,13 @@ def slot_need(config: PipelineConfig, stage=None) -> dict[str, float]:
     return total(slot_bundles(config, stage))
 
 
+def slot_cpus(config: PipelineConfig) -> float:
+    """CPUs of the largest slot the pipeline reserves (slot 0, or with per_stage, a stage's)."""
+    if per_stage(config):
+        return max(slot_need(config, stage)["CPU"] for stage in config.stages)
+    return slot_need(config)["CPU"]
+
+
 def slot_parts(config: PipelineConfig, stage=None) -> str:
     """What a slot is made of, in words: `3 engines x {...} + 4 trainer ranks x {...} + judge {...}`."""
     r, t = config.rollout, config.trainer

@@ -317,3 +317,11 @@ def coding_file_tasks(source: CodingTasks) -> list[Task]:
     path = Path(source.path).expanduser()
     tasks = tasks_from_file(path, source.on_bad_row, lambda row, n: coding_row_task(row, n, source, path.name))
     return tasks[: source.size] if source.size else tasks
+
+
+def coding_tasks(source: CodingTasks) -> list[Task]:
+    """A coding source's tasks: its file's, else its generated split's."""
+    if source.path is not None:
+        return coding_file_tasks(source)
+    splits = {"train": generated_tasks, "offset": offset_tasks, "constant": constant_tasks}
+    return {**splits, "humaneval": humaneval_tasks}[source.split](source)

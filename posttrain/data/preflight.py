@@ -13,11 +13,6 @@ from posttrain.data.imports import load_object
 from posttrain.types import Task
 
 
-def no_preflight(stage, leaf, where: str) -> None:
-    """A generated source: its tasks are read when it is built (the held-out check does)."""
-    return None
-
-
 def load_reward_function(spec: str):
     """The function a `module:function` reward spec names, its module found on the path or
     in the current folder as environments are (ImportError or AttributeError if it cannot

@@ -31,10 +31,15 @@ from posttrain.config import (
     VerifiersTasks,
     WritingTasks,
 )
-from posttrain.data.preflight import no_preflight, preflight_coding, preflight_families, preflight_own, preflight_user
+from posttrain.config.lazy import Lazy
 from posttrain.types import Task
 
 Gold = Literal["answers", "episodes"]
+
+
+def no_preflight(stage, leaf, where: str) -> None:
+    """A generated source: its tasks are read when it is built (the held-out check does)."""
+    return None
 
 
 def eval_part(source, offset: int):
@@ -127,69 +132,6 @@ def _mixture_held_out(source, offset: int):
     return held.model_copy(update={"sources": [source_kind(s).held_out(s, offset) for s in source.sources]})
 
 
-def _agent(source) -> list[Task]:
-    from posttrain.data.builtin_env import agent_tasks
-
-    return agent_tasks(source)
-
-
-def _writing(source) -> list[Task]:
-    from posttrain.data.writing import writing_tasks
-
-    return writing_tasks(source)
-
-
-def _judgements(source) -> list[Task]:
-    from posttrain.data.judgements import judgement_tasks
-
-    return judgement_tasks(source)
-
-
-def _reasoning_gym(source) -> list[Task]:
-    from posttrain.data.tasks import reasoning_gym_tasks
-
-    return reasoning_gym_tasks(source)
-
-
-def _arithmetic(source) -> list[Task]:
-    from posttrain.data.tasks import arithmetic_tasks
-
-    return arithmetic_tasks(source)
-
-
-def _user(source) -> list[Task]:
-    from posttrain.data.user import user_tasks
-
-    return user_tasks(source)
-
-
-def _coding(source) -> list[Task]:
-    from posttrain.data.coding import coding_file_tasks, constant_tasks, generated_tasks, humaneval_tasks, offset_tasks
-
-    if source.path is not None:
-        return coding_file_tasks(source)
-    splits = {"train": generated_tasks, "offset": offset_tasks, "constant": constant_tasks}
-    return {**splits, "humaneval": humaneval_tasks}[source.split](source)
-
-
-def _hf(source) -> list[Task]:
-    from posttrain.data.hf import hf_tasks
-
-    return hf_tasks(source)
-
-
-def _env(source) -> list[Task]:
-    from posttrain.data.env import env_tasks
-
-    return env_tasks(source)
-
-
-def _verifiers(source) -> list[Task]:
-    from posttrain.data.vf import verifiers_tasks
-
-    return verifiers_tasks(source)
-
-
 def _named(*names: str) -> Callable[[Any], tuple[str, ...]]:
     return lambda source: names
 
@@ -203,14 +145,39 @@ def _env_uses(source) -> tuple[str, ...]:
     return ("env", source.verifier)
 
 
+# The shipped sources' parts are named by `module:function` (`config/lazy.py`): they are
+# imported when first called, and may build tasks through this table themselves.
+_DATA, _CHECK = "posttrain.data", "posttrain.data.preflight"
 register(SourceKind(MixtureTasks, _mixture, _mixture_uses, held_out=_mixture_held_out))
-register(SourceKind(AgentTasks, _agent, _named("agent"), generated=True))
-register(SourceKind(WritingTasks, _writing, _named("grm"), generated=True))
-register(SourceKind(JudgementTasks, _judgements, _named("judgement")))
-register(SourceKind(ReasoningGymTasks, _reasoning_gym, _named("reasoning_gym"), preflight_families, generated=True))
-register(SourceKind(ArithmeticTasks, _arithmetic, _named("math"), generated=True))
-register(SourceKind(UserTasks, _user, _named("user"), preflight_user))
-register(SourceKind(CodingTasks, _coding, _named("code"), preflight_coding, generated=True))
-register(SourceKind(HFTasks, _hf, _own_verifier, preflight_own))
-register(SourceKind(EnvTasks, _env, _env_uses, preflight_own, gold="episodes"))
-register(SourceKind(VerifiersTasks, _verifiers, _named("verifiers"), preflight_own))
+register(SourceKind(AgentTasks, Lazy(f"{_DATA}.builtin_env:agent_tasks"), _named("agent"), generated=True))
+register(SourceKind(WritingTasks, Lazy(f"{_DATA}.writing:writing_tasks"), _named("grm"), generated=True))
+register(SourceKind(JudgementTasks, Lazy(f"{_DATA}.judgements:judgement_tasks"), _named("judgement")))
+register(
+    SourceKind(
+        ReasoningGymTasks,
+        Lazy(f"{_DATA}.families:reasoning_gym_tasks"),
+        _named("reasoning_gym"),
+        Lazy(f"{_CHECK}:preflight_families"),
+        generated=True,
+    )
+)
+register(SourceKind(ArithmeticTasks, Lazy(f"{_DATA}.families:arithmetic_tasks"), _named("math"), generated=True))
+register(SourceKind(UserTasks, Lazy(f"{_DATA}.user:user_tasks"), _named("user"), Lazy(f"{_CHECK}:preflight_user")))
+register(
+    SourceKind(
+        CodingTasks,
+        Lazy(f"{_DATA}.coding:coding_tasks"),
+        _named("code"),
+        Lazy(f"{_CHECK}:preflight_coding"),
+        generated=True,
+    )
+)
+register(SourceKind(HFTasks, Lazy(f"{_DATA}.hf:hf_tasks"), _own_verifier, Lazy(f"{_CHECK}:preflight_own")))
+register(
+    SourceKind(EnvTasks, Lazy(f"{_DATA}.env:env_tasks"), _env_uses, Lazy(f"{_CHECK}:preflight_own"), gold="episodes")
+)
+register(
+    SourceKind(
+        VerifiersTasks, Lazy(f"{_DATA}.vf:verifiers_tasks"), _named("verifiers"), Lazy(f"{_CHECK}:preflight_own")
+    )
+)

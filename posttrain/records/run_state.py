@@ -11,6 +11,9 @@ from pathlib import Path
 from posttrain.records.metrics import RUN_FILES_LOCK
 from posttrain.records.rollouts import SCOREBOARD, rollouts_path
 
+SFT_STATE = "sft_state.json"  # in each SFT checkpoint: its step and data order
+ROLLOUT_STATE = "rollout_state.json"  # in each RL or MOPD checkpoint (an expert job's too): step, queue, sampler
+
 
 def claim_run_dir(run_dir: Path) -> Path | None:
     """Make `run_dir` empty for a new run. A folder that already holds something is moved

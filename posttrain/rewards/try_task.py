@@ -112,7 +112,7 @@ def family_row(row: dict, name: str) -> Task:
     entry = _entry(row)
     if not row.get("family"):
         raise ValueError("a reasoning_gym row needs its `family` (e.g. basic_arithmetic)")
-    from posttrain.data.tasks import family_answer_form
+    from posttrain.data.families import family_answer_form
 
     return answer_row(row, name, entry, inferred=family_answer_form)
 

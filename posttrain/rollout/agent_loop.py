@@ -44,7 +44,7 @@ class AgentLoop:
 
     def turn_ended(self, traj: Trajectory, entry: dict, version: int) -> bool:
         state = builtin_env.EnvState.from_dict(traj.env) if traj.env else builtin_env.initial_state(entry)
-        text = self.tokenizer.decode(last_turn(traj), skip_special_tokens=True)
+        text = self.tokenizer.decode(traj.last_turn(), skip_special_tokens=True)
         reply = builtin_env.step(state, text, entry.get("corpus_seed", 0)) if traj.finish_reason == "stop" else None
         if traj.finish_reason != "stop":  # cut by max_tokens: no final answer
             state.turns += 1
@@ -63,11 +63,3 @@ class AgentLoop:
         env["done"] = not continues
         traj.env = env
         return continues
-
-
-def last_turn(traj: Trajectory) -> list[int]:
-    """The model's tokens since the last environment message."""
-    start = len(traj.action_mask)
-    while start > 0 and traj.action_mask[start - 1]:
-        start -= 1
-    return traj.response_ids[start:]

@@ -178,12 +178,10 @@ class EnvEpisodes:
 
     def _calls(self, traj: Trajectory, task, episode: dict) -> list | None:
         """The turn's well-formed calls for the environment; None when the episode ends here."""
-        from posttrain.rollout.agent_loop import last_turn
-
         if traj.finish_reason != "stop":  # cut by max_tokens: no final answer
             episode["done"] = True
             return None
-        text = self.tokenizer.decode(last_turn(traj), skip_special_tokens=True)
+        text = self.tokenizer.decode(traj.last_turn(), skip_special_tokens=True)
         if self._format is None:
             self._format = tool_format(self.tokenizer)
         calls, errors = read_calls(text)

@@ -44,6 +44,13 @@ class Trajectory:
     def model_tokens(self) -> int:
         return sum(self.action_mask)
 
+    def last_turn(self) -> list[int]:
+        """The model's tokens since the last environment message."""
+        start = len(self.action_mask)
+        while start > 0 and self.action_mask[start - 1]:
+            start -= 1
+        return self.response_ids[start:]
+
     def oldest_version(self, default: int) -> int:
         return min((v for v, m in zip(self.token_versions, self.action_mask) if m), default=default)
 

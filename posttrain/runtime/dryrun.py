@@ -42,7 +42,7 @@ def cluster_nodes(config: PipelineConfig) -> tuple[str, list[dict], bool]:
             nodes,
             config.ray.nodes is not None,
         )
-    from posttrain.runtime.slots import slot_cpus
+    from posttrain.config.resources import slot_cpus
 
     cpus = config.ray.num_cpus or max(os.cpu_count() or 1, int(slot_cpus(config) + 0.999))
     local = {"CPU": float(cpus), **({"GPU": float(_local_gpus())} if _local_gpus() else {})}

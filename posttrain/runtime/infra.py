@@ -43,7 +43,7 @@ def start_ray(config: PipelineConfig, verbose: bool) -> None:
         context = ray.init(address=config.ray.address, log_to_driver=verbose, runtime_env={"env_vars": env})
         print_ray_dashboard(context.dashboard_url, "the cluster's")
         return
-    from posttrain.runtime.slots import slot_cpus
+    from posttrain.config.resources import slot_cpus
 
     needed = slot_cpus(config)  # one slot: engines, trainer ranks and judge (more slots need `ray.num_cpus`)
     context = ray.init(

@@ -33,13 +33,6 @@ from posttrain.config.resources import (  # noqa: F401 - the slot arithmetic liv
 )
 
 
-def slot_cpus(config: PipelineConfig) -> float:
-    """CPUs of the largest slot the pipeline reserves (slot 0, or with per_stage, a stage's)."""
-    if per_stage(config):
-        return max(slot_need(config, stage)["CPU"] for stage in config.stages)
-    return slot_need(config)["CPU"]
-
-
 @dataclass(frozen=True)
 class Placement:
     """One bundle of a placement group, for an actor's `.options(...)`."""

@@ -119,8 +119,7 @@ class ExpertsRunner:
     def _run_job(self, job: Job, slot) -> Path:
         """In a worker thread: the job's RL stage on `slot`, tried again from its newest
         checkpoint when one of its actors dies."""
-        from posttrain.records.run_state import latest_checkpoint, set_aside_metrics
-        from posttrain.stages.registry import ROLLOUT_STATE
+        from posttrain.records.run_state import ROLLOUT_STATE, latest_checkpoint, set_aside_metrics
         from posttrain.stages.rl import run_rl
 
         global ACTOR_ERRORS

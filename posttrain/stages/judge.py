@@ -15,8 +15,7 @@ from posttrain.config import JudgeStage
 
 def run_judge(stage: JudgeStage, init_dir: Path, infra, entry: dict, save_state: Callable[[], None]) -> Path:
     """Run the phases from `init_dir`; return the judge's final checkpoint."""
-    from posttrain.records.run_state import latest_checkpoint, set_aside_metrics
-    from posttrain.stages.registry import ROLLOUT_STATE, SFT_STATE
+    from posttrain.records.run_state import ROLLOUT_STATE, SFT_STATE, latest_checkpoint, set_aside_metrics
     from posttrain.stages.rl import run_rl
     from posttrain.stages.sft import run_sft
 

@@ -33,10 +33,8 @@ from posttrain.config import (
 )
 from posttrain.config.pipeline import register_stage_schema, unregister_stage_schema
 from posttrain.config.stage_union import STAGE_SCHEMAS
+from posttrain.records.run_state import ROLLOUT_STATE, SFT_STATE
 from posttrain.runtime.dryrun import PlanView, expert_job_lines, slot0_lines, teacher_lines
-
-SFT_STATE = "sft_state.json"  # in each SFT checkpoint: its step and data order
-ROLLOUT_STATE = "rollout_state.json"  # in each RL or MOPD checkpoint (an expert job's too): step, queue, sampler
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from posttrain.records.health import HealthMonitor, code_test_counts
 from posttrain.records.metrics import Progress
 from posttrain.records.rl_metrics import agent_metrics, cell_metrics, grm_metrics, grm_spread
 from posttrain.records.rollouts import RolloutLog
+from posttrain.records.run_state import ROLLOUT_STATE as STATE_FILE
 from posttrain.records.startup import CLOCK, StageStartup
 from posttrain.rewards.base import score_safely
 from posttrain.rewards.router import reward_router
@@ -43,7 +44,6 @@ from posttrain.rollout.budget import apply_budget, budget_at, task_budget
 from posttrain.rollout.pool import Iteration
 from posttrain.rollout.queue import Group, PartialRolloutQueue
 from posttrain.runtime.infra import Infra
-from posttrain.stages.registry import ROLLOUT_STATE as STATE_FILE
 from posttrain.train.spec import loss_spec
 from posttrain.types import (
     Completion,

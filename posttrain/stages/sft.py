@@ -14,9 +14,9 @@ from posttrain.data.chat import sft_example
 from posttrain.data.tasks import load_chat_jsonl, load_tasks
 from posttrain.records.checkpoints import retain_checkpoints
 from posttrain.records.metrics import Progress
+from posttrain.records.run_state import SFT_STATE as STATE_FILE
 from posttrain.records.startup import CLOCK, StageStartup
 from posttrain.runtime.infra import Infra
-from posttrain.stages.registry import SFT_STATE as STATE_FILE
 from posttrain.train.spec import loss_spec
 from posttrain.types import Message, TrainSequence
 
