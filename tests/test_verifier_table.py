@@ -2,11 +2,15 @@
 named. A toy verifier and a toy task source, registered here alone, go through everything a
 shipped one does: task building, the reward router, `posttrain validate`'s preflight (gold
 check included), `posttrain rewards try` and `posttrain rewards audit`. Nothing in posttrain/
-names them. And a grep: outside the tables, posttrain/ compares no verifier names and
-chains no `isinstance` over task-source types."""
+names them. An entry may name a part by its path (`module:function`), as the shipped ones
+name the parts of `rewards try` and the audit, which read the table. And a grep: outside the
+tables, posttrain/ compares no verifier names and chains no `isinstance` over task-source
+types."""
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -23,9 +27,10 @@ from posttrain.data.heldout import held_out
 from posttrain.data.preflight import preflight_file
 from posttrain.data.registry import SourceKind
 from posttrain.data.tasks import load_tasks
+from posttrain.rewards import audit, audit_tasks, try_task
 from posttrain.rewards import registry as verifiers
 from posttrain.rewards.audit import answer_call_probes
-from posttrain.rewards.registry import Verifier
+from posttrain.rewards.registry import PartError, Verifier
 from posttrain.rewards.router import reward_router
 from posttrain.rewards.try_task import try_scored
 from posttrain.stages import registry as stages
@@ -199,6 +204,78 @@ def test_rewards_audit_attacks_the_toy_verifier(echo, capsys):
     assert reference["controls"] > 0 and not reference["false_positives"]
     failed = report["wins"] or report["voids"] or not reference["evidence"]
     assert code == (1 if failed else 0)
+
+
+def test_the_parts_the_table_names_by_path_are_its_try_and_audit_functions():
+    """A typo in a path of the table fails here, not in a user's `rewards audit`."""
+    named = {
+        (v.name, field): v.part(field)
+        for v in verifiers.VERIFIERS.values()
+        for field in verifiers.PARTS
+        if isinstance(getattr(v, field), str)
+    }
+    assert all(callable(function) for function in named.values())
+    assert named[("code", "read_row")] is try_task.code_row and named[("grm", "try_row")] is try_task.try_judged
+    assert named[("math", "audit_tasks")] is audit_tasks.answer_tasks
+    assert named[("env", "probes")] is audit.env_call_probes
+
+
+def test_importing_the_table_imports_none_of_the_modules_that_read_it():
+    readers = ["try_task", "try_grm", "audit", "audit_tasks", "audit_input", "debug", "router"]
+    code = (
+        "import sys, posttrain.rewards.registry; "
+        f"print([m for m in {readers} if 'posttrain.rewards.' + m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def with_read_row(path: str) -> Verifier:
+    return Verifier(VerifierFacts("echo"), build=lambda stage, leaves, judge: None, read_row=path, try_row=try_scored)
+
+
+@pytest.mark.parametrize(
+    "path, problem",
+    [
+        ("posttrain.rewards.try_task:unread", "module posttrain.rewards.try_task has no function unread"),
+        ("posttrain.rewards.try_task:TASK_KEYS", "module posttrain.rewards.try_task has no function TASK_KEYS"),
+        ("posttrain.rewards.no_such_module:read", "there is no module posttrain.rewards.no_such_module"),
+        ("no_such_package.rows:read", "there is no module no_such_package"),
+    ],
+)
+def test_a_part_at_a_wrong_path_fails_naming_the_entry_and_the_path(path, problem, tmp_path):
+    verifiers.register(with_read_row(path))
+    try:
+        with pytest.raises(PartError) as caught:
+            verifiers.get_verifier("echo").part("read_row")
+        assert str(caught.value) == f"verifier 'echo': read_row: {path!r}: {problem}"
+        task = tmp_path / "task.json"  # `rewards try` reads the row through the entry: the same error
+        task.write_text(json.dumps({"verifier": "echo", "prompt": "Say golf.", "answer": "golf"}))
+        (tmp_path / "response.txt").write_text("golf")
+        with pytest.raises(PartError, match=re.escape(f"verifier 'echo': read_row: {path!r}")):
+            main(["rewards", "try", "--task-file", str(task), "--response-file", str(tmp_path / "response.txt")])
+    finally:
+        verifiers.unregister("echo")
+
+
+def test_a_module_at_a_right_path_that_cannot_import_its_own_dependency_says_so(tmp_path, monkeypatch):
+    (tmp_path / "echo_rows.py").write_text("import no_such_dependency\n\n\ndef read(row, name): ...\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    verifiers.register(with_read_row("echo_rows:read"))
+    try:
+        with pytest.raises(ModuleNotFoundError) as caught:
+            verifiers.get_verifier("echo").part("read_row")
+        assert caught.value.name == "no_such_dependency" and not isinstance(caught.value, PartError)
+    finally:
+        verifiers.unregister("echo")
+        sys.modules.pop("echo_rows", None)
+
+
+@pytest.mark.parametrize("path", ["posttrain.rewards.try_task.code_row", "code_row", "posttrain.rewards.try_task:"])
+def test_a_part_that_is_not_a_path_is_refused_when_registered(path):
+    with pytest.raises(ValueError, match=re.escape(f"verifier 'echo': read_row: {path!r} is not a path")):
+        verifiers.register(with_read_row(path))
+    assert "echo" not in verifiers.VERIFIERS and "echo" not in VERIFIER_FACTS
 
 
 def test_no_verifier_names_or_source_type_chains_outside_the_tables():

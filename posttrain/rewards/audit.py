@@ -400,7 +400,7 @@ def run_audit(
     for number, task in enumerate(tasks):
         if entry is None or entry.probes is None:
             raise AuditError(f"no attacks for verifier {verifier!r}")
-        probes = entry.probes(ProbeCall(source, task, classes, number, quick, length_cap))
+        probes = entry.part("probes")(ProbeCall(source, task, classes, number, quick, length_cap))
         if not probes:
             report.notes.append(f"{task.task_id}: no attacks apply (no expected answer or checked value)")
             continue

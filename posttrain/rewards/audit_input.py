@@ -137,7 +137,7 @@ def _source(verifier: str, args, rewards: set) -> tuple[object, int | None]:
     if entry is None or entry.alone is None:
         raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(audited())})")
     reward = _user_function(next(iter(rewards), None)) if verifier_facts(verifier).reward_function else args.reward
-    return entry.alone(Alone(reward=reward, workers=args.workers))
+    return entry.part("alone")(Alone(reward=reward, workers=args.workers))
 
 
 def _stage_plan(args) -> list:
@@ -164,7 +164,7 @@ def _stage_plan(args) -> list:
         if verifier not in router.sources or entry is None:
             print(f"note: stage {stage.name}: no reward source for {verifier} tasks: not audited", file=sys.stderr)
             continue
-        plan.append((verifier, router, batch, entry.length_cap(stage)))
+        plan.append((verifier, router, batch, entry.part("length_cap")(stage)))
     if not plan:
         raise AuditError(f"stage {stage.name}: no tasks to audit" + (f" for {args.verifier}" if args.verifier else ""))
     return plan

@@ -32,7 +32,7 @@ def generated_tasks(verifier: str, n: int, seed: int = 0, **options) -> list[Tas
     entry = get_verifier(verifier)
     if entry is None or entry.audit_tasks is None:
         raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(audited())})")
-    return entry.audit_tasks(verifier, n, seed, options)
+    return entry.part("audit_tasks")(verifier, n, seed, options)
 
 
 def code_tasks(verifier: str, n: int, seed: int, options: dict) -> list[Task]:
@@ -139,7 +139,7 @@ def source_for(verifier: str, *, user_reward: str | None = None, grm=None, worke
     entry = get_verifier(verifier)
     if entry is None or entry.alone is None:
         raise AuditError(f"unknown verifier {verifier!r} (one of {', '.join(audited())})")
-    return entry.alone(Alone(reward=user_reward, workers=workers, leaves=tuple(leaves), grm=grm))[0]
+    return entry.part("alone")(Alone(reward=user_reward, workers=workers, leaves=tuple(leaves), grm=grm))[0]
 
 
 def stage_tasks(stage, n: int) -> dict[str, list[Task]]:

@@ -55,7 +55,7 @@ def _verifier(stage, leaf, name: str):
     """The reward source that scores the leaf's reference answers (the verifier table's
     `gold`), or None where its tasks have no gold answer to check (code, grm)."""
     entry = get_verifier(name)
-    return entry.gold(stage, leaf) if entry is not None else None
+    return entry.part("gold")(stage, leaf) if entry is not None else None
 
 
 def _score(verifier, tasks: list[Task], mode: str) -> list[RewardResult]:

@@ -19,28 +19,22 @@ A reply that cannot be read is retried; after the retries the sample is unscored
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict
 
 from posttrain.config import GRMConfig
 from posttrain.data.judge_prompts import choice_schema, rubric_messages, verdict_messages
 from posttrain.data.judge_tools import run_lines
+from posttrain.rewards.grm_calls import LRU, TOP_LOGPROBS, Asked, ask, digest, task_text
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply, make_backend
 from posttrain.rewards.grm_pairwise import PAIRWISE_VERSION, score_pairwise
 from posttrain.rewards.grm_pairwise import preload as preload_pairs
-from posttrain.rewards.grm_parse import KINDS, Criterion, ParseError, Verdict, parse_rubric, parse_verdict
+from posttrain.rewards.grm_parse import KINDS, Criterion, Verdict, parse_rubric, parse_verdict
 from posttrain.rewards.judge_code import CodeTool
 from posttrain.types import RewardResult, Sample, Task
 
-log = logging.getLogger(__name__)
-
 PROCEDURE_VERSION = "rubric-v3"  # v2: tool results (data/judge_tools.py) in the verdict call; v3: code runs
-RETRY_TEMPERATURE = 0.7  # a retry at temperature 0 would repeat the same malformed reply
-TOP_LOGPROBS = 10
 
 
 def rubric_schema(min_criteria: int, max_criteria: int) -> dict:
@@ -68,58 +62,10 @@ def verdict_schema(reason_chars: int) -> dict:
     return choice_schema("verdict", ["yes", "no"], reason_chars)
 
 
-def task_text(task: Task) -> str:
-    """What the judge is told the task was: the user turn, with any system turn before it."""
-    turns = [m for m in task.messages if m.role in ("system", "user")]
-    if len(turns) == 1:
-        return turns[0].content
-    return "\n".join(f"{m.role}: {m.content}" for m in turns)
-
-
 def final_score(criteria: list[Criterion], scores: list[float]) -> float:
     total = sum(c.weight for c in criteria)
     got = sum(c.weight * (1.0 - s if c.kind == "pitfall" else s) for c, s in zip(criteria, scores))
     return 2.0 * got / total - 1.0
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
-
-
-class LRU(OrderedDict):
-    """A dict of at most `size` items: reading one makes it the newest, the oldest go first."""
-
-    def __init__(self, size: int):
-        super().__init__()
-        self.size = size
-
-    def __getitem__(self, key):
-        value = super().__getitem__(key)
-        self.move_to_end(key)
-        return value
-
-    def get(self, key, default=None):
-        return self[key] if key in self else default
-
-    def __setitem__(self, key, value) -> None:
-        super().__setitem__(key, value)
-        self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
-
-
-@dataclass
-class Asked:
-    """The outcome of one judge call and its retries."""
-
-    value: object | None
-    raw: list[str]
-    error: str | None = None
-    resent: int = 0  # requests the backend sent again after a transport failure, over all tries
-
-    @property
-    def tries(self) -> int:
-        return len(self.raw)
 
 
 class GRM:
@@ -156,10 +102,10 @@ class GRM:
         self.code.close()
 
     def rubric_key(self, task: Task) -> str:
-        return _digest(task.task_id, task_text(task), self.backend.model_id, self.procedure)
+        return digest(task.task_id, task_text(task), self.backend.model_id, self.procedure)
 
     def cache_key(self, task: Task, candidate: str) -> str:
-        return _digest(self.rubric_key(task), candidate)
+        return digest(self.rubric_key(task), candidate)
 
     def preload(self, entries: list[dict]) -> int:
         """Fill the cache from scoreboard entries judged with this judge and procedure."""
@@ -185,11 +131,11 @@ class GRM:
         fresh: dict[str, list[int]] = {}
         for i, s in enumerate(samples):
             if s.model_tokens > self.config.length_cap:
-                results[i] = self._capped(s)
+                results[i] = self.capped(s)
                 continue
             key = self.cache_key(s.task, s.completion.text)
             if self.config.cache and key in self.cache:
-                results[i] = self._result(self.cache[key], cache_hit=True)
+                results[i] = self.result(self.cache[key], cache_hit=True)
             else:
                 fresh.setdefault(key, []).append(i)  # identical candidates are judged once
         if fresh:
@@ -200,7 +146,7 @@ class GRM:
                 if entry["status"] == "scored" and self.config.cache:
                     self.cache[key] = entry
                 for n, i in enumerate(idx):
-                    results[i] = self._result(entry, cache_hit=n > 0)
+                    results[i] = self.result(entry, cache_hit=n > 0)
         return results  # type: ignore[return-value]
 
     async def _judge(self, firsts: dict[str, Sample]) -> dict[str, dict]:
@@ -215,7 +161,7 @@ class GRM:
         for key, s in firsts.items():
             runs[key] = (await self.code.runs_async(task_text(s.task), [s.completion.text]))[0]
         calls = [self._verdict_call(firsts[key], criterion, runs[key]) for key, _, criterion in pairs]
-        asked = await self._ask(calls, self._parse_verdict)
+        asked = await self.ask(calls, self._parse_verdict)
         verdicts: dict[str, list[Asked]] = {key: [] for key in firsts}
         for (key, _, _), outcome in zip(pairs, asked):
             verdicts[key].append(outcome)
@@ -239,7 +185,7 @@ class GRM:
             for key in missing
         ]
         parse = lambda reply: parse_rubric(reply.text, c.min_criteria, c.max_criteria)  # noqa: E731
-        fresh = dict(zip(missing, await self._ask(calls, parse)))
+        fresh = dict(zip(missing, await self.ask(calls, parse)))
         for key, outcome in fresh.items():
             if outcome.value is not None:  # a failed rubric is asked for again next time
                 self.rubrics[key] = outcome
@@ -260,48 +206,14 @@ class GRM:
             reply.text, reply.tokens, reply.top, self.config.verdict == "probability", self.config.reason_chars
         )
 
-    async def _ask(self, calls: list[JudgeCall], parse: Callable[[JudgeReply], object]) -> list[Asked]:
-        """Each call until its reply parses, at most 1 + retries times; all pending calls of
-        a round go to the judge together."""
-        out = [Asked(None, []) for _ in calls]
-        pending, unreadable = list(range(len(calls))), set()
-        hot = max(self.config.temperature, RETRY_TEMPERATURE)
-        for attempt in range(1 + self.config.retries):
-            if not pending:
-                break
-            # only a reply that came back and could not be read is asked again hotter: a failed
-            # request (network, status, timeout) is sent again as it was
-            asked = [
-                replace(calls[i], temperature=hot if i in unreadable else self.config.temperature) for i in pending
-            ]
-            replies = await self.backend.complete(asked)
-            still = []
-            for i, reply in zip(pending, replies):
-                out[i].raw.append(reply.text if reply.text is not None else f"<error: {reply.error}>")
-                out[i].resent += reply.resent
-                try:
-                    if reply.text is None:
-                        raise ParseError(reply.error or "no reply")
-                    out[i].value, out[i].error = parse(reply), None
-                except ParseError as exc:
-                    out[i].error = str(exc)
-                    still.append(i)
-                    if not reply.transport:
-                        unreadable.add(i)
-            if still:
-                log.warning(
-                    "grm: %d of %d judge replies unusable (try %d): %s",
-                    len(still),
-                    len(pending),
-                    attempt + 1,
-                    out[still[0]].error,
-                )
-            pending = still
-        return out
+    async def ask(self, calls: list[JudgeCall], parse: Callable[[JudgeReply], object]) -> list[Asked]:
+        """Each call until its reply parses, at most 1 + `retries` times (`grm_calls.ask`)."""
+        return await ask(self.backend, calls, parse, self.config.temperature, self.config.retries)
 
     # ------------------------------------------------------------ the record
 
-    def _base(self, key: str | None, sample: Sample) -> dict:
+    def base_entry(self, key: str | None, sample: Sample) -> dict:
+        """The scoreboard entry's fields both methods share: the task, the candidate, the judge."""
         return {
             "task_id": sample.task.task_id,
             "family": sample.task.family,
@@ -315,7 +227,7 @@ class GRM:
         }
 
     def _entry(self, key: str, sample: Sample, rubric: Asked, verdicts: list[Asked]) -> dict:
-        entry = self._base(key, sample)
+        entry = self.base_entry(key, sample)
         criteria: list[Criterion] = rubric.value or []
         entry.update(
             rubric=[asdict(c) for c in criteria],
@@ -357,8 +269,9 @@ class GRM:
             entry.update(status="scored", score=round(score, 4), reason=_summary(score, criteria, verdicts))
         return entry
 
-    def _capped(self, sample: Sample) -> RewardResult:
-        entry = self._base(None, sample)
+    def capped(self, sample: Sample) -> RewardResult:
+        """A candidate over `length_cap` tokens: -1, without a judge call."""
+        entry = self.base_entry(None, sample)
         entry.update(
             status="length_capped",
             score=-1.0,
@@ -369,9 +282,10 @@ class GRM:
             latency_s=0.0,
             reason=f"over length cap: {sample.model_tokens} > {self.config.length_cap} tokens",
         )
-        return self._result(entry, cache_hit=False)
+        return self.result(entry, cache_hit=False)
 
-    def _result(self, entry: dict, cache_hit: bool) -> RewardResult:
+    def result(self, entry: dict, cache_hit: bool) -> RewardResult:
+        """A scoreboard entry as a reward (ok=False where it is unscored)."""
         details = dict(entry, cache_hit=cache_hit)
         if entry["status"] == "unscored":
             return RewardResult(0.0, entry["reason"], self.name, details, ok=False)

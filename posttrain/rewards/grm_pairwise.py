@@ -33,6 +33,7 @@ from itertools import permutations
 
 from posttrain.data.judge_prompts import pairwise_messages, pairwise_schema
 from posttrain.data.judge_tools import run_lines
+from posttrain.rewards.grm_calls import TOP_LOGPROBS, digest, task_text
 from posttrain.rewards.grm_judge import JudgeCall, JudgeReply
 from posttrain.rewards.grm_parse import Choice, parse_choice
 from posttrain.types import RewardResult, Sample
@@ -41,14 +42,10 @@ PAIRWISE_VERSION = "pairwise-v3"  # v2: tool results (data/judge_tools.py) follo
 
 
 def call_key(task_key: str, first: str, second: str) -> str:
-    from posttrain.rewards.grm import _digest
-
-    return _digest(task_key, first, second)
+    return digest(task_key, first, second)
 
 
 async def score_pairwise(grm, samples: list[Sample]) -> list[RewardResult]:
-    from posttrain.rewards.grm import task_text
-
     started = time.perf_counter()
     results: list[RewardResult | None] = [None] * len(samples)
     groups: dict[str, dict[str, list[int]]] = {}  # task key -> response -> sample indices
@@ -56,7 +53,7 @@ async def score_pairwise(grm, samples: list[Sample]) -> list[RewardResult]:
     for i, s in enumerate(samples):
         key = grm.rubric_key(s.task)
         if s.model_tokens > grm.config.length_cap:
-            results[i] = grm._capped(s)
+            results[i] = grm.capped(s)
             capped.setdefault(key, {})[s.completion.text] = s.model_tokens
         else:
             groups.setdefault(key, {}).setdefault(s.completion.text, []).append(i)
@@ -73,7 +70,7 @@ async def score_pairwise(grm, samples: list[Sample]) -> list[RewardResult]:
             if runs[key][text] is not None:  # what the judge was shown of the answer's code
                 entry["code_runs"] = run_lines("answer", tasks[key], runs[key][text])
             for n, i in enumerate(idx):
-                results[i] = grm._result(entry, cache_hit=cached or n > 0)
+                results[i] = grm.result(entry, cache_hit=cached or n > 0)
     return results  # type: ignore[return-value]
 
 
@@ -83,8 +80,6 @@ async def _judged(
     """Every ordered pair's call record ({p, pick, reason, raw, tries, cached} or {error, raw,
     tries}), from the cache (tries 0: no call made now) or asked now, all fresh calls of the
     batch in one round."""
-    from posttrain.rewards.grm import TOP_LOGPROBS
-
     c = grm.config
     out: dict[str, dict] = {}
     wanted: dict[str, JudgeCall] = {}
@@ -106,7 +101,7 @@ async def _judged(
     def parse(reply: JudgeReply) -> Choice:
         return parse_choice(reply.text, reply.tokens, reply.top, c.verdict == "probability", c.reason_chars)
 
-    asked = await grm._ask(list(wanted.values()), parse)
+    asked = await grm.ask(list(wanted.values()), parse)
     for ck, a in zip(wanted, asked):
         if a.value is None:
             out[ck] = {"error": a.error, "raw": a.raw, "tries": a.tries}
@@ -129,9 +124,7 @@ def _entry(
 ) -> tuple[dict, bool]:
     """The scoreboard entry of one response, and whether every judge call it rests on came
     from the cache."""
-    from posttrain.rewards.grm import _digest
-
-    entry = grm._base(_digest(key, text), sample)
+    entry = grm.base_entry(digest(key, text), sample)
     comparisons, tries, errors, cached = [], 0, [], True
     for other in texts:
         if other == text:

@@ -9,11 +9,14 @@ probes, and the facts the lower layers read (`config/verifiers.py`: `register` a
 The router, the gold check, `rewards try` and `rewards audit` ask this table; nothing else
 compares verifier names. Adding a verifier: its reward source in its own module, one
 `register(Verifier(...))` line (docs/add-a-verifier.md). Entries import their reward
-sources when called: importing this table loads no verifier, sandbox or judge.
+sources when called, and name a part in a module that reads this table by its path
+(`"module:function"`): importing the table loads no verifier, sandbox, judge, try or audit.
 """
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,27 +68,29 @@ def _none(*args) -> None:
 
 @dataclass(frozen=True)
 class Verifier:
-    """A verifier: its facts and how each part of the code uses it."""
+    """A verifier: its facts and how each part of the code uses it. Each of its functions
+    (its parts, `PARTS`) may be given as its path, `"package.module:function"`, imported
+    when the part is first asked for (`part`)."""
 
     facts: VerifierFacts
-    build: Callable[[Any, list, Any], RewardSource | None]
+    build: Callable[[Any, list, Any], RewardSource | None] | str
     """(stage, the stage's leaf sources whose tasks it scores, the slot's judge) -> the stage's
     reward source, or None where the stage needs none."""
-    alone: Callable[[Alone], tuple[RewardSource, int | None]] | None = None
+    alone: Callable[[Alone], tuple[RewardSource, int | None]] | str | None = None
     """Its reward source outside a stage, and the response length cap its probes aim past."""
-    gold: Callable[[Any, Any], RewardSource | None] = _none
+    gold: Callable[[Any, Any], RewardSource | None] | str = _none
     """(stage or None, leaf source) -> the source that scores reference answers as responses
     (the stage's `answer_format`); None: its tasks have no gold answer to check."""
-    read_row: Callable[[dict, str], Task] | None = None
+    read_row: Callable[[dict, str], Task] | str | None = None
     """(task row, fallback id) -> its Task (`rewards try`, audit task files); ValueError names
     the problem. None: the plain row reader (`try_task.answer_row`)."""
-    try_row: Callable[[TryCall], dict] | None = None
+    try_row: Callable[[TryCall], dict] | str | None = None
     """Score a response to a row (`rewards try`); None: `rewards try` does not take it."""
-    audit_tasks: Callable[[str, int, int, dict], list[Task]] | None = None
+    audit_tasks: Callable[[str, int, int, dict], list[Task]] | str | None = None
     """(name, n, seed, options) -> n tasks from the shipped generators; None: not audited."""
-    probes: Callable[[ProbeCall], list] | None = None
+    probes: Callable[[ProbeCall], list] | str | None = None
     """The audit's honest answers and attacks on one task."""
-    length_cap: Callable[[Any], int | None] = _none
+    length_cap: Callable[[Any], int | None] | str = _none
     """(stage) -> the response length cap its probes aim past in a stage's audit."""
     missing: str = ""
     """Said of its samples when a stage has no source for it (after "no reward source ...")."""
@@ -93,6 +98,43 @@ class Verifier:
     @property
     def name(self) -> str:
         return self.facts.name
+
+    def part(self, field: str) -> Callable[..., Any]:
+        """The function in `field` (one of `PARTS`), imported now where the entry names its path."""
+        value = getattr(self, field)
+        return load_part(value, f"verifier {self.name!r}: {field}") if isinstance(value, str) else value
+
+
+PARTS = ("build", "alone", "gold", "read_row", "try_row", "audit_tasks", "probes", "length_cap")
+_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+class PartError(ImportError):
+    """A verifier part named by a path that does not lead to a function; str() names the entry
+    and the path."""
+
+
+def load_part(path: str, what: str) -> Callable[..., Any]:
+    """The function at `path` (`package.module:function`); `what` names the entry's field in
+    the error."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
+            raise  # the module exists, and one of its own imports is missing
+        raise PartError(f"{what}: {path!r}: there is no module {exc.name}") from None
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise PartError(f"{what}: {path!r}: module {module_name} has no function {attr}")
+    return function
+
+
+def _check_paths(verifier: Verifier) -> None:
+    for field in PARTS:
+        value = getattr(verifier, field)
+        if isinstance(value, str) and not _PATH.fullmatch(value):
+            raise ValueError(f"verifier {verifier.name!r}: {field}: {value!r} is not a path `package.module:function`")
 
 
 VERIFIERS: dict[str, Verifier] = {}
@@ -102,6 +144,7 @@ def register(verifier: Verifier) -> Verifier:
     """Add a verifier (and its facts to `config/verifiers.py`)."""
     if verifier.name in VERIFIERS:
         raise ValueError(f"verifier {verifier.name!r} is already registered")
+    _check_paths(verifier)
     register_verifier_facts(verifier.facts)
     VERIFIERS[verifier.name] = verifier
     return verifier
@@ -132,7 +175,7 @@ def stage_sources(stage, judge=None) -> dict[str, RewardSource]:
     scored = verifiers_used(leaf for _, leaf in stage.task_leaves())
     sources = {}
     for name, entry in VERIFIERS.items():
-        source = entry.build(stage, scored.get(name, []), judge)
+        source = entry.part("build")(stage, scored.get(name, []), judge)
         if source is not None:
             sources[name] = source
     return sources
@@ -276,7 +319,7 @@ def _alone_grm(alone: Alone):
 
     if alone.grm is not None:
         return GRM(alone.grm), alone.grm.length_cap
-    from posttrain.rewards.try_grm import load_grm_config
+    from posttrain.rewards.grm_config import load_grm_config
 
     config = load_grm_config(alone.reward)
     return GRM(config), config.length_cap
@@ -286,135 +329,25 @@ def _grm_cap(stage) -> int | None:
     return stage.reward.grm.length_cap if stage.reward.grm else None
 
 
-# `rewards try` and `rewards audit` import this table: their parts are imported when called.
-
-
-def _code_row(row, name):
-    from posttrain.rewards.try_task import code_row
-
-    return code_row(row, name)
-
-
-def _math_row(row, name):
-    from posttrain.rewards.try_task import math_row
-
-    return math_row(row, name)
-
-
-def _family_row(row, name):
-    from posttrain.rewards.try_task import family_row
-
-    return family_row(row, name)
-
-
-def _user_row(row, name):
-    from posttrain.rewards.try_task import user_row
-
-    return user_row(row, name)
-
-
-def _agent_row(row, name):
-    from posttrain.rewards.try_task import agent_row
-
-    return agent_row(row, name)
-
-
-def _try_scored(call):
-    from posttrain.rewards.try_task import try_scored
-
-    return try_scored(call)
-
-
-def _try_judged(call):
-    from posttrain.rewards.try_task import try_judged
-
-    return try_judged(call)
-
-
-def _code_tasks(name, n, seed, options):
-    from posttrain.rewards.audit_tasks import code_tasks
-
-    return code_tasks(name, n, seed, options)
-
-
-def _answer_tasks(name, n, seed, options):
-    from posttrain.rewards.audit_tasks import answer_tasks
-
-    return answer_tasks(name, n, seed, options)
-
-
-def _agent_tasks(name, n, seed, options):
-    from posttrain.rewards.audit_tasks import agent_tasks
-
-    return agent_tasks(name, n, seed, options)
-
-
-def _env_tasks(name, n, seed, options):
-    from posttrain.rewards.audit_tasks import env_tasks
-
-    return env_tasks(name, n, seed, options)
-
-
-def _taskset_tasks(name, n, seed, options):
-    from posttrain.rewards.audit_tasks import taskset_tasks
-
-    return taskset_tasks(name, n, seed, options)
-
-
-def _writing_tasks(name, n, seed, options):
-    from posttrain.rewards.audit_tasks import writing_tasks
-
-    return writing_tasks(name, n, seed, options)
-
-
-def _code_call_probes(call):
-    from posttrain.rewards.audit import code_call_probes
-
-    return code_call_probes(call)
-
-
-def _answer_call_probes(call):
-    from posttrain.rewards.audit import answer_call_probes
-
-    return answer_call_probes(call)
-
-
-def _agent_call_probes(call):
-    from posttrain.rewards.audit import agent_call_probes
-
-    return agent_call_probes(call)
-
-
-def _env_call_probes(call):
-    from posttrain.rewards.audit import env_call_probes
-
-    return env_call_probes(call)
-
-
-def _verifiers_call_probes(call):
-    from posttrain.rewards.audit import verifiers_call_probes
-
-    return verifiers_call_probes(call)
-
-
-def _grm_call_probes(call):
-    from posttrain.rewards.audit import grm_call_probes
-
-    return grm_call_probes(call)
-
+# `rewards try` and `rewards audit` read this table, so it names their parts by path
+# (imported when first asked for, `Verifier.part`) rather than importing them.
 
 # the answer verifiers: `rewards try` reads their rows, the audit attacks the final answer
-_ANSWER = {"try_row": _try_scored, "audit_tasks": _answer_tasks, "probes": _answer_call_probes}
+_ANSWER = {
+    "try_row": "posttrain.rewards.try_task:try_scored",
+    "audit_tasks": "posttrain.rewards.audit_tasks:answer_tasks",
+    "probes": "posttrain.rewards.audit:answer_call_probes",
+}
 
 register(
     Verifier(
         VerifierFacts("code", entry="code"),
         _build_code,
         _alone_code,
-        read_row=_code_row,
-        try_row=_try_scored,
-        audit_tasks=_code_tasks,
-        probes=_code_call_probes,
+        read_row="posttrain.rewards.try_task:code_row",
+        try_row="posttrain.rewards.try_task:try_scored",
+        audit_tasks="posttrain.rewards.audit_tasks:code_tasks",
+        probes="posttrain.rewards.audit:code_call_probes",
     )
 )
 register(
@@ -423,7 +356,7 @@ register(
         _build_math,
         _alone_math,
         _gold_math,
-        read_row=_math_row,
+        read_row="posttrain.rewards.try_task:math_row",
         **_ANSWER,
     )
 )
@@ -433,7 +366,7 @@ register(
         _build_reasoning_gym,
         _alone_reasoning_gym,
         _gold_reasoning_gym,
-        read_row=_family_row,
+        read_row="posttrain.rewards.try_task:family_row",
         **_ANSWER,
     )
 )
@@ -443,7 +376,7 @@ register(
         _build_user,
         _alone_user,
         _gold_user,
-        read_row=_user_row,
+        read_row="posttrain.rewards.try_task:user_row",
         **_ANSWER,
     )
 )
@@ -452,10 +385,10 @@ register(
         VerifierFacts("agent", episode="agent"),
         _build_agent,
         _alone_agent,
-        read_row=_agent_row,
-        try_row=_try_scored,
-        audit_tasks=_agent_tasks,
-        probes=_agent_call_probes,
+        read_row="posttrain.rewards.try_task:agent_row",
+        try_row="posttrain.rewards.try_task:try_scored",
+        audit_tasks="posttrain.rewards.audit_tasks:agent_tasks",
+        probes="posttrain.rewards.audit:agent_call_probes",
     )
 )
 register(
@@ -463,8 +396,8 @@ register(
         VerifierFacts("env", episode="env"),
         _build_env,
         _alone_env,
-        audit_tasks=_env_tasks,
-        probes=_env_call_probes,
+        audit_tasks="posttrain.rewards.audit_tasks:env_tasks",
+        probes="posttrain.rewards.audit:env_call_probes",
     )
 )
 register(
@@ -472,8 +405,8 @@ register(
         VerifierFacts("verifiers"),
         _build_verifiers,
         _alone_verifiers,
-        audit_tasks=_taskset_tasks,
-        probes=_verifiers_call_probes,
+        audit_tasks="posttrain.rewards.audit_tasks:taskset_tasks",
+        probes="posttrain.rewards.audit:verifiers_call_probes",
     )
 )
 register(Verifier(VerifierFacts("judgement"), _build_judgement))
@@ -482,9 +415,9 @@ register(
         VerifierFacts("grm", judged=True),
         _build_grm,
         _alone_grm,
-        try_row=_try_judged,
-        audit_tasks=_writing_tasks,
-        probes=_grm_call_probes,
+        try_row="posttrain.rewards.try_task:try_judged",
+        audit_tasks="posttrain.rewards.audit_tasks:writing_tasks",
+        probes="posttrain.rewards.audit:grm_call_probes",
         length_cap=_grm_cap,
         missing="; open-ended tasks are scored by the generative reward model",
     )

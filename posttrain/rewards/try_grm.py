@@ -7,14 +7,11 @@ import asyncio
 import json
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from posttrain.config import GRMConfig, RewardConfig, RLStage
-from posttrain.config.files import ConfigError, format_validation_error, read_yaml, validate_pipeline
+from posttrain.config import GRMConfig
 from posttrain.rewards.debug import print_entry
+from posttrain.rewards.grm_config import load_grm_config
 from posttrain.types import Completion, Message, Sample, Task
 
-DEFAULT_JUDGE = {"type": "vllm", "model": "smollm2-135m-instruct"}
 JSON_KEYS = (
     "ok",
     "status",
@@ -29,27 +26,6 @@ JSON_KEYS = (
     "rubric_raw",
     "code_runs",  # what the judge was shown of the answer's code (a task that states examples)
 )
-
-
-def load_grm_config(path: str | None) -> GRMConfig:
-    """A GRM config from a YAML file holding a `grm` mapping, a whole `reward:` mapping
-    (`{grm: ...}`), or a pipeline (its first RL stage with a GRM); none: the default judge."""
-    if path is None:
-        return GRMConfig(judge=DEFAULT_JUDGE)
-    raw = read_yaml(path)
-    if "stages" in raw:
-        config = validate_pipeline(raw, str(path))
-        found = [s.reward.grm for s in config.stages if isinstance(s, RLStage) and s.reward.grm is not None]
-        if not found:
-            raise ConfigError(f"{path}: no RL stage has reward.grm")
-        return found[0]
-    try:
-        grm = RewardConfig.model_validate(raw).grm if "grm" in raw else GRMConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(str(path), exc)) from None
-    if grm is None:
-        raise ConfigError(f"{path}: grm is empty")
-    return grm
 
 
 def count_tokens(grm, response: str) -> tuple[int, str]:

@@ -68,7 +68,7 @@ def task_of(row: dict, name: str) -> Task:
     """A `Task` from a row, read as the verifier it names reads rows (ValueError naming the
     problem)."""
     entry = get_verifier(row["verifier"])
-    read = entry.read_row if entry is not None and entry.read_row is not None else answer_row
+    read = entry.part("read_row") if entry is not None and entry.read_row is not None else answer_row
     return read(row, name)
 
 
@@ -172,7 +172,7 @@ def try_task_file(task_file: str, response_file: str, reward: str | None, as_jso
     except (OSError, UnicodeDecodeError) as exc:
         raise TryError(f"{response_file}: cannot read: {exc}") from None
     call = TryCall(row, response, reward, as_json, tokens, Path(task_file).stem, task_file)
-    return get_verifier(row["verifier"]).try_row(call)
+    return get_verifier(row["verifier"]).part("try_row")(call)
 
 
 def try_scored(call: TryCall) -> dict:
@@ -186,7 +186,7 @@ def try_scored(call: TryCall) -> dict:
     n = call.tokens if call.tokens is not None else len(call.response.split())
     sample = Sample(task, 0, (0,), Completion((0,) * n, (0.0,) * n, call.response, "stop"), env=env)
     alone = Alone(reward=call.row.get("reward") if facts.reward_function else None, workers=1)
-    source, _ = get_verifier(task.verifier).alone(alone)
+    source, _ = get_verifier(task.verifier).part("alone")(alone)
     try:
         from posttrain.rewards.base import score_safely
 
