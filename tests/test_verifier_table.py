@@ -21,6 +21,7 @@ from pydantic import Field
 from posttrain.cli import main
 from posttrain.config import RewardConfig, StageBase
 from posttrain.config.answers import AnswerSource
+from posttrain.config.lazy import LazyError, lazy_fields
 from posttrain.config.verifiers import VERIFIER_FACTS, VerifierFacts, verifier_facts
 from posttrain.data import registry as sources
 from posttrain.data.heldout import held_out
@@ -30,7 +31,7 @@ from posttrain.data.tasks import load_tasks
 from posttrain.rewards import audit, audit_tasks, try_task
 from posttrain.rewards import registry as verifiers
 from posttrain.rewards.audit import answer_call_probes
-from posttrain.rewards.registry import PartError, Verifier
+from posttrain.rewards.registry import Verifier
 from posttrain.rewards.router import reward_router
 from posttrain.rewards.try_task import try_scored
 from posttrain.stages import registry as stages
@@ -208,12 +209,7 @@ def test_rewards_audit_attacks_the_toy_verifier(echo, capsys):
 
 def test_the_parts_the_table_names_by_path_are_its_try_and_audit_functions():
     """A typo in a path of the table fails here, not in a user's `rewards audit`."""
-    named = {
-        (v.name, field): v.part(field)
-        for v in verifiers.VERIFIERS.values()
-        for field in verifiers.PARTS
-        if isinstance(getattr(v, field), str)
-    }
+    named = {(v.name, field): lazy.resolve() for v in verifiers.VERIFIERS.values() for field, lazy in lazy_fields(v)}
     assert all(callable(function) for function in named.values())
     assert named[("code", "read_row")] is try_task.code_row and named[("grm", "try_row")] is try_task.try_judged
     assert named[("math", "audit_tasks")] is audit_tasks.answer_tasks
@@ -246,13 +242,13 @@ def with_read_row(path: str) -> Verifier:
 def test_a_part_at_a_wrong_path_fails_naming_the_entry_and_the_path(path, problem, tmp_path):
     verifiers.register(with_read_row(path))
     try:
-        with pytest.raises(PartError) as caught:
+        with pytest.raises(LazyError) as caught:
             verifiers.get_verifier("echo").part("read_row")
         assert str(caught.value) == f"verifier 'echo': read_row: {path!r}: {problem}"
         task = tmp_path / "task.json"  # `rewards try` reads the row through the entry: the same error
         task.write_text(json.dumps({"verifier": "echo", "prompt": "Say golf.", "answer": "golf"}))
         (tmp_path / "response.txt").write_text("golf")
-        with pytest.raises(PartError, match=re.escape(f"verifier 'echo': read_row: {path!r}")):
+        with pytest.raises(LazyError, match=re.escape(f"verifier 'echo': read_row: {path!r}")):
             main(["rewards", "try", "--task-file", str(task), "--response-file", str(tmp_path / "response.txt")])
     finally:
         verifiers.unregister("echo")
@@ -265,7 +261,7 @@ def test_a_module_at_a_right_path_that_cannot_import_its_own_dependency_says_so(
     try:
         with pytest.raises(ModuleNotFoundError) as caught:
             verifiers.get_verifier("echo").part("read_row")
-        assert caught.value.name == "no_such_dependency" and not isinstance(caught.value, PartError)
+        assert caught.value.name == "no_such_dependency" and not isinstance(caught.value, LazyError)
     finally:
         verifiers.unregister("echo")
         sys.modules.pop("echo_rows", None)

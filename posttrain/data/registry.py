@@ -31,7 +31,7 @@ from posttrain.config import (
     VerifiersTasks,
     WritingTasks,
 )
-from posttrain.config.lazy import Lazy
+from posttrain.config.lazy import lazy_parts
 from posttrain.types import Task
 
 Gold = Literal["answers", "episodes"]
@@ -55,14 +55,16 @@ def eval_part(source, offset: int):
 
 @dataclass(frozen=True)
 class SourceKind:
-    """How tasks are built, scored, checked and held out for a source type."""
+    """How tasks are built, scored, checked and held out for a source type. Each of its
+    functions (`SOURCE_PARTS`) may be given as its path, `"package.module:function"`,
+    imported when first called (`config/lazy.py`)."""
 
     schema: type
-    build: Callable[[Any], list[Task]]
+    build: Callable[[Any], list[Task]] | str
     """The tasks of a configured source (a leaf; a mixture builds its parts through the table)."""
-    uses: Callable[[Any], tuple[str, ...]]
+    uses: Callable[[Any], tuple[str, ...]] | str
     """The verifier names its tasks are scored by: the reward router builds those sources."""
-    preflight: Callable[[Any, Any, str], list[Task] | None] = no_preflight
+    preflight: Callable[[Any, Any, str], list[Task] | None] | str = no_preflight
     """(stage, source, key path) -> what `posttrain validate` and a run's start read of it,
     raising a `ConfigError` naming the key; the tasks returned are gold-checked."""
     gold: Gold = "answers"
@@ -70,12 +72,18 @@ class SourceKind:
     generated: bool = False
     """Its tasks are a pure function of its config and installed code (a `path` aside): the
     held-out check caches their prompts' fingerprints on disk."""
-    held_out: Callable[[Any, int], Any] = eval_part
+    held_out: Callable[[Any, int], Any] | str = eval_part
     """(training source, seed offset) -> its eval counterpart."""
+
+    def __post_init__(self) -> None:
+        lazy_parts(self, SOURCE_PARTS, f"task source {self.name!r}")
 
     @property
     def name(self) -> str:
         return self.schema.type_name()
+
+
+SOURCE_PARTS = ("build", "uses", "preflight", "held_out")
 
 
 SOURCE_KINDS: dict[str, SourceKind] = {}
@@ -145,39 +153,45 @@ def _env_uses(source) -> tuple[str, ...]:
     return ("env", source.verifier)
 
 
-# The shipped sources' parts are named by `module:function` (`config/lazy.py`): they are
-# imported when first called, and may build tasks through this table themselves.
-_DATA, _CHECK = "posttrain.data", "posttrain.data.preflight"
+# The shipped sources' builders and preflights are named by path: imported when first called,
+# they may build tasks through this table themselves.
 register(SourceKind(MixtureTasks, _mixture, _mixture_uses, held_out=_mixture_held_out))
-register(SourceKind(AgentTasks, Lazy(f"{_DATA}.builtin_env:agent_tasks"), _named("agent"), generated=True))
-register(SourceKind(WritingTasks, Lazy(f"{_DATA}.writing:writing_tasks"), _named("grm"), generated=True))
-register(SourceKind(JudgementTasks, Lazy(f"{_DATA}.judgements:judgement_tasks"), _named("judgement")))
+register(SourceKind(AgentTasks, "posttrain.data.builtin_env:agent_tasks", _named("agent"), generated=True))
+register(SourceKind(WritingTasks, "posttrain.data.writing:writing_tasks", _named("grm"), generated=True))
+register(SourceKind(JudgementTasks, "posttrain.data.judgements:judgement_tasks", _named("judgement")))
 register(
     SourceKind(
         ReasoningGymTasks,
-        Lazy(f"{_DATA}.families:reasoning_gym_tasks"),
+        "posttrain.data.families:reasoning_gym_tasks",
         _named("reasoning_gym"),
-        Lazy(f"{_CHECK}:preflight_families"),
+        "posttrain.data.preflight:preflight_families",
         generated=True,
     )
 )
-register(SourceKind(ArithmeticTasks, Lazy(f"{_DATA}.families:arithmetic_tasks"), _named("math"), generated=True))
-register(SourceKind(UserTasks, Lazy(f"{_DATA}.user:user_tasks"), _named("user"), Lazy(f"{_CHECK}:preflight_user")))
+register(SourceKind(ArithmeticTasks, "posttrain.data.families:arithmetic_tasks", _named("math"), generated=True))
+register(
+    SourceKind(UserTasks, "posttrain.data.user:user_tasks", _named("user"), "posttrain.data.preflight:preflight_user")
+)
 register(
     SourceKind(
         CodingTasks,
-        Lazy(f"{_DATA}.coding:coding_tasks"),
+        "posttrain.data.coding:coding_tasks",
         _named("code"),
-        Lazy(f"{_CHECK}:preflight_coding"),
+        "posttrain.data.preflight:preflight_coding",
         generated=True,
     )
 )
-register(SourceKind(HFTasks, Lazy(f"{_DATA}.hf:hf_tasks"), _own_verifier, Lazy(f"{_CHECK}:preflight_own")))
+register(SourceKind(HFTasks, "posttrain.data.hf:hf_tasks", _own_verifier, "posttrain.data.preflight:preflight_own"))
 register(
-    SourceKind(EnvTasks, Lazy(f"{_DATA}.env:env_tasks"), _env_uses, Lazy(f"{_CHECK}:preflight_own"), gold="episodes")
+    SourceKind(
+        EnvTasks, "posttrain.data.env:env_tasks", _env_uses, "posttrain.data.preflight:preflight_own", gold="episodes"
+    )
 )
 register(
     SourceKind(
-        VerifiersTasks, Lazy(f"{_DATA}.vf:verifiers_tasks"), _named("verifiers"), Lazy(f"{_CHECK}:preflight_own")
+        VerifiersTasks,
+        "posttrain.data.vf:verifiers_tasks",
+        _named("verifiers"),
+        "posttrain.data.preflight:preflight_own",
     )
 )

@@ -15,12 +15,11 @@ sources when called, and name a part in a module that reads this table by its pa
 
 from __future__ import annotations
 
-import importlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from posttrain.config.lazy import Lazy, lazy_parts
 from posttrain.config.verifiers import VerifierFacts, register_verifier_facts, unregister_verifier_facts
 from posttrain.data.registry import verifiers_used
 from posttrain.rewards.base import RewardSource
@@ -70,7 +69,7 @@ def _none(*args) -> None:
 class Verifier:
     """A verifier: its facts and how each part of the code uses it. Each of its functions
     (its parts, `PARTS`) may be given as its path, `"package.module:function"`, imported
-    when the part is first asked for (`part`)."""
+    when the part is first asked for (`part`, `config/lazy.py`)."""
 
     facts: VerifierFacts
     build: Callable[[Any, list, Any], RewardSource | None] | str
@@ -99,42 +98,16 @@ class Verifier:
     def name(self) -> str:
         return self.facts.name
 
+    def __post_init__(self) -> None:
+        lazy_parts(self, PARTS, f"verifier {self.name!r}")
+
     def part(self, field: str) -> Callable[..., Any]:
         """The function in `field` (one of `PARTS`), imported now where the entry names its path."""
         value = getattr(self, field)
-        return load_part(value, f"verifier {self.name!r}: {field}") if isinstance(value, str) else value
+        return value.resolve() if isinstance(value, Lazy) else value
 
 
 PARTS = ("build", "alone", "gold", "read_row", "try_row", "audit_tasks", "probes", "length_cap")
-_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
-
-
-class PartError(ImportError):
-    """A verifier part named by a path that does not lead to a function; str() names the entry
-    and the path."""
-
-
-def load_part(path: str, what: str) -> Callable[..., Any]:
-    """The function at `path` (`package.module:function`); `what` names the entry's field in
-    the error."""
-    module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module_name + ".").startswith(exc.name + "."):
-            raise  # the module exists, and one of its own imports is missing
-        raise PartError(f"{what}: {path!r}: there is no module {exc.name}") from None
-    function = getattr(module, attr, None)
-    if not callable(function):
-        raise PartError(f"{what}: {path!r}: module {module_name} has no function {attr}")
-    return function
-
-
-def _check_paths(verifier: Verifier) -> None:
-    for field in PARTS:
-        value = getattr(verifier, field)
-        if isinstance(value, str) and not _PATH.fullmatch(value):
-            raise ValueError(f"verifier {verifier.name!r}: {field}: {value!r} is not a path `package.module:function`")
 
 
 VERIFIERS: dict[str, Verifier] = {}
@@ -144,7 +117,6 @@ def register(verifier: Verifier) -> Verifier:
     """Add a verifier (and its facts to `config/verifiers.py`)."""
     if verifier.name in VERIFIERS:
         raise ValueError(f"verifier {verifier.name!r} is already registered")
-    _check_paths(verifier)
     register_verifier_facts(verifier.facts)
     VERIFIERS[verifier.name] = verifier
     return verifier
