@@ -33,7 +33,6 @@ from posttrain.config import EvalStage, ExpertsStage, PipelineConfig
 from posttrain.config.jobs import job_stage
 from posttrain.data.heldout import check_held_out, eval_sources, eval_tasks, experts_of
 from posttrain.runtime.infra import Infra
-from posttrain.types import SamplingSettings
 
 EVAL_FILE = "eval.json"
 ROLES = {"sft": "sft", "experts": "expert", "mopd": "student", "rl": "rl"}  # other types: their type name
@@ -89,38 +88,23 @@ class Evaluator:
 
     def _run(self, label: str, domain: str, effort: str):
         """Generate and score one cell with the weights the engines serve now."""
-        from posttrain.stages.rl import RLRun
+        from posttrain.records.rollouts import RolloutLog
+        from posttrain.stages.rl import generate_scored
 
         job = job_stage(self.experts, domain, effort)
-        n = len(self.tasks[domain])
         b = job.budget
         final = b.anneal.end if b.anneal else b.tokens
         fixed = job.budget.model_copy(update={"anneal": None, "tokens": final})
-        job = job.model_copy(
-            update={
-                "name": f"{self.stage.name}/{label}/{domain}-{effort}",
-                "group_size": 1,
-                "prompts_per_step": n,
-                "temperature": self.stage.temperature,
-                "budget": fixed,
-            }
-        )
+        update = {"group_size": 1, "temperature": self.stage.temperature, "top_p": 1.0, "budget": fixed}
+        job = job.model_copy(update={"name": f"{self.stage.name}/{label}/{domain}-{effort}", **update})
         if self.router is None:  # one for every cell: sandbox workers and judge start once
             from posttrain.rewards.router import reward_router
 
             self.router = reward_router(self.experts.model_copy(update={"domains": self.sources}), self.infra.judge)
             self.router.start()
-        run = RLRun(job, self.infra, sampler=_Fixed(self.tasks[domain]), verifier=self.router)
-        run.sampling = SamplingSettings(temperature=self.stage.temperature, top_p=1.0)
-        trajs = run.fill(self.version, fixed.tokens)
-        while trajs:
-            self.infra.pool.run_iteration(trajs, run.sampling, 1.0, self.version)
-            run.agents.advance(run.queue, trajs, self.version)
-            trajs = run.queue.unfinished(self.version, n)
-        groups = run.queue.pop_complete(self.version)
-        samples = run.samples(groups)
-        rewards = run.score(groups, samples)
-        run.rollouts.write(0, samples, rewards, [g.budget for g in groups], effort)
+        drawn = generate_scored(job, self.infra, self.tasks[domain], self.router, self.version, fixed.tokens)
+        samples, rewards = drawn.samples, drawn.rewards
+        RolloutLog(self.infra.run_dir, job.name).write(0, samples, rewards, [g.budget for g in drawn.groups], effort)
         scored = [(s, r) for s, r in zip(samples, rewards) if r.ok]
         values = [cell_score(s, r) for s, r in scored]
         self.per_task[(label, domain, effort)] = {s.task.task_id: v for (s, _), v in zip(scored, values)}
@@ -167,18 +151,6 @@ class Evaluator:
             if self.router is not None:
                 self.router.close()
         return rows
-
-
-class _Fixed:
-    """A sampler that hands out a fixed list of tasks once, in order."""
-
-    def __init__(self, tasks):
-        self.tasks, self.position = list(tasks), 0
-
-    def draw(self, count: int):
-        out = [self.tasks[(self.position + i) % len(self.tasks)] for i in range(count)]
-        self.position += count
-        return out
 
 
 def standard_error(values: list[float]) -> float:

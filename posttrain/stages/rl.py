@@ -51,6 +51,7 @@ from posttrain.types import (
     RewardResult,
     Sample,
     SamplingSettings,
+    Task,
     TeacherTopK,
     TrainSequence,
     TrainStepResult,
@@ -557,6 +558,33 @@ def logp_mismatch(seqs: list[TrainSequence], logp_trainer: list[list[float]]) ->
         if m and not st
     ]
     return float(np.mean(diffs)) if diffs else 0.0
+
+
+class FixedTasks:
+    """A sampler that hands out a fixed list of tasks in order (again from the start when
+    more are drawn than it holds)."""
+
+    def __init__(self, tasks: list[Task]):
+        self.tasks, self.position = list(tasks), 0
+
+    def draw(self, count: int) -> list[Task]:
+        out = [self.tasks[(self.position + i) % len(self.tasks)] for i in range(count)]
+        self.position += count
+        return out
+
+
+def generate_scored(stage, infra: Infra, tasks: list[Task], verifier, version: int, budget: int | None) -> Scored:
+    """Each of `tasks` generated `stage.group_size` times to its end, with the weights the
+    engines serve as `version` (every trajectory finished, agent episodes played out), and
+    scored by `verifier`: the eval stage's pass over a fixed list. `stage` (an RL stage's
+    schema) sets the sampling, the token budgets and the prompts per pass (`len(tasks)`)."""
+    run = RLRun(stage.model_copy(update={"prompts_per_step": len(tasks)}), infra, FixedTasks(tasks), verifier)
+    trajs = run.fill(version, budget)
+    while trajs:
+        infra.pool.run_iteration(trajs, run.sampling, 1.0, version)
+        run.agents.advance(run.queue, trajs, version)
+        trajs = run.queue.unfinished(version, len(tasks) * stage.group_size)
+    return run.scored(run.queue.pop_complete(version), RolloutTiming())
 
 
 def run_rl(stage: RLStage, init_dir: Path, infra: Infra, resume_dir: Path | None = None) -> Path:
