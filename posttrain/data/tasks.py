@@ -90,11 +90,11 @@ def tasks_from_dataset(dataset) -> list[Task]:
 def load_chat_jsonl(source: ChatJsonl) -> list[tuple[Message, ...]]:
     """Conversations from a JSONL file, read by the user files' row reader; a bad line is an
     error naming the line."""
-    from posttrain.data.user import _rows
+    from posttrain.data.user import task_file_rows
 
     out = []
     path = Path(source.path)
-    for number, row in _rows(path):
+    for number, row in task_file_rows(path):
         try:
             if isinstance(row, Exception):
                 raise row

@@ -25,7 +25,9 @@ class BadTaskFile(ValueError):
     pass
 
 
-def _rows(path: Path):
+def task_file_rows(path: Path):
+    """(line or row number, row) of a JSONL or Parquet task file; a row that cannot be read is
+    its exception, for the caller to report with its number."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -113,7 +115,7 @@ def tasks_from_file(path: Path, on_bad_row: str, parse) -> list[Task]:
     """`parse(row, number)` on every row of a JSONL or Parquet file, through the row loop
     every source shares (data/rows.py): a bad row is reported by its line number."""
     return rows_to_tasks(
-        _rows(path), parse, on_bad_row, str(path), error=BadTaskFile, at="{where}:{number}", empty="empty file"
+        task_file_rows(path), parse, on_bad_row, str(path), error=BadTaskFile, at="{where}:{number}", empty="empty file"
     )
 
 

@@ -292,7 +292,7 @@ def env_probes(task: Task, classes: set[str] | None) -> list[Probe]:
     each `value` argument attacked."""
     from posttrain.data.env import episode_task
     from posttrain.data.tools import read_calls
-    from posttrain.rollout.env_workers import _turn, workers_for
+    from posttrain.rollout.env_workers import episode_turn, workers_for
 
     entry = task.entry
     gold = [text for role, text in entry.get("gold", []) if role == "assistant"]
@@ -312,7 +312,7 @@ def env_probes(task: Task, classes: set[str] | None) -> list[Probe]:
     if not attacks:
         return []
     jobs = [(episode_task(task), None, list(map(list, c))) for _, _, c, _ in attacks]
-    ran = workers_for(entry).run(_turn, jobs, entry["timeout_s"])
+    ran = workers_for(entry).run(episode_turn, jobs, entry["timeout_s"])
     probes = []
     for (cls, name, c, final), (ok, out) in zip(attacks, ran):
         env = (

@@ -15,7 +15,7 @@ from posttrain.data.env import episode_task
 from posttrain.rewards.deadline import check_in_workers, slim
 from posttrain.rewards.math_verifier import MathVerifier
 from posttrain.rewards.user import as_result, episode_failed, failed_call
-from posttrain.rollout.env_workers import _reward, close_all, workers_for
+from posttrain.rollout.env_workers import close_all, episode_reward, workers_for
 from posttrain.types import RewardResult, Sample
 
 
@@ -42,7 +42,7 @@ class EnvReward:
                 (episode_task(samples[i].task), (samples[i].env or {}).get("state"), _final(samples[i]))
                 for i in indices
             ]
-            for i, (ok, value) in zip(indices, workers_for(entry).run(_reward, jobs, entry["timeout_s"])):
+            for i, (ok, value) in zip(indices, workers_for(entry).run(episode_reward, jobs, entry["timeout_s"])):
                 result = as_result(value, self.name) if ok else failed_call(value, "reward", self.name)
                 out[i] = self._noted(result, samples[i])
         return out  # type: ignore[return-value]

@@ -34,7 +34,7 @@ def _ready() -> bool:
     return True
 
 
-def _turn(task: dict, state: dict | None, calls: list) -> dict:
+def episode_turn(task: dict, state: dict | None, calls: list) -> dict:
     """Reset (a new episode), then run the turn's calls in order; JSON in, JSON out."""
     if state is None:
         state = _ENV.reset(task)
@@ -52,7 +52,7 @@ def _turn(task: dict, state: dict | None, calls: list) -> dict:
     return {"state": json.loads(json.dumps(state)), "replies": replies, "done": done}
 
 
-def _reward(task: dict, state: dict | None, final: str | None):
+def episode_reward(task: dict, state: dict | None, final: str | None):
     if state is None:  # answered without a call: the episode's state is the initial one
         state = _ENV.reset(task)
     return _ENV.reward(state, task, final)
@@ -171,7 +171,7 @@ class EnvEpisodes:
         for items in by_env.values():
             entry = items[0][1].entry
             jobs = [(episode_task(task), traj.env["state"], calls) for traj, task, calls in items]
-            results = workers_for(entry).run(_turn, jobs, entry["timeout_s"])
+            results = workers_for(entry).run(episode_turn, jobs, entry["timeout_s"])
             for (traj, task, calls), (ok, out) in zip(items, results):
                 continued += self._apply(traj, task, calls, ok, out, version, tool_ids)
         return continued
