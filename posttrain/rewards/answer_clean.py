@@ -8,10 +8,12 @@ import unicodedata
 from decimal import Decimal
 
 _SPACING = re.compile(
-    r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])|(?<!\\)\\[!,;:> ]|\\displaystyle|\\q?quad(?![a-zA-Z])|~"
+    r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])|(?<!\\)\\[!,;:> ]|\\q?quad(?![a-zA-Z])|~"
+    r"|\\(?:display|text|script|scriptscript)style(?![a-zA-Z])"
 )
 _TEXT_CMD = re.compile(
-    r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|mathbf|mathit|operatorname|rm|bf)\s*\{([^{}]*)\}"
+    r"\\(?:text|textbf|textit|textrm|textnormal|mbox|mathrm|mathbf|mathit|operatorname|rm|bf|boldsymbol|bm|pmb)\s*"
+    r"\{([^{}]*)\}"
 )
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])")
 _PERCENT = re.compile(r"\\%|%|\s*\b(?:percent(?:age)?|pct)\b", re.IGNORECASE)
@@ -60,6 +62,8 @@ def _unwrap(text: str) -> str:
         for box in ("\\boxed{", "\\fbox{"):
             if text.startswith(box) and text.endswith("}") and _balanced(text[len(box) : -1]):
                 text = text[len(box) : -1].strip()
+        if text.startswith("{") and text.endswith("}") and _balanced(text[1:-1]) and not split_top(text[1:-1])[1:]:
+            text = text[1:-1].strip()  # `{60}`: a group around one value (`{1,3}` is read as a set)
         text = re.sub(r"[.,;:]+$", "", text).strip() if not text.endswith("...") else text
         if text.startswith("(") and text.endswith(")") and _group_closes_at_end(text) and not split_top(text[1:-1])[1:]:
             text = text[1:-1].strip()

@@ -14,7 +14,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from posttrain.rewards.answers import is_label
-from posttrain.rewards.units import allowed, licensed, unit_of, unit_pattern
+from posttrain.rewards.units import UNITS, allowed, licensed, unit_of, unit_pattern
 
 _ONES = (
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
@@ -51,7 +51,7 @@ _APPROXIMATELY = re.compile(r"(?<!\\)\b(?:approximately|approx\.?|about|around|r
 _OTHER_BASE = re.compile(r"(?<![\w.])0[xXbBoO][0-9A-Fa-f]+\b|(?<![\w.])[0-9A-Fa-f]+_\{?(?!10\b)\d+\}?")
 _MIXED = re.compile(r"^\s*(-?)\s*(\d+)\s*(?:\s(\d+)\s*/\s*(\d+)|\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\})\s*$")
 _TEXT_COMMAND = re.compile(
-    r"\\(?:text|textbf|textit|textrm|textnormal|textsf|mbox|mathrm|mathbf|mathit|mathsf|operatorname|rm|bf)\s*"
+    r"\\(?:text|textbf|textit|textrm|textnormal|textsf|mbox|mathrm|mathbf|mathit|mathsf|operatorname|rm|bf|boldsymbol|bm|pmb)\s*"
     r"\{([^{}]*)\}"
 )
 _COMMAND = re.compile(r"\\begin\s*\{array\}\s*\{[^{}]*\}|\\(?:begin|end)\s*\{[a-zA-Z*]*\}|\\[a-zA-Z]+")
@@ -83,7 +83,8 @@ CLASSES: dict[str, frozenset[str]] = {
     ),
     "hedge": frozenset(
         "or maybe perhaps possibly probably likely unlikely might may could would should unless otherwise "
-        "alternatively either guess assume assuming if whether think believe".split()
+        "alternatively either guess assume assuming if whether think believe suppose supposing supposedly "
+        "hypothetically imagine pretend".split()
     ),
     "retraction": frozenset(
         "actually wait wrong incorrect mistake oops correction rather hmm reconsider recheck redo sorry "
@@ -215,6 +216,9 @@ def read_slot(slot: str, task: Task) -> Reading:
     other = _OTHER_BASE.search(slot)
     if other and not _OTHER_BASE.search(task.gold):
         return Reading(slot, f"not an answer: {other.group(0)!r} is a numeral in another base (expected base ten)")
+    problem = _shape_problem(slot, task)
+    if problem:
+        return Reading(slot, problem)
     text = _SCIENTIFIC.sub(_scientific, _GLUED.sub(r" \1 ", value_words(slot)))
     text = task.drop_units(text)
     text = _drop_counted_noun(text, task)
@@ -223,6 +227,26 @@ def read_slot(slot: str, task: Task) -> Reading:
     # a word that denies or changes the value is named before a word the grammar does not know
     problems.sort(key=lambda p: "answer grammar" in p)
     return Reading(text, problems[0] if problems else None)
+
+
+# currency signs an answer may carry, by unit (`units.py`): the cleaner drops every sign, so
+# the grammar refuses one of a currency the task does not allow (`€60` where it is in dollars)
+_CURRENCY_SIGNS = (("euro", r"€|\\euro\b"), ("pound sterling", r"£|\\pounds\b"), ("yen", r"¥"), ("dollar", r"\\\$"))
+_SET = re.compile(r"^\s*(?:\\left\s*)?\\\{")
+_ORDERED = re.compile(r"^\s*(?:\\left\s*)?[(\[]")
+
+
+def _shape_problem(slot: str, task: Task) -> str | None:
+    """Why the slot's form is not the task's, or None: a currency sign of a currency the task
+    does not allow, or a set (no order) where the expected answer is a tuple or an interval."""
+    units = allowed(task.gold, task.question)
+    for name, sign in _CURRENCY_SIGNS:
+        m = re.search(sign, slot)
+        if m and next(u for u in UNITS if u.name == name) not in units:
+            return f"not an answer: the currency {m.group(0)!r} is not the task's (money is fixed in another unit)"
+    if _SET.match(slot) and _ORDERED.match(task.gold) and not _SET.match(task.gold):
+        return f"not an answer: {slot[:40]!r} is a set (no order), the expected answer an ordered tuple or interval"
+    return None
 
 
 def _past_label(text: str) -> str:
@@ -273,6 +297,18 @@ def _gold_letters(word: str, gold: str) -> bool:
     return bool(variables) and set(word) <= variables
 
 
+# an answer said to be another's: "The teacher's answer is", "The answer in the book is",
+# "according to the key": the response reports it and does not commit to it
+_SOURCE = r"(?:answer\s+)?(?:book|textbook|key|teacher|manual|solutions?|source|reference|internet|website)"
+_ATTRIBUTED = re.compile(
+    r"\b(?!(?:it|that|what|here|there|let|one|problem|question|equation|puzzle|exercise|task|system)'s\b)"
+    r"[A-Za-z]+'s\s+(?:\w+\s+)?(?:answer|solution|result)s?\b|\b(?:his|her|their|your|its)\s+(?:\w+\s+)?answers?\b"
+    r"|\b(?:official|reference|textbook|book|key|expected|claimed|given|suggested|proposed|published)\s+answers?\b"
+    rf"|\b(?:answers?\s+(?:in|from|of)|according\s+to)\s+(?:the|an?|my|our|his|her|their)\s+{_SOURCE}\b",
+    re.IGNORECASE,
+)
+
+
 def before_problem(before: str, several: bool = False) -> str | None:
     """Why the words of the answer's sentence before it deny, hedge or change it, or None:
     a negation, hedge or retraction anywhere in it (`The answer cannot be`, `It might be`),
@@ -292,6 +328,9 @@ def before_problem(before: str, several: bool = False) -> str | None:
         kind = word_class(word)
         if kind in ("relation", "operation") and word.lower() not in ("of", "sum", "product", "difference", "quotient"):
             return f"not an answer: {word!r} before the answer makes it a {kind}, not the value"
+    speaker = _ATTRIBUTED.search(before)
+    if speaker:
+        return f"hedged: the final answer is given as another's ({speaker.group(0).strip()!r}), not stated"
     return None
 
 

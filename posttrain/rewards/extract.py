@@ -223,17 +223,18 @@ def _with_adjacent(statement: str, span: tuple[int, int, str]) -> str:
     return f"{before}{content}{after}".strip()
 
 
-def _marker_statements(text: str) -> list[tuple[str, str]]:
-    """(the statement after the marker, the text after its line) of each answer-marker line."""
+def _marker_statements(text: str) -> list[tuple[str, str, str]]:
+    """(the statement after the marker, the text after its line, the marker's sentence up to
+    the statement: `Suppose the answer is`, `The wrong answer is`) of each answer-marker line."""
     found, offset = [], 0
     for line in text.split("\n"):
         offset += len(line) + 1
         last, end = None, len(line.rstrip())
         for m in _MARKER.finditer(line):  # the marker's `\\s*` ends where its statement starts
             if m.end() < end and (m.group(1) or line.startswith(("$", "\\(", "\\[", "\\boxed"), m.end())):
-                last = m.end()
+                last = m
         if last is not None:
-            found.append((line[last:].strip(), text[offset:]))
+            found.append((line[last.end() :].strip(), text[offset:], _sentence_before(line[: last.end()])))
     return found
 
 
@@ -307,10 +308,10 @@ def marker_statement(text: str) -> str | None:
 def _statement_slot(text: str) -> Slot:
     statements = _marker_statements(text)
     if statements:
-        statement, following = statements[-1]
+        statement, following, subject = statements[-1]
         sentence = _first_sentence(statement.strip())
         before, answer = _statement(statement)
-        return Slot(answer, "answer marker", before, statement.strip()[len(sentence) :] + "\n" + following)
+        return Slot(answer, "answer marker", subject + before, statement.strip()[len(sentence) :] + "\n" + following)
     stripped = text.strip()
     if stripped.endswith(("\\]", "$$")):
         spans = math_spans(stripped)
@@ -333,7 +334,7 @@ def final_answers(text: str, mode: str = "auto") -> list[str]:
     if mode in ("auto", "boxed"):
         found += all_boxed(text)
     if mode == "auto":
-        found += [answer_in(s) for s, _ in _marker_statements(text) if not all_boxed(s)]
+        found += [answer_in(s) for s, *_ in _marker_statements(text) if not all_boxed(s)]
     return [f for f in found if f]
 
 

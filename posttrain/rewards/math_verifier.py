@@ -33,7 +33,7 @@ from fractions import Fraction
 
 from posttrain.rewards import answer_grammar as grammar
 from posttrain.rewards import answers
-from posttrain.rewards.answer_clean import clean
+from posttrain.rewards.answer_clean import clean, split_top
 from posttrain.rewards.answers import final_part, same, values_of
 from posttrain.rewards.choice import is_choice, score_choice
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
@@ -70,14 +70,16 @@ def _exact(text: str) -> Fraction | None:
 def padding(gold: str, answer: str) -> str | None:
     """Why `answer` is the expected answer padded with other digits or text, or None:
     it contains the expected answer's text, and is not exactly its value (`13.0` is 13;
-    `2140`, `214.0000001` and `214 and 215` are not 214)."""
+    `2140`, `214.0000001` and `214 and 215` are not 214; a list with one of its items again,
+    `a, b, a`, is not the list `a, b`)."""
     g, a = _squash(gold), _squash(answer)
     if not g or g == a or g not in a:
         return None
     ge, ae = _exact(gold), _exact(answer)
     if ge is not None and ae is not None and ge == ae:
         return None
-    if ge is None and answers.same(gold, answer) and not re.search(r"\d", a.replace(g, "", 1)):
+    more_items = len(split_top(answer)) > len(split_top(gold))
+    if ge is None and answers.same(gold, answer) and not re.search(r"\d", a.replace(g, "", 1)) and not more_items:
         return None
     return f"wrong: {answer[:60]!r} contains the expected {gold[:60]!r} among other text (no partial credit)"
 

@@ -38,6 +38,11 @@ _NUMERAL_SYSTEM = re.compile(r"(?<![\w.])0[xXbBoO][0-9a-fA-F]+")
 _LATEX_NAMES = re.compile(r"\\(?:begin|end)\{[^}]*\}|\\[a-zA-Z]+")
 _WORD = re.compile(r"[a-zA-Z]{3,}")
 _LABEL = re.compile(r"[A-Za-z]\w*\s*=")
+# a numeral of another base (`1a1`, `3c0f` where the question names a base): digits, not algebra
+_BASE_QUESTION = re.compile(r"\bbase[- ]?\d+|\bhexadecimal\b|\bbinary\b|\boctal\b", re.IGNORECASE)
+_ALPHANUMERAL = re.compile(r"(?<![\w\\])(?=[0-9a-zA-Z]*\d)(?=[0-9a-zA-Z]*[a-zA-Z])[0-9a-zA-Z]+")
+# an approximation states no exact value: where the family refuses it, the form is not misread
+_APPROXIMATE = re.compile(r"\\approx|≈|\\sim(?![a-zA-Z])|~|\b(?:approx(?:imately)?|about|around|roughly|circa)\b", re.I)
 
 
 def family_credits(family: str, answer: str, entry: dict) -> bool:
@@ -51,14 +56,16 @@ def family_credits(family: str, answer: str, entry: dict) -> bool:
         return False
 
 
-def value_gold(gold: str) -> bool:
+def value_gold(gold: str, question: str | None = None) -> bool:
     """Whether an expected answer is a mathematical value (a number, a fraction, a percent,
     an expression in variables, an interval, a set, a choice letter), which `judge` compares
     as such; not a construction of numbers (`94*4 - 61 - 6`, `2 × 3 × 5`), a numeral of
-    another base (`0x5b`), words, a mapping of labels (`C=3,E=0`) or a board on several lines:
-    those only the family can check."""
+    another base (`0x5b`, or `1a1` where the question names a base), words, a mapping of labels
+    (`C=3,E=0`) or a board on several lines: those only the family can check."""
     g = gold.strip()
     if "\n" in g or _NUMERAL_SYSTEM.search(g) or len(_LABEL.findall(g)) > 1:
+        return False
+    if question and _BASE_QUESTION.search(question) and _ALPHANUMERAL.search(g):
         return False
     if _ARITHMETIC.fullmatch(g) and _OPERATION.search(g) and not _NUMBER.fullmatch(g):
         return False
@@ -116,7 +123,7 @@ def shape_refusal(response: str, mode: str, question: str | None) -> Verdict | N
 
 def value_verdict(gold: str, response: str, mode: str, form: str | None, question: str | None) -> Verdict | None:
     """`judge`'s verdict where the expected answer is a value (`value_gold`), else None."""
-    return judge(gold, response, mode, form, question) if value_gold(gold) else None
+    return judge(gold, response, mode, form, question) if value_gold(gold, question) else None
 
 
 def plainly_different(verdict: Verdict) -> bool:
@@ -175,7 +182,8 @@ class ReasoningGymVerifier:
             reason = f"wrong: the family's scorer cannot read {answer[:60]!r} ({type(exc).__name__}: {exc})"
             return RewardResult(0.0, reason[:300], self.name, details)
         details["family_score"] = score
-        if value is not None and value.score == 1.0 and score < 1.0 and not _reordered_list(gold, answer):
+        misread = not _reordered_list(gold, answer) and not _APPROXIMATE.search(answer)
+        if value is not None and value.score == 1.0 and score < 1.0 and misread:
             reason = f"{value.reason}; the family's scorer gives its form {score:g}"
             return RewardResult(1.0, reason, self.name, {**details, **value.details})
         if score > 0 and gold is not None:  # a family may credit padding in full (word_sorting: the gold, then more)

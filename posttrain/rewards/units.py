@@ -14,7 +14,8 @@ class Unit:
     name: str
     dimension: str  # a unit may be written where the task fixes no other unit of its dimension
     spellings: tuple[str, ...]
-    licensed_by: str = ""  # a regex over the task that licenses the unit besides its own spellings
+    licensed_by: str = ""  # a regex over the task's topic that licenses the unit where it names none of its dimension
+    marks: str = ""  # a regex of the unit's symbols in a task (`°`, `€`): they spell it
 
 
 _MONEY = r"\\?\$\s*\d|\bcosts?\b|\bprice|\bpaid\b|\bpay|\bspen[dt]"  # a question about money
@@ -45,19 +46,22 @@ UNITS: tuple[Unit, ...] = (
     Unit("gallon", "volume", ("gal", "gallon", "gallons")),
     Unit("cup", "volume", ("cup", "cups")),
     Unit("speed", "speed", ("mph", "kph", "kmh")),
-    Unit("degree", "angle", ("deg", "degree", "degrees"), r"angle|°|\\circ"),
+    Unit("degree", "angle", ("deg", "degree", "degrees"), r"angle", r"°|\\circ"),
     Unit("radian", "angle", ("rad", "radian", "radians"), r"angle"),
-    Unit("celsius", "temperature", ("C", "celsius", "Celsius"), r"°C|temperature"),
-    Unit("fahrenheit", "temperature", ("F", "fahrenheit", "Fahrenheit"), r"°F|temperature"),
+    Unit("celsius", "temperature", ("C", "celsius", "Celsius"), r"temperature", r"°\s*C"),
+    Unit("fahrenheit", "temperature", ("F", "fahrenheit", "Fahrenheit"), r"temperature", r"°\s*F"),
     Unit("kelvin", "temperature", ("K", "kelvin", "Kelvin"), r"temperature"),
     Unit(
         "dollar",
         "money",
         ("dollar", "dollars", "usd", "USD"),
-        r"\\?\$\s*\d|\bcosts?\b|\bprice|\bpaid\b|\bpay|\bspen[dt]",
+        r"\bcosts?\b|\bprice|\bpaid\b|\bpay|\bspen[dt]",
+        r"\\?\$\s*\d",
     ),
     Unit("cent", "money", ("cent", "cents", "¢")),
-    Unit("euro", "money", ("euro", "euros", "eur", "EUR"), r"€"),
+    Unit("euro", "money", ("euro", "euros", "eur", "EUR"), "", r"€|\\euro\b"),
+    Unit("pound sterling", "money", ("GBP", "sterling"), "", r"£|\\pounds\b"),
+    Unit("yen", "money", ("yen", "JPY"), "", r"¥"),
     Unit("volt", "voltage", ("V", "volt", "volts")),
     Unit("ampere", "current", ("A", "amp", "amps", "ampere", "amperes")),
     Unit("watt", "power", ("W", "watt", "watts", "kW", "kilowatt", "kilowatts")),
@@ -87,13 +91,20 @@ def _spelled(spelling: str, text: str) -> bool:
 
 
 def licensed(gold: str, question: str | None) -> tuple[Unit, ...]:
-    """The units the expected answer or the question has."""
+    """The units the expected answer or the question has: spelled or marked (`°`, `€`), or
+    named by its topic (`angle`, `temperature`) where no unit of its dimension is spelled
+    (an angle "in degrees" licenses no radian, a temperature in Celsius no kelvin)."""
     task = f"{gold}\n{question or ''}"
-    return tuple(
+    spelled = tuple(
+        u for u in UNITS if any(_spelled(s, task) for s in u.spellings) or (u.marks and re.search(u.marks, task))
+    )
+    fixed = {u.dimension for u in spelled}
+    topical = tuple(
         u
         for u in UNITS
-        if any(_spelled(s, task) for s in u.spellings) or (u.licensed_by and re.search(u.licensed_by, task, re.I))
+        if u not in spelled and u.dimension not in fixed and u.licensed_by and re.search(u.licensed_by, task, re.I)
     )
+    return spelled + topical
 
 
 def allowed(gold: str, question: str | None) -> tuple[Unit, ...]:
