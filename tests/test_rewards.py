@@ -286,3 +286,34 @@ def test_no_partial_credit_for_containing_the_answer(family, pad):
         text = "".join(str(i) for i in range(1000)) if pad == "ALL" else pad.format(gold=task.answer)
         (result,) = score_sync(ReasoningGymVerifier(), [sample_for(task, text)])
         assert result.ok and result.score == 0.0, (text[:40], result.reason)
+
+
+@pytest.mark.parametrize(
+    "family, near_miss",
+    [
+        ("spell_backward", lambda gold: gold[:-1]),  # the family pays each letter in place
+        ("word_sorting", lambda gold: ", ".join(gold.split(", ")[:-1])),  # each word in place
+    ],
+)
+def test_a_near_miss_scores_0_unless_the_familys_partial_credit_is_asked_for(family, near_miss):
+    """A family's partial credit for an answer that is not the expected one is a reward for a
+    wrong answer: 0 by default, what the family gives with `reward.family_partial_credit`."""
+    (task,) = rg_tasks(family, {}, size=1)
+    sample = sample_for(task, f"<answer>{near_miss(task.answer)}</answer>")
+    (strict,) = score_sync(ReasoningGymVerifier(), [sample])
+    (paid,) = score_sync(ReasoningGymVerifier(partial_credit=True), [sample])
+    assert 0 < paid.score < 1 and paid.reason.startswith("partly correct"), paid
+    assert strict.score == 0.0 and "partial credit" in strict.reason and strict.details["family_score"] == paid.score
+    (right,) = score_sync(ReasoningGymVerifier(), [sample_for(task, f"<answer>{task.answer}</answer>")])
+    assert right.score == 1.0
+
+
+def test_the_stage_reward_config_turns_the_familys_partial_credit_on():
+    from posttrain.config import RewardConfig
+    from posttrain.rewards.registry import get_verifier
+
+    class Stage:
+        reward = RewardConfig(family_partial_credit=True)
+
+    assert get_verifier("reasoning_gym").part("build")(Stage(), [], None).partial_credit is True
+    assert RewardConfig().family_partial_credit is False

@@ -165,6 +165,12 @@ class RewardConfig(Base):
         description="Time limit of one answer check (math, reasoning_gym, user answers, agent episodes, judgement "
         "replies), in a worker process: past it the sample scores 0.",
     )
+    family_partial_credit: bool = Field(
+        False,
+        description="Pay a reasoning-gym family's partial credit for an answer that is not the expected one (a "
+        "truncated or misspelled word, some items in place): false scores every such answer 0, so a near miss "
+        "never pays; true pays what the family gives (still never for padding or another order).",
+    )
     grm: GRMConfig | None = Field(
         None, description="Generative reward model for tasks without a verifier (writing); none: they are unscored."
     )

@@ -13,7 +13,8 @@ family's string comparison misreads (`x = 13`, `-4.0`, `\\dfrac{1}{2}`). What it
   for 60), not in the form the task asks for (`answer_form`), a relation;
 - partial credit: a family's partial credit for an answer that contains the expected one
   (`2140` for 214), or that is its items in another order (a sorted list unsorted), is not
-  given.
+  given; nor, unless `reward.family_partial_credit` asks for it, any other partial credit (a
+  truncated or misspelled word, some items in place): a near miss scores 0.
 
 So an answer equal in value to a construction's target is not the construction: countdown
 answered with its target number, puzzle24 with `24`, prime_factorization with the number, a
@@ -134,9 +135,10 @@ def plainly_different(verdict: Verdict) -> bool:
 class ReasoningGymVerifier:
     name = "reasoning_gym"
 
-    def __init__(self, answer_format: str = "auto", timeout_s: float = ANSWER_TIMEOUT_S):
+    def __init__(self, answer_format: str = "auto", timeout_s: float = ANSWER_TIMEOUT_S, partial_credit: bool = False):
         self.answer_format = answer_format
         self.timeout_s = timeout_s  # per sample, in a worker process (`rewards/deadline.py`)
+        self.partial_credit = partial_credit  # `reward.family_partial_credit`: pay a near miss what the family gives
         self._scorers: dict[str, object] = {}
 
     def __getstate__(self) -> dict:
@@ -190,6 +192,12 @@ class ReasoningGymVerifier:
             partial = padding(gold, answer) or (reordering(gold, answer) if score < 1 else None)
             if partial:
                 return RewardResult(0.0, partial, self.name, details)
+        if 0 < score < 1 and not self.partial_credit:
+            reason = (
+                f"wrong: {answer[:60]!r} is not the expected {str(gold)[:60]!r} (the family's partial credit "
+                f"{score:g} is not paid: reward.family_partial_credit)"
+            )
+            return RewardResult(0.0, reason, self.name, details)
         verdict_word = "correct" if score >= 1.0 else ("partly correct" if score > 0 else "wrong")
         reason = f"{verdict_word}: {answer[:80]!r} vs expected {str(gold)[:80]!r} ({how}, the family's scorer)"
         if finish_reason == "length":

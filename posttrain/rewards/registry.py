@@ -181,7 +181,8 @@ def _alone_math(alone: Alone):
 def _build_reasoning_gym(stage, leaves, judge):
     from posttrain.rewards.reasoning_gym import ReasoningGymVerifier
 
-    return ReasoningGymVerifier(stage.reward.answer_format, stage.reward.answer_timeout_s)
+    reward = stage.reward
+    return ReasoningGymVerifier(reward.answer_format, reward.answer_timeout_s, reward.family_partial_credit)
 
 
 def _gold_reasoning_gym(stage, leaf):
