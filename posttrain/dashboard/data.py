@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
@@ -24,6 +26,7 @@ from posttrain.records.startup import PREFIX as STARTUP
 RL_TYPES = ("rl", "mopd", "experts")  # stages the reward debugger opens on first (not eval cells)
 SAMPLE_LIMIT = 256 << 10  # bytes: a larger sample is sent cut, with a link to the whole
 CUT_CHARS = 20_000  # characters of each long text a cut sample keeps
+K = TypeVar("K")  # what a row's check keeps
 
 
 class _Cache:
@@ -243,7 +246,7 @@ class Run:
             return {"view": "eval"}
         return None
 
-    def _startup(self, stage: str) -> dict[str, float]:
+    def _startup(self, stage: str) -> dict[str, float | None]:
         """The stage's start-up by phase (`startup/PHASE_s`, `total` among them), as its
         newest first step logged it (a resume logs its own); an experts stage: its first
         job's, which holds the run's own start."""
@@ -294,7 +297,10 @@ class Run:
         """Every key the job logged, in plots (curated first, then by prefix), downsampled."""
         found = self.metrics().jobs.get((stage, job))
         zero = found.zero() if found else set()
-        plots = layout(plot_groups(found.keys()), zero) if found else {}
+        plots = {}
+        if found:
+            for title, p in layout(plot_groups(found.keys()), zero).items():
+                plots[title] = {"series": {k: found.xy(k) for k in p["keys"]}, "axes": p["axes"], "units": p["units"]}
         return {
             "run": self.index,
             "name": self.name(),
@@ -302,10 +308,7 @@ class Run:
             "job": job,
             "steps": len(found) if found else 0,
             "last_step": finite(found.latest.get("step")) if found else None,
-            "plots": {
-                title: {"series": {k: found.xy(k) for k in p["keys"]}, "axes": p["axes"], "units": p["units"]}
-                for title, p in plots.items()
-            },
+            "plots": plots,
             "zero": sorted(zero),
         }
 
@@ -369,15 +372,14 @@ class Run:
             }
         if data is None and why is None:
             return {**out, "missing": ["eval.json"], "problems": self.problems()}
-        problem = why or (None if isinstance(data, dict) else f"a JSON {type(data).__name__}, not an object")
-        if problem is None and not isinstance(data.get("rows"), list):
-            problem = "rows: not a list"
-        self.file_problems["eval.json"] = [problem] if problem else []
-        if problem is None:
-            rows = self._valid(data["rows"], eval_row, "rows")
-            found = data.get("comparisons") or []
-            found = self._valid(found if isinstance(found, list) else [found], comparison_row, "comparisons")
-            out.update(grids=eval_grids(rows), comparisons=comparison_table(found))
+        parts = why or _eval_parts(data)
+        self.file_problems["eval.json"] = [parts] if isinstance(parts, str) else []
+        if not isinstance(parts, str):
+            rows, found = parts
+            out.update(
+                grids=eval_grids(self._valid(rows, eval_row, "rows")),
+                comparisons=comparison_table(self._valid(found, comparison_row, "comparisons")),
+            )
         return {**out, "problems": self.problems()}
 
     def _has_eval_stage(self) -> bool:
@@ -390,7 +392,7 @@ class Run:
             return True
         return any(isinstance(s, dict) and s.get("type") == "eval" for s in stages)
 
-    def _valid(self, rows: list, check, where: str) -> list:
+    def _valid(self, rows: list, check: Callable[[object], K], where: str) -> list[K]:
         kept = []
         for i, row in enumerate(rows):
             try:
@@ -448,7 +450,7 @@ class Run:
             filters = {**filters, "flag_steps": self.flag_steps(stage, filters["flag"])}
         matched = sx.select(index, self.board, stage, filters)
         rows = sx.read_page(index, sx.page_of(matched, page))
-        counts = self.board.criteria_counts(stage, [sx.sample_key(r.get("sample")) for r in rows])
+        criteria = self.board.criteria_counts(stage, [sx.sample_key(r.get("sample")) for r in rows])
         return {
             "run": self.index,
             "stages": stages,
@@ -461,7 +463,7 @@ class Run:
             "page": page,
             "pages": max(1, -(-len(matched) // sx.PAGE)),
             "steps": filters.get("flag_steps") or filters.get("steps") or [],
-            "samples": [sx.slim(r, counts.get(sx.sample_key(r.get("sample")), 0)) for r in rows],
+            "samples": [sx.slim(r, n) for r, n in zip(rows, criteria)],
             "problems": self.problems(),
         }
 
@@ -486,7 +488,7 @@ class Run:
         its long texts cut to CUT_CHARS and `cut`: its size, for the link to the whole."""
         raw = self.sample_raw(stage, sample_id)
         row = sx.parse(raw) if raw else None
-        if row is None:
+        if raw is None or row is None:
             return None
         self.board.refresh()
         entry = self.board.entry(stage, sample_id)
@@ -495,6 +497,17 @@ class Run:
         if size > SAMPLE_LIMIT:
             out = {"row": _cut(row), "scoreboard": _cut(entry), "cut": {"bytes": len(raw), "chars": CUT_CHARS}}
         return sx.plain(out)
+
+
+def _eval_parts(data: object) -> tuple[list, list] | str:
+    """eval.json's rows and comparisons (one comparison alone is a list of one), or what is
+    wrong with the file."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    rows, found = data.get("rows"), data.get("comparisons") or []
+    if not isinstance(rows, list):
+        return "rows: not a list"
+    return rows, found if isinstance(found, list) else [found]
 
 
 def _cut(value, items: int = 200):

@@ -15,21 +15,25 @@ from posttrain.config import HealthConfig, PartialRolloutConfig
 from posttrain.dashboard.series import JobSeries
 from posttrain.records.health import CHECKS, WATCHED, HealthMonitor, enabled, threshold
 
+# model_validate({}): the schemas' defaults (pyright does not read a Field's positional default)
+DEFAULT_HEALTH = HealthConfig.model_validate({})
+DEFAULT_STALENESS = PartialRolloutConfig.model_validate({}).max_staleness
+
 
 def thresholds(config: dict) -> tuple[HealthConfig, str | None]:
     """The run's `health:` section, or the defaults (with the problem) when it cannot be read."""
     try:
         return HealthConfig(**(config.get("health") or {})), None
     except (ValidationError, TypeError) as exc:
-        return HealthConfig(), f"config.resolved.yaml: health: {exc}; the defaults are used"
+        return DEFAULT_HEALTH, f"config.resolved.yaml: health: {exc}; the defaults are used"
 
 
 def max_staleness(config: dict, stage: str) -> int:
     for s in config.get("stages") or []:
         if s.get("name") == stage:
             partial = s.get("partial") or {}
-            return int(partial.get("max_staleness", PartialRolloutConfig().max_staleness))
-    return PartialRolloutConfig().max_staleness
+            return int(partial.get("max_staleness", DEFAULT_STALENESS))
+    return DEFAULT_STALENESS
 
 
 def ranges(steps: list[int]) -> list[list[int]]:

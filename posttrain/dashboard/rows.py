@@ -6,13 +6,17 @@ half a row, and never raises on one)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
+from typing import Literal, TypeVar, overload
 
 from posttrain.dashboard.tail import BadRow, BadRows, decode
 
 BIG = 1 << 53  # integers beyond this do not survive a float or an int64 array
+T = TypeVar("T")
+K = TypeVar("K")  # what a row's check keeps
 
 
-def finite(value):
+def finite(value: T) -> T | None:
     """A value the page can take: numbers that are not finite become None."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -30,6 +34,10 @@ def _shown(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+@overload
+def integer(row: dict, key: str, required: Literal[True] = True) -> int: ...
+@overload
+def integer(row: dict, key: str, required: bool) -> int | None: ...
 def integer(row: dict, key: str, required: bool = True) -> int | None:
     value = row.get(key)
     if value is None and not required:
@@ -43,6 +51,10 @@ def integer(row: dict, key: str, required: bool = True) -> int | None:
     return int(value)
 
 
+@overload
+def number(row: dict, key: str, required: Literal[True]) -> float: ...
+@overload
+def number(row: dict, key: str, required: bool = False) -> float | None: ...
 def number(row: dict, key: str, required: bool = False) -> float | None:
     """A number (NaN and the strings "nan"/"inf" that a non-finite float is written as pass)."""
     value = row.get(key)
@@ -55,6 +67,10 @@ def number(row: dict, key: str, required: bool = False) -> float | None:
     return float(value)
 
 
+@overload
+def text(row: dict, key: str, required: Literal[True]) -> str: ...
+@overload
+def text(row: dict, key: str, required: bool = False) -> str | None: ...
 def text(row: dict, key: str, required: bool = False) -> str | None:
     value = row.get(key)
     if value is None and not required:
@@ -109,11 +125,10 @@ def rollout_row(row: dict) -> tuple[int, int, float, str, str]:
     ):
         head, dash, tail = sample.partition("-")
         if dash and head.isdigit() and tail.isdigit() and len(head) < 9 and len(tail) < 7:
-            scored = ok and reward is not None
             return (
                 (int(head) << 24) + int(tail),
                 step,
-                float(reward) if scored else math.nan,
+                float(reward) if ok and reward is not None else math.nan,
                 source or "?",
                 verifier or "?",
             )
@@ -134,8 +149,7 @@ def _rollout_row_checked(row: dict) -> tuple[int, int, float, str, str]:
     for key in ("response", "reason", "family"):
         if row.get(key) is not None and not isinstance(row[key], str):
             raise BadRow(f"{key}: {_shown(row[key])} is {_kind(row[key])}, not a string")
-    scored = ok and reward is not None
-    return (step << 24) + index, logged, reward if scored else math.nan, source, verifier
+    return (step << 24) + index, logged, reward if ok and reward is not None else math.nan, source, verifier
 
 
 def scoreboard_row(row: dict) -> tuple[int, str, tuple[str, ...]]:
@@ -154,7 +168,7 @@ EVAL_TEXT = ("checkpoint", "role", "domain", "effort")
 EVAL_NUMBERS = ("score", "score_se", "mean_tokens", "n", "unscored", "overlap")
 
 
-def eval_row(row) -> dict:
+def eval_row(row: object) -> dict:
     if not isinstance(row, dict):
         raise BadRow(f"{_kind(row)}, not an object")
     text(row, "checkpoint", required=True)
@@ -165,10 +179,10 @@ def eval_row(row) -> dict:
     return row
 
 
-def comparison_row(row) -> dict:
+def comparison_row(row: object) -> dict[str, str | float | None]:
     if not isinstance(row, dict):
         raise BadRow(f"{_kind(row)}, not an object")
-    out = {key: text(row, key, required=True) for key in ("kind", "a", "b")}
+    out: dict[str, str | float | None] = {key: text(row, key, required=True) for key in ("kind", "a", "b")}
     out.update({key: text(row, key) for key in ("domain", "effort")})
     out["diff"] = number(row, "diff", required=True)
     out["se"] = number(row, "se")
@@ -176,7 +190,12 @@ def comparison_row(row) -> dict:
     return out
 
 
-def read_rows(lines, bad: BadRows, check, take) -> None:
+def read_rows(
+    lines: Iterable[tuple[int, int, bytes]],
+    bad: BadRows,
+    check: Callable[[dict], K],
+    take: Callable[[int, K], None],
+) -> None:
     """Every row of `lines` (a tail's poll): `check(row)` validates the whole row and returns
     what to keep (or raises BadRow), then `take(offset, kept)` appends it. A line that is not
     a row, or fails its check, is counted in `bad` with its line number and why."""

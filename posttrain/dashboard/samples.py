@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from array import array
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
@@ -130,12 +131,13 @@ class ScoreboardIndex:
         at = self.of_stage(stage)
         return np.array(self.key)[at[np.isin(np.array(self.rubric)[at], wanted)]]
 
-    def criteria_counts(self, stage: str, keys: list[int]) -> dict[int, int]:
-        """Criteria in the rubric of each of `keys` (a page's samples) that has an entry."""
+    def criteria_counts(self, stage: str, keys: list[int | None]) -> list[int]:
+        """Criteria in the rubric of each of `keys` (a page's samples; None: an id that is not
+        STEP-INDEX), 0 for a sample without an entry."""
         at = self.of_stage(stage)
-        at = at[np.isin(np.array(self.key)[at], keys)]
+        at = at[np.isin(np.array(self.key)[at], [k for k in keys if k is not None])]
         found = dict(zip(np.array(self.key)[at].tolist(), np.array(self.rubric)[at].tolist()))
-        return {k: len(self.rubrics.names[r]) for k, r in found.items()}
+        return [len(self.rubrics.names[found[k]]) if k in found else 0 for k in keys]
 
     def entry(self, stage: str, sample_id: str) -> dict | None:
         at = self.of_stage(stage)
@@ -192,7 +194,11 @@ def page_of(matched: np.ndarray, page: int, size: int = PAGE) -> np.ndarray:
     return matched[max(0, end - size) : max(0, end)][::-1]
 
 
-def plain(value):
+@overload
+def plain(value: dict) -> dict: ...
+@overload
+def plain(value: object) -> object: ...
+def plain(value: object) -> object:
     """JSON the browser parses: a non-finite float (Python's json reads NaN) becomes a string."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)

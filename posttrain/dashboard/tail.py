@@ -102,7 +102,8 @@ class BadRows:
         self.count = 0
         self.examples: list[dict] = []
 
-    def add(self, line: int, why: str) -> None:
+    def add(self, line: int | str, why: str) -> None:
+        """`line`: its line number, or where it is in a JSON file (`rows[3]`)."""
         self.count += 1
         if len(self.examples) < self.EXAMPLES:
             self.examples.append({"line": line, "why": why})
@@ -115,19 +116,19 @@ class BadRow(ValueError):
     """A row that is whole JSON but not a row of its file; str() says why, in one line."""
 
 
-def decode(offset: int, line: bytes) -> list[tuple[int, dict | None, str | None]]:
-    """A line as [(offset, row, None)], or [(offset, None, why)] when it is not a JSON object.
+def decode(offset: int, line: bytes) -> list[tuple[int, dict | None, str]]:
+    """A line as [(offset, row, "")], or [(offset, None, why)] when it is not a JSON object.
     A torn line that a whole row follows on the same line (a writer stopped mid-row, the
     next one appended after it) gives both: the torn part as a bad row, and the row, with the
     offset where it starts."""
     row, why = _object(line)
     if row is not None:
-        return [(offset, row, None)]
+        return [(offset, row, "")]
     at, tries = line.find(b'{"', 1), 0
     while at > 0 and tries < TORN_TRIES:
         found, _ = _object(line[at:])
         if found is not None:
-            return [(offset, None, f"torn line ({at} bytes) before a whole row"), (offset + at, found, None)]
+            return [(offset, None, f"torn line ({at} bytes) before a whole row"), (offset + at, found, "")]
         at, tries = line.find(b'{"', at + 1), tries + 1
     return [(offset, None, why)]
 

@@ -17,6 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
+from posttrain.config import KeepBest
 from posttrain.records.metrics import write_json_atomic
 
 BEST_FILE = "best.json"
@@ -62,7 +63,12 @@ def best_checkpoint(
 
 
 def retain(
-    stage_dir: Path, state_file: str, keep_last: int | None, keep_best=None, run_dir: Path | None = None, stage=None
+    stage_dir: Path,
+    state_file: str,
+    keep_last: int | None,
+    keep_best: KeepBest | None = None,
+    run_dir: Path | None = None,
+    stage: str | None = None,
 ) -> list[Path]:
     """Delete the step checkpoints of a stage that `keep_last` / `keep_best` do not keep;
     returns the folders deleted."""
@@ -76,7 +82,7 @@ def retain(
         keep.update(folders[-keep_last:])
     else:
         keep.update(folders)
-    if keep_best is not None and run_dir is not None:
+    if keep_best is not None and run_dir is not None and stage is not None:  # the best needs the stage's metrics
         best = best_checkpoint(folders, run_dir, stage, keep_best.metric, keep_best.mode)
         if best is not None:
             keep.add(best[0])

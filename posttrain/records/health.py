@@ -187,13 +187,14 @@ def _value(row: dict, key: str) -> float | None:
         return None
 
 
-def _mean(values: list[float]) -> float | None:
+def _mean(values: list[float | None]) -> float | None:
     kept = [v for v in values if v is not None and math.isfinite(v)]
     return sum(kept) / len(kept) if kept else None
 
 
-def _above(value: float | None, bound: float):
-    return (value, bound) if value is not None and value > bound else None
+def _above(value: float | None, bound: float | None) -> tuple[float, float] | None:
+    """(value, bound) when the value is over the bound (never when the check's bound is off)."""
+    return (value, bound) if value is not None and bound is not None and value > bound else None
 
 
 def _mean_of(rows: list[dict], key: str) -> float | None:
@@ -266,16 +267,16 @@ class HealthMonitor:
         return _above(v["logp/mismatch"], self.config.logp_mismatch_max)
 
     def _entropy_floor(self, v):
-        value = v["policy/entropy"]
-        return (value, self.config.entropy_min) if value is not None and value < self.config.entropy_min else None
+        value, bound = v["policy/entropy"], self.config.entropy_min
+        return (value, bound) if value is not None and bound is not None and value < bound else None
 
     def _entropy_fall(self, v):
-        value = v["policy/entropy"]
+        value, fall = v["policy/entropy"], self.config.entropy_fall
         recent = [h["policy/entropy"] for h in list(self.history)[-self.config.window :]]
         peak = max((e for e in recent if e is not None and math.isfinite(e)), default=None)
-        if value is None or peak is None or value >= (1 - self.config.entropy_fall) * peak:
+        if value is None or peak is None or fall is None or value >= (1 - fall) * peak:
             return None
-        return value, (1 - self.config.entropy_fall) * peak, f"fell from {peak:.4g} within {len(recent)} steps"
+        return value, (1 - fall) * peak, f"fell from {peak:.4g} within {len(recent)} steps"
 
     def _truncated(self, v):
         fired = _above(v["response/truncated_frac"], self.config.truncated_frac_max)
@@ -305,26 +306,26 @@ class HealthMonitor:
         return _above(v["reward/over_budget_frac"], self.config.over_budget_frac_max)
 
     def _reward_hacking(self, v):
-        c, w = self.config, self.config.window
-        if len(self.history) < 2 * w - 1:
+        c, w, jump = self.config, self.config.window, self.config.hack_reward_jump
+        if jump is None or len(self.history) < 2 * w - 1:
             return None
         rows = list(self.history)[-(2 * w - 1) :] + [v]
         before, after = rows[:w], rows[w:]
         r0, r1 = _mean_of(before, "reward/mean"), _mean_of(after, "reward/mean")
-        if r0 is None or r1 is None or r1 - r0 < c.hack_reward_jump:
+        if r0 is None or r1 is None or r1 - r0 < jump:
             return None
         # a reward that rose because fewer responses went over budget is the budget being learned
         learned = (_mean_of(before, "reward/over_budget_frac") or 0.0) - (
             _mean_of(after, "reward/over_budget_frac") or 0.0
         )
-        if learned >= c.hack_reward_jump / 2:
+        if learned >= jump / 2:
             return None
         length = _fall(_per_budget(before), _per_budget(after))
         tests = _fall(_mean_of(before, "code/tests_counted"), _mean_of(after, "code/tests_counted"))
         if max(length, tests) < c.hack_length_drop:
             return None
         what = f"length per budget token fell {length:.0%}" if length >= tests else f"tests counted fell {tests:.0%}"
-        return r1 - r0, c.hack_reward_jump, f"rose from {r0:.3g} to {r1:.3g} over {w} steps while {what}"
+        return r1 - r0, jump, f"rose from {r0:.3g} to {r1:.3g} over {w} steps while {what}"
 
     def _nonfinite(self, v):
         value = v["train/skipped_nonfinite"]
@@ -335,18 +336,21 @@ class HealthMonitor:
         return (value, 0.0, "an engine died and its trajectories were requeued") if value else None
 
     def _queue_growth(self, v):
-        depth = v["queue/depth"]
-        if depth is None:
+        depth, steps = v["queue/depth"], self.config.queue_growth_steps
+        if depth is None or steps is None:
             return None
         self.rises = self.rises + 1 if self.last_depth is not None and depth > self.last_depth else 0
         self.last_depth = depth
-        return (depth, float(self.config.queue_growth_steps)) if self.rises >= self.config.queue_growth_steps else None
+        return (depth, float(steps)) if self.rises >= steps else None
 
     def _staleness_cap(self, v):
         """At the cap for `staleness_cap_steps` steps in a row: with partial rollouts some
         trajectories reach the cap now and then, which is what the cap is for; a cap reached
         step after step means the queue cannot keep up and samples are about to be dropped."""
-        value, bound = v["staleness/max"], self.config.staleness_cap_frac * self.max_staleness
+        frac, cap = self.config.staleness_cap_frac, self.max_staleness
+        if frac is None or not cap:
+            return None
+        value, bound = v["staleness/max"], frac * cap
         self.at_cap = self.at_cap + 1 if value is not None and value >= bound else 0
         return (value, bound) if self.at_cap >= self.config.staleness_cap_steps else None
 
@@ -373,10 +377,10 @@ class HealthMonitor:
         return _above(v["samples/dropped_frac"], self.config.dropped_frac_max)
 
     def _fault_share(self, v, metric: str):
-        count, total = v[metric], v["samples/total"]
-        if not count or not total:
+        count, total, bound = v[metric], v["samples/total"], self.config.fault_frac_max
+        if not count or not total or bound is None:
             return None
-        share, bound = count / total, self.config.fault_frac_max
+        share = count / total
         return (share, bound, f"{count:g} of {total:g} samples") if share > bound else None
 
     def _env_errors(self, v):
@@ -399,11 +403,13 @@ class HealthMonitor:
 
     def _grm_orders_agree(self, v):
         value, bound = v["grm/orders_agree"], self.config.grm_orders_agree_min
-        return (value, bound, "a judge at chance or worse") if value is not None and value < bound else None
+        fires = value is not None and bound is not None and value < bound  # a NaN never fires
+        return (value, bound, "a judge at chance or worse") if fires else None
 
     def _grm_spread(self, v):
         value, bound = v["grm/group_std"], self.config.grm_spread_min
-        return (value, bound, "mean std of GRM scores within a group") if value is not None and value < bound else None
+        fires = value is not None and bound is not None and value < bound  # a NaN never fires
+        return (value, bound, "mean std of GRM scores within a group") if fires else None
 
     # ------------------------------------------------------------ the driver's hook
 

@@ -16,25 +16,17 @@ import queue
 import sys
 import threading
 import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from posttrain.config import WandbConfig
 
-_CLOSE = object()
-_QUIET = dict(
-    silent=True,
-    console="off",
-    save_code=False,
-    disable_git=True,
-    disable_job_creation=True,
-    x_disable_stats=True,
-    x_disable_meta=True,
-    x_disable_machine_info=True,
-    x_save_requirements=False,
-)
+if TYPE_CHECKING:  # wandb itself is imported on the background thread, at the first row
+    import wandb
 
 
-def wandb_mode(setting: str, environ: dict[str, str]) -> str:
+def wandb_mode(setting: str, environ: Mapping[str, str]) -> str:
     """The mode passed to wandb.init. Explicit, read here: wandb reads its environment once
     per process, so a later change of WANDB_MODE would not reach it."""
     if setting != "auto":
@@ -67,16 +59,16 @@ def numeric(row: dict) -> dict[str, float]:
 class WandbSink:
     """Feed rows with `log(row)`; `close()` finishes every run (waits up to `timeout` s)."""
 
-    def __init__(self, config: WandbConfig, run_dir: Path, group: str, resolved: dict, stream=None):
+    def __init__(self, config: WandbConfig, run_dir: Path, group: str, resolved: dict, stream: TextIO | None = None):
         self.config, self.run_dir, self.group, self.resolved = config, Path(run_dir), group, resolved
         self.mode = wandb_mode(config.mode, dict(os.environ))
         self.stream = stream or sys.stderr
-        self.runs: dict[str, object] = {}
+        self.runs: dict[str, wandb.Run] = {}
         self.last_step: dict[str, int] = {}
         self.stage_of: dict[str, str] = {}  # job -> its pipeline stage
         self.started = False
         self.failed: str | None = None
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.Queue[dict | None] = queue.Queue()  # None: close
         self._thread = threading.Thread(target=self._work, name="wandb-sink", daemon=True)
         self._thread.start()
         self._closed = False
@@ -90,7 +82,7 @@ class WandbSink:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(_CLOSE)
+        self._queue.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():
             self._warn(f"still busy after {timeout:.0f}s at close; its last rows may be missing")
@@ -98,7 +90,7 @@ class WandbSink:
     # ------------------------------------------------------------ the background thread
 
     def _work(self) -> None:
-        while (row := self._queue.get()) is not _CLOSE:
+        while (row := self._queue.get()) is not None:
             if self.failed is None:
                 self._guard(self._log, row)
         for job in list(self.runs):
@@ -108,7 +100,7 @@ class WandbSink:
 
             self._guard(wandb.teardown)  # waits for wandb's service to write every file out
 
-    def _guard(self, fn, *args) -> None:
+    def _guard(self, fn: Callable[..., object], *args: object) -> None:
         try:
             fn(*args)
         except Exception as exc:  # wandb is optional: warn once, keep metrics.jsonl going
@@ -127,16 +119,29 @@ class WandbSink:
             self.runs[job] = self._start(job, row)
             self.stage_of[job] = stage
         step = row.get("step")
-        kwargs = {"step": step} if isinstance(step, int) and step > self.last_step.get(job, -1) else {}
-        self.runs[job].log(numeric(row) | {"stage_step": step}, **kwargs)
-        if kwargs:
+        metrics = numeric(row) | {"stage_step": step}
+        if isinstance(step, int) and step > self.last_step.get(job, -1):
+            self.runs[job].log(metrics, step=step)
             self.last_step[job] = step
+        else:  # a step logged again (a resume) or none: wandb's own step counter moves on
+            self.runs[job].log(metrics)
 
-    def _start(self, job: str, row: dict):
+    def _start(self, job: str, row: dict) -> wandb.Run:
         import wandb
 
         self.started = True
-        settings = wandb.Settings(**_QUIET, init_timeout=30)
+        settings = wandb.Settings(
+            silent=True,
+            console="off",
+            save_code=False,
+            disable_git=True,
+            disable_job_creation=True,
+            x_disable_stats=True,
+            x_disable_meta=True,
+            x_disable_machine_info=True,
+            x_save_requirements=False,
+            init_timeout=30,
+        )
         return wandb.init(
             project=self.config.project,
             entity=self.config.entity,
@@ -145,7 +150,9 @@ class WandbSink:
             id=f"{self.group}-{job.replace('/', '-')}-{uuid.uuid4().hex[:6]}",
             job_type=top_stage(row),
             dir=str(self.run_dir),
-            mode=self.mode,
+            # WANDB_MODE may name any mode wandb's Settings take (dryrun, run), wider than init's
+            # annotation; wandb validates it, and a bad one is a warning like any wandb failure
+            mode=self.mode,  # pyright: ignore[reportArgumentType]
             reinit="create_new",
             settings=settings,
             config={
