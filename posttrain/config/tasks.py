@@ -25,7 +25,7 @@ class ReasoningGymFamily(Base):
     """One reasoning-gym task family and its generator settings."""
 
     name: str = Field(description="reasoning-gym dataset name, e.g. `basic_arithmetic`.")
-    weight: float = Field(1.0, gt=0, description="Share of the family in the mix.")
+    weight: float = Field(default=1.0, gt=0, description="Share of the family in the mix.")
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword settings of the generator.")
 
 
@@ -34,12 +34,12 @@ class ReasoningGymTasks(SourceSchema):
 
     type: Literal["reasoning_gym"] = "reasoning_gym"
     families: list[ReasoningGymFamily] = Field(min_length=1, description="Families to mix.")
-    size: int = Field(1000, ge=1, le=10_000_000, description="Number of tasks generated.")
-    seed: int = Field(0, description="Generator seed; eval sets use a different one.")
-    system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
-    prompt_suffix: str = Field("", description="Text appended to every question.")
+    size: int = Field(default=1000, ge=1, le=10_000_000, description="Number of tasks generated.")
+    seed: int = Field(default=0, description="Generator seed; eval sets use a different one.")
+    system_prompt: str | None = Field(default=None, description="System message; none uses the model's default.")
+    prompt_suffix: str = Field(default="", description="Text appended to every question.")
     part: Literal["train", "eval", "all"] = Field(
-        "train",
+        default="train",
         description="Which part of each family's problem space (split by a hash of the question): `train` and "
         "`eval` are disjoint by construction (an eval stage's held-out sources take `eval`); `all` both.",
     )
@@ -52,39 +52,45 @@ class CodingTasks(SourceSchema):
 
     type: Literal["coding"]
     split: Literal["train", "offset", "constant", "humaneval"] = Field(
-        "train",
+        default="train",
         description="Generated function tasks (`train`), `solve(xs) = sum(xs) + k` from one example (`offset`: a "
         "scratchpad finds k; eval phrasings are held out) or with k written as a chain of digits (`constant`: the "
         "scratchpad's running sum is the program's constant; eval chains are held out), or HumanEval.",
     )
     path: str | None = Field(
-        None, description="JSONL (.jsonl) or Parquet (.parquet) file of coding tasks, instead of generated ones."
+        default=None,
+        description="JSONL (.jsonl) or Parquet (.parquet) file of coding tasks, instead of generated ones.",
     )
     size: int | None = Field(
-        None,
+        default=None,
         ge=1,
         le=10_000_000,
         description="Tasks: generated (none: 500), the first N of HumanEval's 164, or of the file's rows (none: all).",
     )
-    seed: int = Field(0, description="Generator seed.")
-    system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
+    seed: int = Field(default=0, description="Generator seed.")
+    system_prompt: str | None = Field(default=None, description="System message; none uses the model's default.")
     instruction: str | None = Field(
-        None, description="Line before the function to write; none: ask for the code alone in a ```python block."
+        default=None,
+        description="Line before the function to write; none: ask for the code alone in a ```python block.",
     )
     reward: Literal["all_pass", "fraction"] = Field(
-        "all_pass", description="1 only if every test passes, or the fraction passed (a file row may set its own)."
+        default="all_pass",
+        description="1 only if every test passes, or the fraction passed (a file row may set its own).",
     )
     timeout_s: float = Field(
-        5.0, gt=0, le=600, description="Wall-clock limit of one check, or of one io case (a file row may set its own)."
+        default=5.0,
+        gt=0,
+        le=600,
+        description="Wall-clock limit of one check, or of one io case (a file row may set its own).",
     )
-    workers: int = Field(2, ge=1, le=256, description="Sandbox checks run in parallel.")
+    workers: int = Field(default=2, ge=1, le=256, description="Sandbox checks run in parallel.")
     part: Literal["train", "eval", "all"] = Field(
-        "train",
+        default="train",
         description="Which part of the problem space: `train` and `eval` are disjoint by construction (an eval "
         "stage's held-out sources take `eval`); `all` both.",
     )
     on_bad_row: Literal["skip", "fail"] = Field(
-        "skip", description="`path`: skip and report bad rows, or reject the whole file."
+        default="skip", description="`path`: skip and report bad rows, or reject the whole file."
     )
 
     @field_validator("path")
@@ -142,28 +148,28 @@ class UserTasks(AnswerSource):
     type: Literal["user"]
     path: str = Field(description="JSONL (.jsonl) or Parquet (.parquet) file.")
     reward: str | None = Field(
-        None,
+        default=None,
         description=(
             "`module:function` scoring (response, task) -> float, (float, reason) or {score, reason}; "
             "none: the answer is matched."
         ),
     )
     reward_timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="A reward call that takes longer is stopped and its sample scores 0."
+        default=10.0, gt=0, le=3600, description="A reward call that takes longer is stopped and its sample scores 0."
     )
     on_bad_row: Literal["skip", "fail"] = Field(
-        "skip", description="Skip and report bad rows, or reject the whole file."
+        default="skip", description="Skip and report bad rows, or reject the whole file."
     )
-    system_prompt: str | None = Field(None, description="System message added to `prompt` rows.")
+    system_prompt: str | None = Field(default=None, description="System message added to `prompt` rows.")
     prompt_template: str | None = Field(
-        None,
+        default=None,
         description=(
             "The prompt built from each row's columns, instead of a `prompt` column: "
             '`"{question}\\nA) {a}\\nB) {b}"` (every `{name}` must be a column of every row).'
         ),
     )
     answer_form: SourceAnswerForm | None = Field(
-        None,
+        default=None,
         description=(
             "The form every row's answer takes (a row's own `answer_form` wins): a value form as in `hf`, or "
             "`choice`: multiple choice, the answer one option letter of the prompt's `A) ...` lines."
@@ -225,18 +231,24 @@ class AgentTasks(SourceSchema):
         min_length=1,
         description="Task families, mixed evenly.",
     )
-    size: int = Field(500, ge=1, le=10_000_000, description="Number of tasks generated.")
-    seed: int = Field(0, description="Generator seed.")
-    corpus_seed: int = Field(0, description="Seed of the generated document set that `search` looks in.")
-    max_turns: int = Field(4, ge=1, le=64, description="Model turns per episode; a tool call on the last one ends it.")
-    max_operand: int = Field(99, ge=2, le=10**9, description="calculator tasks: largest number in an expression.")
-    max_terms: int = Field(3, ge=2, le=10, description="calculator tasks: most numbers in an expression.")
-    terms: tuple[int, int] = Field(
-        (4, 6), description="arithmetic tasks: how many single-digit terms to add, [min, max]."
+    size: int = Field(default=500, ge=1, le=10_000_000, description="Number of tasks generated.")
+    seed: int = Field(default=0, description="Generator seed.")
+    corpus_seed: int = Field(default=0, description="Seed of the generated document set that `search` looks in.")
+    max_turns: int = Field(
+        default=4, ge=1, le=64, description="Model turns per episode; a tool call on the last one ends it."
     )
-    system_prompt: str | None = Field(None, description="System message; none describes the tools and the call format.")
+    max_operand: int = Field(
+        default=99, ge=2, le=10**9, description="calculator tasks: largest number in an expression."
+    )
+    max_terms: int = Field(default=3, ge=2, le=10, description="calculator tasks: most numbers in an expression.")
+    terms: tuple[int, int] = Field(
+        default=(4, 6), description="arithmetic tasks: how many single-digit terms to add, [min, max]."
+    )
+    system_prompt: str | None = Field(
+        default=None, description="System message; none describes the tools and the call format."
+    )
     part: Literal["train", "eval", "all"] = Field(
-        "train",
+        default="train",
         description="Which part of the problem space: `train` and `eval` are disjoint by construction (an eval "
         "stage's held-out sources take `eval`); `all` both.",
     )
@@ -248,13 +260,13 @@ class ArithmeticTasks(SourceSchema):
     running sums alone) that SFT can show before the answer."""
 
     type: Literal["arithmetic"]
-    size: int = Field(2000, ge=1, le=10_000_000, description="Number of distinct problems generated.")
-    seed: int = Field(0, description="Generator seed.")
-    terms: tuple[int, int] = Field((4, 6), description="How many single-digit terms, [min, max].")
-    system_prompt: str | None = Field(None, description="System message; none: no system message.")
-    instruction: str = Field("Compute ", description="Text before the expression.")
+    size: int = Field(default=2000, ge=1, le=10_000_000, description="Number of distinct problems generated.")
+    seed: int = Field(default=0, description="Generator seed.")
+    terms: tuple[int, int] = Field(default=(4, 6), description="How many single-digit terms, [min, max].")
+    system_prompt: str | None = Field(default=None, description="System message; none: no system message.")
+    instruction: str = Field(default="Compute ", description="Text before the expression.")
     part: Literal["train", "eval", "all"] = Field(
-        "train",
+        default="train",
         description="Which part of the problem space: `train` and `eval` are disjoint by construction (an eval "
         "stage's held-out sources take `eval`); `all` both.",
     )
@@ -272,9 +284,9 @@ class WritingTasks(SourceSchema):
     Until one is configured their samples are flagged unscored and left out of training."""
 
     type: Literal["writing"]
-    size: int = Field(200, ge=1, le=10_000_000, description="Number of prompts generated.")
-    seed: int = Field(0, description="Generator seed.")
-    system_prompt: str | None = Field(None, description="System message; none uses the model's default.")
+    size: int = Field(default=200, ge=1, le=10_000_000, description="Number of prompts generated.")
+    seed: int = Field(default=0, description="Generator seed.")
+    system_prompt: str | None = Field(default=None, description="System message; none uses the model's default.")
 
 
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+|[\w.-]+")
@@ -309,32 +321,33 @@ class HFTasks(AnswerSource):
 
     type: Literal["hf"]
     path: str = Field(description="Hub id (`org/name`), a `save_to_disk` folder, or data files (globs allowed).")
-    name: str | None = Field(None, description="The dataset's config (subset) name.")
-    split: str = Field("train", description="Split to read (the train part when `eval_split` is set).")
-    revision: str | None = Field(None, description="Hub revision (branch, tag or commit); none: main.")
-    prompt_key: str = Field("prompt", description="Column holding the prompt text (a user message).")
+    name: str | None = Field(default=None, description="The dataset's config (subset) name.")
+    split: str = Field(default="train", description="Split to read (the train part when `eval_split` is set).")
+    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit); none: main.")
+    prompt_key: str = Field(default="prompt", description="Column holding the prompt text (a user message).")
     messages_key: str | None = Field(
-        None, description="Column holding the prompt as chat messages [{role, content}], instead of `prompt_key`."
+        default=None,
+        description="Column holding the prompt as chat messages [{role, content}], instead of `prompt_key`.",
     )
-    answer_key: str | None = Field(None, description="Column holding the reference answer.")
-    id_key: str | None = Field(None, description="Column holding a task id; none: `PATH:SPLIT:ROW`.")
-    system_prompt: str | None = Field(None, description="System message added before `prompt_key` prompts.")
+    answer_key: str | None = Field(default=None, description="Column holding the reference answer.")
+    id_key: str | None = Field(default=None, description="Column holding a task id; none: `PATH:SPLIT:ROW`.")
+    system_prompt: str | None = Field(default=None, description="System message added before `prompt_key` prompts.")
     verifier: Literal["math", "reasoning_gym", "code", "user", "grm"] = Field(
-        "math",
+        default="math",
         description=(
             "What scores answers: `math` (the final answer against `answer_key`), `reasoning_gym` (the family's "
             "own scoring), `code` (tests in the sandbox), `user` (`reward`, or the answer matched), `grm` (the judge)."
         ),
     )
     prompt_template: str | None = Field(
-        None,
+        default=None,
         description=(
             "The prompt built from each row's columns, instead of `prompt_key`: "
             '`"{question}\\nA) {a}\\nB) {b}"` (every `{name}` must be a column).'
         ),
     )
     answer_form: SourceAnswerForm | Literal["infer"] | None = Field(
-        None,
+        default=None,
         description=(
             "math, reasoning_gym, user: the form every answer must take (checked on the parsed answer: an "
             "unexpanded product fails `expanded`, a fraction fails `decimal`), or `infer`: from each prompt's "
@@ -343,49 +356,59 @@ class HFTasks(AnswerSource):
         ),
     )
     family: str | None = Field(
-        None, description="Family name of every row (reasoning_gym: the reasoning-gym dataset); none: `hf`."
+        default=None, description="Family name of every row (reasoning_gym: the reasoning-gym dataset); none: `hf`."
     )
-    family_key: str | None = Field(None, description="Column holding each row's family, instead of `family`.")
+    family_key: str | None = Field(default=None, description="Column holding each row's family, instead of `family`.")
     metadata_key: str | None = Field(
-        None, description="reasoning_gym: column holding the entry's metadata (an object, or JSON text)."
+        default=None, description="reasoning_gym: column holding the entry's metadata (an object, or JSON text)."
     )
-    entry_point_key: str | None = Field(None, description="code: column holding the function's name.")
-    tests_key: str | None = Field(None, description="code: column holding a list of assert statements.")
-    check_key: str | None = Field(None, description="code: column holding `def check(candidate): ...` source.")
-    context_key: str | None = Field(None, description="code: column holding trusted code the check may use.")
-    io_key: str | None = Field(None, description="code: column holding stdin/stdout cases [{input, output}].")
+    entry_point_key: str | None = Field(default=None, description="code: column holding the function's name.")
+    tests_key: str | None = Field(default=None, description="code: column holding a list of assert statements.")
+    check_key: str | None = Field(default=None, description="code: column holding `def check(candidate): ...` source.")
+    context_key: str | None = Field(default=None, description="code: column holding trusted code the check may use.")
+    io_key: str | None = Field(default=None, description="code: column holding stdin/stdout cases [{input, output}].")
     code_reward: Literal["all_pass", "fraction"] = Field(
-        "all_pass", description="code: 1 only if every test passes, or the fraction passed."
+        default="all_pass", description="code: 1 only if every test passes, or the fraction passed."
     )
-    timeout_s: float = Field(5.0, gt=0, le=600, description="code: wall-clock limit of one check.")
-    workers: int = Field(2, ge=1, le=256, description="code: sandbox checks run in parallel.")
+    timeout_s: float = Field(default=5.0, gt=0, le=600, description="code: wall-clock limit of one check.")
+    workers: int = Field(default=2, ge=1, le=256, description="code: sandbox checks run in parallel.")
     reward: str | None = Field(
-        None, description="user: `module:function` scoring (response, task); none: the answer is matched."
+        default=None, description="user: `module:function` scoring (response, task); none: the answer is matched."
     )
     reward_timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="user: a reward call that takes longer is stopped and its sample scores 0."
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="user: a reward call that takes longer is stopped and its sample scores 0.",
     )
     filter: dict[str, Any] | None = Field(
-        None, description="Keep rows whose column equals the value (or is one of a list of values): {column: value}."
+        default=None,
+        description="Keep rows whose column equals the value (or is one of a list of values): {column: value}.",
     )
-    limit: int | None = Field(None, ge=1, le=10**9, description="Use at most this many rows (after `filter`).")
+    limit: int | None = Field(default=None, ge=1, le=10**9, description="Use at most this many rows (after `filter`).")
     streaming: bool = Field(
-        False, description="Read rows as they are drawn, never the whole dataset (RL stages; resumes at the same row)."
+        default=False,
+        description="Read rows as they are drawn, never the whole dataset (RL stages; resumes at the same row).",
     )
     shuffle_buffer: int = Field(
-        1000, ge=1, le=10**7, description="streaming: rows are shuffled within windows of this many rows."
+        default=1000, ge=1, le=10**7, description="streaming: rows are shuffled within windows of this many rows."
     )
-    on_bad_row: Literal["skip", "fail"] = Field("skip", description="Skip and report bad rows, or stop at the first.")
+    on_bad_row: Literal["skip", "fail"] = Field(
+        default="skip", description="Skip and report bad rows, or stop at the first."
+    )
     part: Literal["train", "eval", "all"] = Field(
-        "all",
+        default="all",
         description=(
             "`train` or `eval` part: a split of its own (`eval_split`) or 1 row in `eval_share` by a hash of the "
             "prompt, so the two never overlap; `all`: every row of `split`."
         ),
     )
-    eval_split: str | None = Field(None, description="Split that is the eval part (`part: eval`).")
+    eval_split: str | None = Field(default=None, description="Split that is the eval part (`part: eval`).")
     eval_share: int | None = Field(
-        None, ge=2, le=10**6, description="Without `eval_split`: 1 row in N (by a hash of the prompt) is the eval part."
+        default=None,
+        ge=2,
+        le=10**6,
+        description="Without `eval_split`: 1 row in N (by a hash of the prompt) is the eval part.",
     )
 
     @field_validator("path")
@@ -438,22 +461,27 @@ class EnvTasks(AnswerSource):
     type: Literal["env"]
     env: str = Field(description="`package.module:Class` of the environment (posttrain.data.env.ToolEnv).")
     args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the class.")
-    size: int = Field(500, ge=1, le=10_000_000, description="Tasks drawn from the environment.")
-    seed: int = Field(0, description="Seed the environment's `tasks` gets.")
+    size: int = Field(default=500, ge=1, le=10_000_000, description="Tasks drawn from the environment.")
+    seed: int = Field(default=0, description="Seed the environment's `tasks` gets.")
     part: Literal["train", "eval", "all"] = Field(
-        "train", description="Which part the environment's `tasks` gives (its own split of its problem space)."
+        default="train", description="Which part the environment's `tasks` gives (its own split of its problem space)."
     )
-    max_turns: int = Field(4, ge=1, le=64, description="Model turns per episode; a tool call on the last one ends it.")
+    max_turns: int = Field(
+        default=4, ge=1, le=64, description="Model turns per episode; a tool call on the last one ends it."
+    )
     timeout_s: float = Field(
-        10.0, gt=0, le=3600, description="A reset, step or reward call that takes longer ends its episode, flagged."
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="A reset, step or reward call that takes longer ends its episode, flagged.",
     )
-    workers: int = Field(2, ge=1, le=64, description="Worker processes the environment runs in.")
+    workers: int = Field(default=2, ge=1, le=64, description="Worker processes the environment runs in.")
     verifier: Literal["env", "math", "user", "grm"] = Field(
-        "env",
+        default="env",
         description="What scores an episode: the environment's `reward`, or a verifier on the final answer.",
     )
     system_prompt: str | None = Field(
-        None, description="System message; none: the tools are described by the chat template (or tools-v1)."
+        default=None, description="System message; none: the tools are described by the chat template (or tools-v1)."
     )
 
     @field_validator("env")
@@ -474,9 +502,9 @@ class VerifiersTasks(SourceSchema):
         description="Taskset id: an installed package or module that exports its `vf.Taskset` via `__all__`."
     )
     args: dict[str, Any] = Field(default_factory=dict, description="Fields of the taskset's config.")
-    size: int | None = Field(None, ge=1, le=10**9, description="Use at most this many tasks; none: all.")
-    timeout_s: float = Field(60.0, gt=0, le=3600, description="Scoring one sample longer than this flags it.")
-    workers: int = Field(1, ge=1, le=64, description="Worker processes the rewards run in.")
+    size: int | None = Field(default=None, ge=1, le=10**9, description="Use at most this many tasks; none: all.")
+    timeout_s: float = Field(default=60.0, gt=0, le=3600, description="Scoring one sample longer than this flags it.")
+    workers: int = Field(default=1, ge=1, le=64, description="Worker processes the rewards run in.")
 
     @field_validator("taskset")
     @classmethod
@@ -494,10 +522,10 @@ class JudgementTasks(SourceSchema):
     known verdict, else 0. For post-training a judge (`pipelines/judge.yaml`)."""
 
     type: Literal["judgements"]
-    size: int = Field(400, ge=1, le=1_000_000, description="Number of cases generated.")
-    seed: int = Field(0, description="Generator seed.")
+    size: int = Field(default=400, ge=1, le=1_000_000, description="Number of cases generated.")
+    seed: int = Field(default=0, description="Generator seed.")
     part: Literal["train", "heldout"] = Field(
-        "train",
+        default="train",
         description="`train` and `heldout` share no subject (country, topic, word, function...): each falls in one "
         "part by a hash of its name; bench/grm_agreement.py measures on `heldout`.",
     )
@@ -511,10 +539,10 @@ class JudgementTasks(SourceSchema):
         "bench/grm_agreement.py sets against them), and `pairwise` (both responses in one prompt, in both orders: "
         "which is better, A or B).",
     )
-    min_criteria: int = Field(3, ge=3, le=10, description="The rubric call's bounds, as the GRM states them.")
-    max_criteria: int = Field(10, ge=3, le=10, description="The rubric call's bounds, as the GRM states them.")
+    min_criteria: int = Field(default=3, ge=3, le=10, description="The rubric call's bounds, as the GRM states them.")
+    max_criteria: int = Field(default=10, ge=3, le=10, description="The rubric call's bounds, as the GRM states them.")
     examples: bool = Field(
-        True, description="The GRM's worked examples before each call (set as the GRM that will use the judge)."
+        default=True, description="The GRM's worked examples before each call (set as the GRM that will use the judge)."
     )
 
 
@@ -538,7 +566,7 @@ class MixtureTasks(SourceSchema):
 
     type: Literal["mixture"]
     sources: list[LeafSource] = Field(min_length=1, description="Sources; each keeps its own size and verifier.")
-    seed: int = Field(0, description="Seed of the shuffle.")
+    seed: int = Field(default=0, description="Seed of the shuffle.")
 
     def parts(self) -> dict[str, SourceSchema]:
         return {f".sources[{k}]": leaf for k, leaf in enumerate(self.sources)}
