@@ -110,9 +110,10 @@ def test_answer_matching_is_lenient_on_form_only():
     task = load_tasks(AgentTasks(type="agent", size=1, families=["calculator"]))[0]
     expected = task.entry["check"]["answer"]
     verifier = AgentVerifier()
+    calls = [content for role, content in task.entry["gold"] if role == "assistant"][:-1]
     for final in (f"The answer is {expected}.", f" '{expected}' ", f"Answer: {expected}"):
-        assert verifier.score_one(sample_for(task, play(task, [final]))).score == 1.0, final
-    assert verifier.score_one(sample_for(task, play(task, [f"{expected}0"]))).score == 0.0
+        assert verifier.score_one(sample_for(task, play(task, calls + [final]))).score == 1.0, final
+    assert verifier.score_one(sample_for(task, play(task, calls + [f"{expected}0"]))).score == 0.0
 
 
 def test_a_broken_agent_task_is_flagged_not_crashed():

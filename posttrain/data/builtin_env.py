@@ -296,7 +296,7 @@ class AgentTaskSpec:
 
     family: str
     prompt: str
-    check: dict[str, Any]  # {"answer": str} and/or {"kv": {key: value}}
+    check: dict[str, Any]  # {"answer": str} and/or {"kv": {key: value}}, {"tools": [name]}
     gold_calls: tuple[tuple[str, dict], ...]
     initial_kv: dict[str, str] = field(default_factory=dict)
 
@@ -325,7 +325,7 @@ def generate_task(
         return AgentTaskSpec(
             family,
             f"Use the calculator to compute {expr}. Reply with the number only.",
-            {"answer": calculate(expr)},
+            {"answer": calculate(expr), "tools": ["calculator"]},
             (("calculator", {"expression": expr}),),
         )
     if family == "kv_store":
@@ -343,7 +343,7 @@ def generate_task(
         return AgentTaskSpec(
             family,
             f"What value is stored under the key {key!r}? Reply with the value only.",
-            {"answer": store[key]},
+            {"answer": store[key], "tools": ["kv_get"]},
             (("kv_get", {"key": key}),),
             initial_kv=store,
         )
@@ -353,7 +353,7 @@ def generate_task(
         return AgentTaskSpec(
             family,
             f"Search the documents for {ATTRIBUTES[attribute].format(doc.name)}. Reply with the answer only.",
-            {"answer": value},
+            {"answer": value, "tools": ["search"]},
             (("search", {"query": f"{doc.name} {attribute}"}),),
         )
     if family == "lookup_store":
@@ -362,7 +362,7 @@ def generate_task(
             family,
             f"Find {ATTRIBUTES[attribute].format(doc.name)} in the documents and save it "
             f"under the key {key!r}. Reply done when finished.",
-            {"kv": {key: value}},
+            {"kv": {key: value}, "tools": ["search"]},
             (("search", {"query": f"{doc.name} {attribute}"}), ("kv_set", {"key": key, "value": value})),
         )
     raise ValueError(f"unknown agent task family {family!r} (families: {', '.join(FAMILIES)})")
@@ -408,9 +408,32 @@ def check_episode(check: dict, state: EnvState) -> tuple[float, str, dict]:
     for key, value in check.get("kv", {}).items():
         if state.kv.get(key) != str(value):
             failures.append(f"store[{key!r}] = {state.kv.get(key)!r}, expected {value!r}")
+    failures += _ungrounded(check, state)
     if failures:
         return 0.0, "; ".join(failures), details
     return 1.0, "success: " + ", ".join(f"{k} checked" for k in check), details
+
+
+def _ungrounded(check: dict, state: EnvState) -> list[str]:
+    """Why the episode did not use the tools its task requires (`check["tools"]`), or []:
+    each must have been called without error, and a checked answer must be read from one
+    of their real results (a `<tool_response>` the model wrote itself, a failed call or a
+    call whose argument is the answer (`calculator("781")`) grounds nothing)."""
+    tools = check.get("tools", [])
+    done = [c for c in state.calls if c.get("ok") and c.get("name") in tools]
+    missing = [t for t in tools if t not in {c["name"] for c in done}]
+    if missing:
+        return [f"the task requires a successful call of {', '.join(missing)}; none was made"]
+    if "answer" not in check or not tools or state.final is None:
+        return []
+    answer = normalize_answer(str(check["answer"]))
+    pattern = re.compile(rf"(?<![\w.-]){re.escape(answer)}(?![\w]|\.\d)")
+    for call in done:
+        if pattern.search(str(call.get("result", "")).lower()) and answer not in {
+            normalize_answer(str(v)) for v in call.get("arguments", {}).values()
+        }:
+            return []
+    return [f"the answer {answer!r} is in no result of the required tools ({', '.join(tools)})"]
 
 
 # ---------------------------------------------------------------- task source

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from posttrain.data.builtin_env import EnvState, check_episode, final_line
 from posttrain.rewards.deadline import ANSWER_TIMEOUT_S, check_in_workers, slim
+from posttrain.rewards.extract import cut_turn
 from posttrain.rewards.math_verifier import differing_answers
 from posttrain.rewards.user import episode_failed
 from posttrain.types import RewardResult, Sample
@@ -32,6 +33,9 @@ class AgentVerifier:
         )
 
     def score_one(self, sample: Sample) -> RewardResult:
+        """The episode's check; the final turn is read up to a chat turn token written in it
+        (`extract.cut_turn`, as the answer verifiers read), and a task whose `check.tools`
+        names tools is credited only for an answer read from their real results."""
         check = sample.task.entry.get("check")
         if not isinstance(check, dict) or not check:
             return RewardResult(0.0, "task has no success check (entry.check)", self.name, ok=False)
@@ -40,6 +44,8 @@ class AgentVerifier:
         if sample.env.get("error"):
             return episode_failed(sample.env, self.name)
         state = EnvState.from_dict(sample.env)
+        if state.final is not None:  # read up to a turn token, as every answer verifier reads
+            state.final = cut_turn(state.final)
         score, reason, details = check_episode(check, state)
         final = state.final if "answer" in check and state.final else None
         hedged = differing_answers(final, answer=final_line(final)) if final else None
