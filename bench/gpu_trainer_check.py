@@ -6,8 +6,10 @@ Checks (each a real train step or export of that model, bf16, ZeRO-3; --zero 2,3
 step checks under each stage named, the export under the last):
   long_context   gradient checkpointing, one micro-batch of --tokens tokens whose whole
                  length predicts (SFT-shaped: the chunked fused logprobs at long context)
-  shared_prompts RL-shaped rows: a prompt and its 8 responses in one row (the 4-D mask)
-  no_checkpoint  a shorter micro-batch without checkpointing (the activation term)
+  shared_prompts RL-shaped rows: a prompt and its 8 responses in one row (the 4-D mask);
+                 prompts of --tokens/32 tokens, responses of --tokens/64
+  no_checkpoint  a shorter micro-batch without checkpointing (the activation term): 4 rows
+                 of --tokens/32
   export         the bucketed weight export (a push's packet and a checkpoint's shards):
                  its peak above the weights is about one bucket
 Each prints the measured peak device memory beside the memory plan's prediction for the
@@ -16,7 +18,7 @@ a GPU the step's MFU against --peak-tflops (bf16 dense; about 790 measured on an
 6 x parameters x tokens per second, recomputation not counted.
 
     python bench/gpu_trainer_check.py --device cuda --shape 1b      # through bench/gpu_check.sh
-    python bench/gpu_trainer_check.py --device cpu --shape tiny     # the rehearsal in make test
+    python bench/gpu_trainer_check.py --device cpu --shape tiny --tokens 512  # the rehearsal in make test
 """
 
 from __future__ import annotations
@@ -197,7 +199,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--shape", choices=tuple(SHAPES), default="1b")
-    parser.add_argument("--tokens", type=int, default=16384, help="long_context: tokens in the micro-batch")
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=16384,
+        help="long_context: tokens in the micro-batch; the other cases are sized from it",
+    )
     parser.add_argument("--zero", default="3", help="ZeRO stages of the step checks, comma-separated (2,3)")
     parser.add_argument("--peak-tflops", type=float, default=790.0)
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -233,11 +240,13 @@ def main() -> int:
         f"built in {time.perf_counter() - started:.0f} s",
         flush=True,
     )
-    long_tokens = args.tokens
+    # sized from --tokens (the default 16384: 512-token prompts, 256-token responses), so the
+    # CPU rehearsal's few hundred tokens take seconds where bf16 has no CPU kernels
+    n = args.tokens
     cases = [  # name, checkpointing, rows, prompt, response, group, shared
-        ("long_context", True, 1, 16, long_tokens - 16, 1, False),
-        ("shared_prompts", True, 2, 512, 256, 8, True),
-        ("no_checkpoint", False, 4, 256, 256, 1, False),
+        ("long_context", True, 1, 16, n - 16, 1, False),
+        ("shared_prompts", True, 2, n // 32, n // 64, 8, True),
+        ("no_checkpoint", False, 4, n // 64, n // 64, 1, False),
     ]
     stages = [int(z) for z in args.zero.split(",")]
     worker = None
