@@ -236,19 +236,27 @@ def test_sequences_with_zero_gradient_are_left_out_and_the_steps_stay_the_same(r
     )
     all_zero = [dataclasses.replace(s, advantages=(0.0,) * s.response_len, teacher=None) for s in seqs[:9]]
 
-    def run(skip: bool, batches, spec):
-        config = TrainerConfig(workers=2, zero_stage=2, micro_batch_tokens=40, skip_zero_gradient=skip)
-        g = TrainerGroup(config, seed=0)
-        try:
-            g.load(str(tiny_dir), "float32", lr=1e-2, warmup_steps=0)
-            outs = [g.train_step(b, spec) for b in batches]
-            weights = ray.get(
-                g.workers[0].__ray_call__.remote(lambda w: [p.detach().clone() for p in w.engine.module.parameters()])
-            )
-            return outs, weights
-        finally:
-            g.shutdown()
+    # One pair of ranks for every run: each run loads the model and a fresh optimizer again (a
+    # small model's reload keeps the rank processes, as in a pipeline); the full and skipping
+    # runs' equal weights below show that nothing of an earlier run carries over.
+    ranks = TrainerGroup(TrainerConfig(workers=2, zero_stage=2, micro_batch_tokens=40), seed=0)
 
+    def run(skip: bool, batches, spec):
+        ranks.config = ranks.config.model_copy(update={"skip_zero_gradient": skip})
+        ranks.load(str(tiny_dir), "float32", lr=1e-2, warmup_steps=0)
+        outs = [ranks.train_step(b, spec) for b in batches]
+        weights = ray.get(
+            ranks.workers[0].__ray_call__.remote(lambda w: [p.detach().clone() for p in w.engine.module.parameters()])
+        )
+        return outs, weights
+
+    try:
+        check_zero_gradient_runs(run, seqs, all_zero)
+    finally:
+        ranks.shutdown()
+
+
+def check_zero_gradient_runs(run, seqs, all_zero):
     spec = loss_spec("pg", GRPOConfig(minibatches=2), distill_coef=0.5)
     batches = [seqs, all_zero, seqs]
     (full, w_full), (skip, w_skip) = run(False, batches, spec), run(True, batches, spec)
@@ -283,17 +291,19 @@ def test_the_entropy_bonus_raises_the_entropy_of_zero_advantage_sequences(ray_se
     seqs = [TrainSequence(tuple(torch.randint(3, 300, (8,), generator=gen).tolist()), 3, (0.0,) * 5, (1.0,) * 5)]
     seqs *= 4
     entropies = {}
-    for coef in (0.0, 0.5):
-        g = group(tiny_dir, lr=1e-2)
-        try:
+    g = group(tiny_dir, lr=1e-2)
+    try:
+        for coef in (0.0, 0.5):  # each from the model loaded again, with a fresh optimizer
+            if coef:
+                g.load(str(tiny_dir), "float32", lr=1e-2, warmup_steps=0)
             for _ in range(6):
                 g.train_step(seqs, loss_spec("nll"))
             spec = loss_spec("pg", GRPOConfig(entropy_coef=coef) if coef else GRPOConfig())
             entropies[coef] = [
                 (o.sums.entropy / o.sums.tokens, o.grad_norm) for o in [g.train_step(seqs, spec) for _ in range(6)]
             ]
-        finally:
-            g.shutdown()
+    finally:
+        g.shutdown()
     plain, bonus = [h for h, _ in entropies[0.0]], [h for h, _ in entropies[0.5]]
     assert all(n == 0 for _, n in entropies[0.0]) and all(n > 0 for _, n in entropies[0.5])
     assert bonus[0] == pytest.approx(plain[0], abs=1e-5)  # the same policy before the first bonus step
