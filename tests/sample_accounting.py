@@ -15,6 +15,7 @@ counted, counted but never scored, or a group split, breaks it."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +31,14 @@ AFTER_SCORING = (
 def jsonl(path: Path) -> list[dict]:
     """Every row of a JSON-lines file; orjson, as the dashboard reads them: a long run's
     rollouts hold a million rows (tests/scale_run.py), too many for json's decoder."""
-    return [orjson.loads(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+    return [_row(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+
+
+def _row(line: bytes) -> dict:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:  # NaN or Infinity, as json.dumps writes them: json's reader takes them
+        return json.loads(line)
 
 
 def assert_accounting_matches_rollouts(run: Path, stage: str, group_size: int) -> list[dict]:
@@ -88,6 +96,6 @@ def check_runs_under(folder: Path, seen: set[Path]) -> list[str]:
         seen.add(run)
         try:
             failures += _check_run(run)
-        except orjson.JSONDecodeError:  # a file a test broke on purpose (the dashboard's error paths)
+        except json.JSONDecodeError:  # a file a test broke on purpose (the dashboard's error paths)
             continue
     return failures
