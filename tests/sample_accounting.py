@@ -19,6 +19,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import orjson
+
 AFTER_SCORING = (
     "samples/dropped/reward_flagged",
     "samples/dropped/empty_response",
@@ -27,13 +29,26 @@ AFTER_SCORING = (
 
 
 def jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """Every row of a JSON-lines file; orjson, as the dashboard reads them: a long run's
+    rollouts hold a million rows (tests/scale_run.py), too many for json's decoder."""
+    return [_row(line) for line in Path(path).read_bytes().splitlines() if line.strip()]
+
+
+def _row(line: bytes) -> dict:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:  # NaN or Infinity, as json.dumps writes them: json's reader takes them
+        return json.loads(line)
 
 
 def assert_accounting_matches_rollouts(run: Path, stage: str, group_size: int) -> list[dict]:
     """The stage's metrics rows, in step order, after checking them against its rollouts."""
-    metrics = sorted((r for r in jsonl(Path(run) / "metrics.jsonl") if r["stage"] == stage), key=lambda r: r["step"])
-    samples = jsonl(Path(run) / "rollouts" / f"{stage}.jsonl")
+    rows = jsonl(Path(run) / "metrics.jsonl")
+    return _check_books(stage, rows, jsonl(Path(run) / "rollouts" / f"{stage}.jsonl"), group_size)
+
+
+def _check_books(stage: str, rows: list[dict], samples: list[dict], group_size: int) -> list[dict]:
+    metrics = sorted((r for r in rows if r["stage"] == stage), key=lambda r: r["step"])
     assert metrics and samples, f"{stage}: no metrics rows or no rollouts"
     groups = Counter((r["step"], r["group"]) for r in samples)
     assert set(groups.values()) == {group_size}, f"{stage}: groups of other sizes than {group_size}: {groups}"
@@ -48,19 +63,26 @@ def assert_accounting_matches_rollouts(run: Path, stage: str, group_size: int) -
     return metrics
 
 
-def rl_stages(run: Path) -> dict[str, int]:
-    """The run's stages that keep queue books (their metrics rows count drawn samples), each
-    with the size of its groups as the rollouts file holds them (every group one size)."""
-    rows = jsonl(Path(run) / "metrics.jsonl")
-    booked = {r["stage"] for r in rows if "samples/drawn" in r and "samples/trained" in r}
-    stages = {}
-    for stage in sorted(booked):
-        path = Path(run) / "rollouts" / f"{stage}.jsonl"
+def _booked_stages(rows: list[dict]) -> list[str]:
+    """The run's stages that keep queue books (their metrics rows count drawn samples)."""
+    return sorted({r["stage"] for r in rows if "samples/drawn" in r and "samples/trained" in r})
+
+
+def _check_run(run: Path) -> list[str]:
+    """Each booked stage of one run checked, every file read once; each stage's group size
+    is the one its rollouts file holds most (every group must have it)."""
+    rows, failures = jsonl(run / "metrics.jsonl"), []
+    for stage in _booked_stages(rows):
+        path = run / "rollouts" / f"{stage}.jsonl"
         samples = jsonl(path) if path.is_file() else []
         sizes = Counter((r["step"], r["group"]) for r in samples)
-        if sizes:
-            stages[stage] = max(sizes.values())
-    return stages
+        if not sizes:
+            continue
+        try:
+            _check_books(stage, rows, samples, max(sizes.values()))
+        except AssertionError as error:
+            failures.append(f"{run} stage {stage}: {error}")
+    return failures
 
 
 def check_runs_under(folder: Path, seen: set[Path]) -> list[str]:
@@ -73,12 +95,7 @@ def check_runs_under(folder: Path, seen: set[Path]) -> list[str]:
             continue
         seen.add(run)
         try:
-            stages = rl_stages(run)
+            failures += _check_run(run)
         except json.JSONDecodeError:  # a file a test broke on purpose (the dashboard's error paths)
             continue
-        for stage, group_size in stages.items():
-            try:
-                assert_accounting_matches_rollouts(run, stage, group_size)
-            except AssertionError as error:
-                failures.append(f"{run} stage {stage}: {error}")
     return failures

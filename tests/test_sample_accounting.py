@@ -1,6 +1,6 @@
 """The independent reader of the sample accounting (tests/sample_accounting.py), which every
 test module's runs pass through after the module (conftest.py), on run folders written here:
-whole books pass, a sample trained twice or a group split fails."""
+whole books pass, a sample trained twice or a group split fails, rows with a NaN are read."""
 
 import json
 import tempfile
@@ -46,3 +46,14 @@ def test_a_split_group_fails(folder):
         f.write(json.dumps({"step": 1, "group": 2}) + "\n")  # a third group with one sample of two
     (failure,) = check_runs_under(folder, set())
     assert "groups of other sizes" in failure
+
+
+def test_a_run_whose_metrics_hold_a_nan_is_still_checked(folder):
+    """json.dumps writes a NaN loss as `NaN`, which orjson refuses: such a run is read, not
+    skipped as a file broken on purpose."""
+    write_run(folder / "run", trained_per_step=[4, 12], groups_per_step=[2, 2])
+    rows = (folder / "run" / "metrics.jsonl").read_text().splitlines()
+    rows[0] = json.dumps(dict(json.loads(rows[0]), **{"loss": float("nan")}))
+    (folder / "run" / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    (failure,) = check_runs_under(folder, set())
+    assert "step 2" in failure
