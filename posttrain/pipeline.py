@@ -27,17 +27,20 @@ from posttrain.stages.registry import StageRun, stage_type
 
 
 def preflight(config: PipelineConfig, source: str) -> None:
-    """Read every task source once (as the task-source table says: `data/registry.py`), so
-    that a bad family, parameter, file or environment is a config error naming its key,
-    found before anything starts; the gold of the tasks read is checked where a stage scores
-    them; then what would fail inside the run (runtime/preflight_checks.py): the model's
-    length limit, GRM tasks without a judge, worked solutions as references, prompts that
-    leave no room for max_tokens."""
+    """The model's length limit and the memory plan first (from the config alone: a plan
+    that cannot fit is refused in a second, not after the tasks are generated); then read
+    every task source once (as the task-source table says: `data/registry.py`), so that a
+    bad family, parameter, file or environment is a config error naming its key, found
+    before anything starts; the gold of the tasks read is checked where a stage scores
+    them; then what would fail inside the run (runtime/preflight_checks.py): GRM tasks
+    without a judge, worked solutions as references, prompts that leave no room for
+    max_tokens."""
     from posttrain.data.registry import source_kind
     from posttrain.runtime.preflight_checks import check_model_limit, check_source
 
     folder = _local_model(config, source)
     check_model_limit(config, folder, source)
+    check_memory(config, source)
     tokenizer = functools.cache(lambda: _tokenizer(folder))
     for i, stage in enumerate(config.stages):
         for where, leaf in stage.task_leaves():
@@ -49,7 +52,6 @@ def preflight(config: PipelineConfig, source: str) -> None:
                     _preflight_gold(stage, leaf, tasks, path)
                 check_source(config, stage, leaf, tasks, path, tokenizer)
     _preflight_held_out(config, source)
-    check_memory(config, source)
 
 
 def _local_model(config: PipelineConfig, source: str) -> Path | None:
