@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -111,18 +110,13 @@ def test_a_judge_stage_trains_a_judge_that_the_next_stage_uses(tmp_path, method)
 
 def kill_when(proc, run: Path, pattern: str, deadline_s: float = 900) -> str:
     """SIGKILL the run's process group once a checkpoint matching `pattern` is saved; return
-    what it printed (read as it goes, so that a full pipe never blocks it)."""
-    out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
-    reader.start()
+    what it printed (start_cli reads it as it goes, so that a full pipe never blocks it)."""
     deadline = time.time() + deadline_s
     while time.time() < deadline and not list(run.glob(pattern)):
-        assert proc.poll() is None, "".join(out)[-3000:]
+        assert proc.poll() is None, proc.output()[-3000:]
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    reader.join(timeout=10)
-    return "".join(out)
+    return proc.communicate()[0]
 
 
 @pytest.mark.system

@@ -8,8 +8,6 @@ sample."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -17,6 +15,7 @@ from collections import Counter
 import pytest
 import ray
 import yaml
+from cli_process import start_cli
 from sample_accounting import assert_accounting_matches_rollouts
 
 pytestmark = [pytest.mark.slow, pytest.mark.system]
@@ -50,13 +49,7 @@ PIPELINE = {
 
 
 def cli(*args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "posttrain.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return start_cli(*args)
 
 
 def check_rows(grpo: list[dict]) -> None:
