@@ -1,7 +1,8 @@
-"""Run a pipeline: validate what can be checked before any actor starts, bring up Ray,
-the engines and the trainer ranks once, then run the stages in order, each from the
-previous stage's final checkpoint (or its `init_from`). Each start-up phase is timed
-(records/startup.py) and written in the first step's metrics row.
+"""Run a pipeline: validate what can be checked before any actor starts (Ray comes up in
+the background while the task sources are read), bring up the engines and the trainer
+ranks once, then run the stages in order, each from the previous stage's final
+checkpoint (or its `init_from`). Each start-up phase is timed (records/startup.py) and
+written in the first step's metrics row.
 
 Run folder:
   config.resolved.yaml   the validated config with every default filled in
@@ -27,20 +28,32 @@ from posttrain.stages.registry import StageRun, stage_type
 
 
 def preflight(config: PipelineConfig, source: str) -> None:
-    """The model's length limit and the memory plan first (from the config alone: a plan
-    that cannot fit is refused in a second, not after the tasks are generated); then read
-    every task source once (as the task-source table says: `data/registry.py`), so that a
-    bad family, parameter, file or environment is a config error naming its key, found
-    before anything starts; the gold of the tasks read is checked where a stage scores
+    """What can be checked before anything starts: the config's own limits, then its task
+    sources (`preflight_config`, `preflight_sources`)."""
+    preflight_config(config, source)
+    preflight_sources(config, source)
+
+
+def preflight_config(config: PipelineConfig, source: str) -> None:
+    """The model's length limit and the memory plan, from the config alone: a plan that
+    cannot fit is refused in a second, not after the tasks are generated."""
+    from posttrain.runtime.preflight_checks import check_model_limit
+
+    check_model_limit(config, _local_model(config, source), source)
+    check_memory(config, source)
+
+
+def preflight_sources(config: PipelineConfig, source: str) -> None:
+    """Read every task source once (as the task-source table says: `data/registry.py`), so
+    that a bad family, parameter, file or environment is a config error naming its key,
+    found before anything starts; the gold of the tasks read is checked where a stage scores
     them; then what would fail inside the run (runtime/preflight_checks.py): GRM tasks
     without a judge, worked solutions as references, prompts that leave no room for
     max_tokens."""
     from posttrain.data.registry import source_kind
-    from posttrain.runtime.preflight_checks import check_model_limit, check_source
+    from posttrain.runtime.preflight_checks import check_source
 
     folder = _local_model(config, source)
-    check_model_limit(config, folder, source)
-    check_memory(config, source)
     tokenizer = functools.cache(lambda: _tokenizer(folder))
     for i, stage in enumerate(config.stages):
         for where, leaf in stage.task_leaves():
@@ -187,16 +200,8 @@ def wandb_sink(config: PipelineConfig, run_dir: Path, group: str):
     return WandbSink(config.wandb, run_dir, group, config.model_dump(mode="json"))
 
 
-def run_pipeline(
-    config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>", resume: bool = False
-) -> dict:
-    """Run every stage; with `resume`, skip finished stages and continue the interrupted one
-    from its newest checkpoint."""
-    from posttrain.records.startup import CLOCK
-
-    CLOCK.pipeline_begins()
-    with CLOCK.phase("preflight"):
-        preflight(config, source)
+def _run_state(config: PipelineConfig, run_dir: Path, resume: bool) -> dict:
+    """The run's state: read back to resume, else a new one in the claimed run folder."""
     if resume:
         state = json.loads((run_dir / "run_state.json").read_text())
     else:
@@ -206,16 +211,38 @@ def run_pipeline(
         (run_dir / "config.resolved.yaml").write_text(dump_config(config))
         state = {"stages": {s.name: {"status": "pending"} for s in config.stages}}
     state.setdefault("run_id", f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    return state
+
+
+def run_pipeline(
+    config: PipelineConfig, run_dir: Path, verbose: bool = False, source: str = "<config>", resume: bool = False
+) -> dict:
+    """Run every stage; with `resume`, skip finished stages and continue the interrupted one
+    from its newest checkpoint."""
+    from posttrain.records.startup import CLOCK
+
+    CLOCK.pipeline_begins()
+    with CLOCK.phase("preflight"):
+        preflight_config(config, source)
+    from posttrain.runtime.infra import RayStarting
+
+    ray_up = RayStarting(config, verbose)  # Ray's processes start while the task sources are read
+    try:
+        with CLOCK.phase("preflight"):
+            preflight_sources(config, source)
+        state = _run_state(config, run_dir, resume)
+        resume_dirs = resume_plan(config, run_dir, state) if resume else {}
+        model_dir = resolved_model(config, source)
+        state["model"] = str(model_dir)
+    except BaseException:
+        ray_up.abandon()  # a run refused before it starts leaves no Ray behind
+        raise
+    with CLOCK.phase("ray"):  # what is left of Ray's start once the driver is ready for it
+        ray_up.wait()
 
     from posttrain.records.metrics import MetricsLog, write_json_atomic
-    from posttrain.runtime.infra import start_ray
     from posttrain.runtime.slots import StageSlots, check_placeable
 
-    resume_dirs = resume_plan(config, run_dir, state) if resume else {}
-    model_dir = resolved_model(config, source)
-    state["model"] = str(model_dir)
-    with CLOCK.phase("ray"):
-        start_ray(config, verbose)
     check_placeable(config, source)  # a slot or teachers no node can hold: exit 2 now, not a silent wait
     metrics = MetricsLog(run_dir, wandb_sink(config, run_dir, state["run_id"]))
     slots = StageSlots(config, model_dir, run_dir, metrics)
