@@ -104,6 +104,21 @@ def test_what_a_response_makes_of_its_check_scores_0_and_a_broken_task_is_unscor
     assert not broken.ok and "task error" in broken.reason and "the task's row is broken" in broken.reason
 
 
+class SlowToLoad(MathVerifier):
+    """A verifier whose loading in a worker takes longer than a sample's limit, as importing
+    its module does on a loaded machine (math-verify, SymPy, a user's imports)."""
+
+    def __setstate__(self, state):
+        time.sleep(LIMIT + 2)
+        self.__dict__.update(state)
+
+
+def test_loading_the_verifier_in_a_worker_is_not_counted_against_a_samples_limit():
+    results = asyncio.run(SlowToLoad(timeout_s=LIMIT).score([sample("\\boxed{1024}"), sample("\\boxed{1023}")]))
+    assert [r.score for r in results] == [1.0, 0.0], [r.reason for r in results]
+    assert all(r.ok for r in results)
+
+
 def test_a_worker_is_replaced_after_a_timeout_and_the_others_go_on():
     pool = WorkerPool(workers=2)
     try:

@@ -22,6 +22,7 @@ from posttrain.rollout.workers import (
     WorkerUnavailable,
     call_method,
     import_modules,
+    prepare_instance,
     shared_pool,
 )
 from posttrain.types import RewardResult, Sample
@@ -78,12 +79,13 @@ def check_in_workers(
         return []
     pool = shared_pool(warm_answer_checks, tuple(preload), ANSWER_WORKERS)
     blob = pickle.dumps(verifier)
-    outcomes = pool.map(call_method, [(blob, method, args) for args in calls], timeout_s)
+    setup = (blob, prepare_instance, (blob,))  # the verifier's module imported outside the limit
+    outcomes = pool.map(call_method, [(blob, method, args) for args in calls], timeout_s, setup)
     out = []
     for args, (value, error) in zip(calls, outcomes):
         if isinstance(error, CallRaised) and reference is not None:
             try:
-                pool.call(call_method, (blob, method, reference(args)), timeout_s)
+                pool.call(call_method, (blob, method, reference(args)), timeout_s, setup)
             except CallRaised as again:
                 reason = f"unscored: task error: the check raised on the task's own answer too: {again}"
                 out.append(RewardResult(0.0, reason[:500], verifier.name, ok=False))

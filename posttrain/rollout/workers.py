@@ -89,6 +89,7 @@ class _Worker:
         self.process.start()
         child.close()
         self.ready = False
+        self.prepared: set = set()  # the keys of the set-ups this worker has run (WorkerPool.call)
 
     def wait_ready(self, timeout: float) -> None:
         if self.ready:
@@ -138,14 +139,19 @@ class WorkerPool:
             with self._lock:
                 self._started.discard(worker)
 
-    def call(self, fn, args: tuple, timeout: float):
-        """`fn(*args)` in a worker, within `timeout` seconds from when the worker has it."""
+    def call(self, fn, args: tuple, timeout: float, setup: tuple | None = None):
+        """`fn(*args)` in a worker, within `timeout` seconds from when the worker has it.
+        `setup` (key, fn, args): run first in a worker that has not run that key, within the
+        start-up timeout, never the call's (a verifier unpickled there: its module's imports,
+        which a loaded machine can stretch past a per-sample limit of seconds)."""
         worker = self._take()
         try:
             if worker is None or not worker.process.is_alive():
                 self._retire(worker)
                 worker = self._start()
             worker.wait_ready(self.startup_timeout)
+            if setup is not None and setup[0] not in worker.prepared:
+                worker = self._prepare(worker, setup)
             try:
                 worker.conn.send((fn, args))
             except (BrokenPipeError, EOFError, ConnectionError):  # it died since its last call
@@ -179,6 +185,28 @@ class WorkerPool:
             raise CallRaised(reply[1], reply[2])
         return reply[1]
 
+    def _prepare(self, worker: _Worker, setup: tuple) -> _Worker:
+        """`setup` run in `worker` (or in a fresh one, where it died since its last call)."""
+        key, fn, args = setup
+        try:
+            worker.conn.send((fn, args))
+        except (BrokenPipeError, EOFError, ConnectionError):
+            self._retire(worker)
+            worker = self._start()
+            worker.wait_ready(self.startup_timeout)
+            worker.conn.send((fn, args))
+        if not worker.conn.poll(self.startup_timeout):
+            raise WorkerUnavailable(f"a worker's set-up for its calls took over {self.startup_timeout:g}s")
+        try:
+            reply = worker.conn.recv()
+        except (EOFError, OSError):
+            worker.process.join(1)
+            raise WorkerUnavailable(f"a worker died in its set-up (exit code {worker.process.exitcode})") from None
+        if reply[0] == "raised":
+            raise WorkerUnavailable(f"a worker's set-up raised {reply[1]}: {reply[2]}")
+        worker.prepared.add(key)
+        return worker
+
     def _take(self) -> _Worker | None:
         """An idle worker, one that is set up if there is one (a replacement still importing
         waits for the calls that find nothing else)."""
@@ -195,13 +223,15 @@ class WorkerPool:
         self.replaced += 1
         return self._start()  # it sets up while other calls go on
 
-    def map(self, fn, calls: list[tuple], timeout: float) -> list[tuple[object, BaseException | None]]:
+    def map(
+        self, fn, calls: list[tuple], timeout: float, setup: tuple | None = None
+    ) -> list[tuple[object, BaseException | None]]:
         """(value, None) or (None, the exception) for each call, in order; the calls run in
-        parallel on the pool's workers, each with its own deadline."""
+        parallel on the pool's workers, each with its own deadline (`setup`: as in `call`)."""
 
         def one(args):
             try:
-                return self.call(fn, args, timeout), None
+                return self.call(fn, args, timeout, setup), None
             except Exception as exc:
                 return None, exc
 
@@ -251,12 +281,23 @@ def import_modules(*names: str) -> None:
 _INSTANCES: dict[bytes, object] = {}
 
 
-def call_method(blob: bytes, method: str, args: tuple):
-    """In a worker: `method` of the object pickled in `blob`, kept unpickled for the next
-    call with the same object (a verifier's caches survive between samples)."""
+def load_instance(blob: bytes):
+    """In a worker: the object pickled in `blob`, kept unpickled for the next call with the
+    same object (a verifier's caches survive between samples). As a pool call's set-up, it
+    imports the object's module outside the call's time limit."""
     obj = _INSTANCES.get(blob)
     if obj is None:
         if len(_INSTANCES) >= MAX_INSTANCES:
             _INSTANCES.clear()
         obj = _INSTANCES[blob] = pickle.loads(blob)
-    return getattr(obj, method)(*args)
+    return obj
+
+
+def prepare_instance(blob: bytes) -> None:
+    """A pool call's set-up: `load_instance`, returning nothing to send back."""
+    load_instance(blob)
+
+
+def call_method(blob: bytes, method: str, args: tuple):
+    """In a worker: `method` of the object pickled in `blob` (`load_instance`)."""
+    return getattr(load_instance(blob), method)(*args)
