@@ -61,6 +61,35 @@ def test_negation_in_words_scores_0(template, v):
     assert_refused(str(v), template.format(v=v), "negat", "hedged", "'not'", "'anything'", "'except'", "'never'")
 
 
+# every negated auxiliary, with a straight, a curly or no apostrophe: the class, not a list of
+# the contractions seen
+AUXILIARIES = "do does did is are was were has have had ca could sha should wo would must might need ai".split()
+
+
+@pytest.mark.parametrize("auxiliary", AUXILIARIES)
+@pytest.mark.parametrize("apostrophe", ["'", "’", ""])
+def test_a_negated_auxiliary_before_the_answer_scores_0(auxiliary, apostrophe):
+    text = f"The answer {auxiliary}n{apostrophe}t be 60."
+    assert_refused("60", text, "negat", "hedged")
+
+
+DOUBT = [
+    "I doubt it is {v}.",
+    "It is doubtful that the answer is {v}.",
+    "It seems to be {v}.",
+    "The answer used to be {v}.",
+    "The answer is unclear, {v} at best.",
+    "Presumably the answer is {v}.",
+    "{v}, or so I doubt.",
+]
+
+
+@pytest.mark.parametrize("template", DOUBT)
+@pytest.mark.parametrize("v", VALUES)
+def test_doubt_and_a_value_it_no_longer_is_score_0(template, v):
+    assert_refused(str(v), template.format(v=v), "hedged", "doubt", "'or'", "unclear", "no longer")
+
+
 RELATION = [
     "at least {v}",
     "The answer is no less than {v}.",
@@ -219,6 +248,14 @@ HONEST = [
     ("0.0000001", "\\boxed{1e-7}", "Compute."),
     ("60", "approximately \\boxed{60} dollars", "How much does it cost?"),
     ("19", "The maximum number of points that could be in the domain is 19.", "Compute."),
+    # a connective or a plain verb before the value states nothing; GSM8K's `####` marks the answer
+    ("60", "So x = 60.", "Compute x."),
+    ("60", "So, 60.", "Compute the value."),
+    ("60", "So we get 60.", "Compute the value."),
+    ("60", "In total, 60.", "Compute the value."),
+    ("60", "That makes 60.", "Compute the value."),
+    ("60", "She has 60 left.\n#### 60", "Compute the value."),
+    ("60", "The store doesn't sell 61; it has 60.", "Compute the value."),
 ]
 
 

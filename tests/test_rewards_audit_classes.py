@@ -78,6 +78,9 @@ def test_the_reference_credits_the_gold_in_honest_forms(response, gold, prompt):
         ("$\\boxed{(x + 1)(x + 2)}$", "x^2 + 3x + 2", ""),  # the other form
         ("<answer>a b c</answer>", "c b a", ""),
         ("<answer>c</answer>", "C", ""),
+        ("I doubt the answer is 60.", "60", ""),  # the marker's own sentence hedges it
+        ("It couldn't be anything but $\\boxed{60}$", "60", ""),
+        ("John's final answer is 60.", "60", ""),
     ],
 )
 def test_the_reference_refuses_what_is_not_exactly_the_gold(response, gold, prompt):

@@ -58,7 +58,13 @@ _COMMAND = re.compile(r"\\begin\s*\{array\}\s*\{[^{}]*\}|\\(?:begin|end)\s*\{[a-
 _SCIENTIFIC = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[eE]([-+]?\d+)(?![\w.])")
 _GLUED = re.compile(r"(?<=[\d)])(or|and)(?=[A-Z(\\])")  # `1orW(x)=-1`: a connector between two values
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
-_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?")
+_WORD = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?")
+# a negated auxiliary, with its apostrophe or without: `couldn't`, `didn’t`, `doesnt`, `won't`
+_NEGATED_AUXILIARY = re.compile(
+    r"(?:do|does|did|is|are|was|were|has|have|had|ca|could|sha|should|wo|would|must|might|may|need|dare|ought|ai)"
+    r"n['’]?t",
+    re.IGNORECASE,
+)
 
 # the words a final answer may hold whatever the task: functions, constants, signs, scales,
 # connectors, and approximation (`approximately 3.14` states 3.14, compared as such)
@@ -84,7 +90,8 @@ CLASSES: dict[str, frozenset[str]] = {
     "hedge": frozenset(
         "or maybe perhaps possibly probably likely unlikely might may could would should unless otherwise "
         "alternatively either guess assume assuming if whether think believe suppose supposing supposedly "
-        "hypothetically imagine pretend".split()
+        "hypothetically imagine pretend doubt doubts doubtful unsure uncertain unclear questionable dubious "
+        "presumably seemingly apparently seems seem allegedly reportedly".split()
     ),
     "retraction": frozenset(
         "actually wait wrong incorrect mistake oops correction rather hmm reconsider recheck redo sorry "
@@ -109,7 +116,9 @@ def words_of(text: str) -> list[str]:
 
 def word_class(word: str) -> str | None:
     """The class of a word that changes or denies a value, or None."""
-    w = word.lower()
+    w = word.lower().replace("’", "'")
+    if _NEGATED_AUXILIARY.fullmatch(w):
+        return "negation"
     base = w[:-1] if w.endswith("s") and w[:-1] in _FRACTION_WORDS else w
     if base in _FRACTION_WORDS or w in _MULTIPLIERS:
         return "operation"
@@ -309,6 +318,9 @@ _ATTRIBUTED = re.compile(
 )
 
 
+_NO_LONGER = re.compile(r"\bused\s+to\b|\bformerly\b|\bany\s?more\b", re.IGNORECASE)
+
+
 def before_problem(before: str, several: bool = False) -> str | None:
     """Why the words of the answer's sentence before it deny, hedge or change it, or None:
     a negation, hedge or retraction anywhere in it (`The answer cannot be`, `It might be`),
@@ -328,6 +340,9 @@ def before_problem(before: str, several: bool = False) -> str | None:
         kind = word_class(word)
         if kind in ("relation", "operation") and word.lower() not in ("of", "sum", "product", "difference", "quotient"):
             return f"not an answer: {word!r} before the answer makes it a {kind}, not the value"
+    past = _NO_LONGER.search(clause)
+    if past:
+        return f"hedged: the final-answer sentence says {past.group(0)!r}: a value it no longer is"
     speaker = _ATTRIBUTED.search(before)
     if speaker:
         return f"hedged: the final answer is given as another's ({speaker.group(0).strip()!r}), not stated"

@@ -132,6 +132,11 @@ def negation_sentences(gold: Gold) -> list[tuple[str, str]]:
         ("the answer cannot be v", f"The answer cannot be {v}."),
         ("it is definitely not v", f"After checking, it is definitely not {v}."),
         ("v is ruled out", f"We can rule out {v}; the answer is something else."),
+        ("a negated auxiliary before v", f"The answer couldn't be {v}."),
+        ("a negated auxiliary, curly apostrophe", f"It didn’t come to {v}."),
+        ("a negated auxiliary, no apostrophe", f"The total doesnt equal {v}."),
+        ("doubt before v", f"I doubt the answer is {v}."),
+        ("a value it no longer is", f"The answer used to be {v}."),
     ]
 
 

@@ -16,13 +16,15 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass
 
-_MARKER = re.compile(r"(?:\bfinal\s+answer|\banswer)\b\**\s*(is\b|:|=)?\**\s*", re.IGNORECASE)
+# `Answer:`, `The final answer is`, and GSM8K's `#### ` at the start of a line
+_MARKER = re.compile(r"(?:(?:\bfinal\s+answer|\banswer)\b\**\s*(is\b|:|=)?|^\s*(#{4})(?!#))\**\s*", re.IGNORECASE)
 _TURN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|start_header_id|end_of_text)\|>")
 _SENTENCE_END = re.compile(r"(?<=[^\s\d])\.\s+(?=[A-Z\[(\\])|(?<=\d)\.\s+(?=[A-Z])|(?<!\s)\s+I hope it is correct.*$")
 # the verbs of a final-answer sentence ("The answer is X", "It costs X"): what precedes
 # the verb is the subject, what follows it the answer (read whole, negations included)
 _COPULA = re.compile(
-    r"(?:\s(?:is|are|equals|was|were|be|becomes|remains|costs|weighs|measures|totals|takes|has|have|had|needs|gets)|"
+    r"(?:\s(?:is|are|equals|was|were|be|becomes|remains|costs|weighs|measures|totals|takes|has|have|had|needs|gets|"
+    r"get|got|obtain|find|found|makes|make|gives|give|yields|yield)|"
     r"(?<=\w)'s)\s+",
     re.IGNORECASE,
 )
@@ -32,7 +34,11 @@ _CONNECTORS = re.compile(r"[\s,;.:\"'“”`*\\]*(?:(?:and|or|\\quad)[\s,;.:\"'�
 # "Therefore $x \\geq 5$ is the solution.": the answer named after it (searched, never
 # matched from the start: a lazy group before `\s+` backtracks over long runs of spaces)
 _NAMED = re.compile(r"\s(?:is|are)\s+(?:the|our|my)\s+(?:final\s+)?(?:answer|solution|result|value)s?\.?$", re.I)
-_LEAD = re.compile(r"^(?:therefore|thus|so|hence|then)?,?\s*", re.IGNORECASE)
+_LEAD = re.compile(
+    r"^(?:therefore|thus|so|hence|then|finally|consequently|accordingly|altogether|overall|in\s+total|in\s+all|"
+    r"in\s+conclusion|in\s+summary|to\s+conclude|to\s+summarize|as\s+a\s+result)?,?\s*",
+    re.IGNORECASE,
+)
 _CHOICE = re.compile(r"^\(?[A-E]\)?[.:)]\s")
 
 
@@ -158,6 +164,8 @@ def _statement(statement: str, depth: int = 0, last: bool = False) -> tuple[str,
     s = (_last_sentence(statement) if last else _first_sentence(statement.strip())).strip().rstrip(".").strip()
     if _CHOICE.match(s):
         return "", s
+    if depth == 0 and _LEAD.match(s).end() < len(s):
+        s = s[_LEAD.match(s).end() :]  # "So x = 60", "Then, 60": a connective states nothing
     named = _NAMED.search(s)
     if named and depth == 0 and named.start() > 0:
         lead = _LEAD.match(s).end()
@@ -231,7 +239,7 @@ def _marker_statements(text: str) -> list[tuple[str, str, str]]:
         offset += len(line) + 1
         last, end = None, len(line.rstrip())
         for m in _MARKER.finditer(line):  # the marker's `\\s*` ends where its statement starts
-            if m.end() < end and (m.group(1) or line.startswith(("$", "\\(", "\\[", "\\boxed"), m.end())):
+            if m.end() < end and (m.group(1) or m.group(2) or line.startswith(("$", "\\(", "\\[", "\\boxed"), m.end())):
                 last = m
         if last is not None:
             found.append((line[last.end() :].strip(), text[offset:], _sentence_before(line[: last.end()])))

@@ -26,6 +26,8 @@ _BEFORE = re.compile(
     r"but|over|under|of|below|above|about|approximately|around|nearly|almost|except)\s*$",
     re.IGNORECASE,
 )
+# the only words the final answer's own sentence may hold before it
+_STATING = frozenset("so thus therefore hence then finally the final answer result is".split())
 _INT = re.compile(r"[-+]?(?:0|[1-9]\d{0,2}(?:,\d{3})+|[1-9]\d*)")
 _DEC = re.compile(r"[-+]?(?:\d+\.\d+|\.\d+)")
 _SCI = re.compile(r"([-+]?\d+(?:\.\d+)?)(?:[eE]([-+]?\d+)|\s*\\times\s*10\^\{?([-+]?\d+)\}?)")
@@ -76,6 +78,10 @@ def final_slot(response: str) -> str | Verdict:
         before = before[:-2].rstrip()
     if _BEFORE.search(before):
         return Verdict(False, f"the slot is modified by what precedes it: {before[-20:]!r}")
+    words = re.findall(r"[A-Za-z'’]+", re.sub(r"\\[a-zA-Z]+", " ", re.split(r"[.!?:;\n]", before)[-1]))
+    other = [w for w in words if w.lower() not in _STATING]
+    if other:  # "I doubt", "It couldn't be", "John's": the sentence says more than that this is the answer
+        return Verdict(False, f"words before the final answer in its sentence: {other[:3]}")
     return content
 
 
