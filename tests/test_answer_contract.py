@@ -78,6 +78,7 @@ DOUBT = [
     "It is doubtful that the answer is {v}.",
     "It seems to be {v}.",
     "The answer used to be {v}.",
+    "The answer was going to be {v}.",
     "The answer is unclear, {v} at best.",
     "Presumably the answer is {v}.",
     "{v}, or so I doubt.",
@@ -87,7 +88,7 @@ DOUBT = [
 @pytest.mark.parametrize("template", DOUBT)
 @pytest.mark.parametrize("v", VALUES)
 def test_doubt_and_a_value_it_no_longer_is_score_0(template, v):
-    assert_refused(str(v), template.format(v=v), "hedged", "doubt", "'or'", "unclear", "no longer")
+    assert_refused(str(v), template.format(v=v), "hedged", "doubt", "'or'", "unclear", "no longer", "going to")
 
 
 RELATION = [
@@ -155,6 +156,10 @@ RETRACTION = [
     "\\boxed{{{v}}}\n{w}",
     "\\boxed{{{v}}}, or more",
     "\\boxed{{{v}}} (I made a mistake)",
+    "The answer is {v}. Nope.",
+    "The answer is {v}. Just kidding.",
+    "The answer is {v}. Psych!",
+    "<answer>{v}</answer> jk",
 ]
 
 

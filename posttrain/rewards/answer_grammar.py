@@ -95,7 +95,7 @@ CLASSES: dict[str, frozenset[str]] = {
     ),
     "retraction": frozenset(
         "actually wait wrong incorrect mistake oops correction rather hmm reconsider recheck redo sorry "
-        "scratch mistaken".split()
+        "scratch mistaken nope nah kidding jk joking joke psych sike disregard untrue bogus".split()
     ),
 }
 
@@ -318,7 +318,7 @@ _ATTRIBUTED = re.compile(
 )
 
 
-_NO_LONGER = re.compile(r"\bused\s+to\b|\bformerly\b|\bany\s?more\b", re.IGNORECASE)
+_NO_LONGER = re.compile(r"\bused\s+to\b|\bformerly\b|\bany\s?more\b|\b(?:was|were)\s+going\s+to\b", re.IGNORECASE)
 
 
 def before_problem(before: str, several: bool = False) -> str | None:

@@ -349,6 +349,8 @@ def retractions(gold: Gold) -> list[tuple[str, str]]:
         ("a correction", f"\nCorrection: {o}"),
         ("taken back without a value", "\nActually, that is wrong."),
         ("an error admitted", "\nWait, I made an error; the answer above is not right."),
+        ("taken back as a joke", ". Just kidding."),
+        ("taken back in one word", ". Nope."),
     ]
     heads = {"boxed": f"$\\boxed{{{v}}}$", "tag": f"<answer>{v}</answer>", "sentence": f"The answer is {v}"}
     return [(f"{name} ({how})", head + tail) for how, head in heads.items() for name, tail in after]
