@@ -204,6 +204,8 @@ class WorkerPool:
             raise WorkerUnavailable(f"a worker died in its set-up (exit code {worker.process.exitcode})") from None
         if reply[0] == "raised":
             raise WorkerUnavailable(f"a worker's set-up raised {reply[1]}: {reply[2]}")
+        if len(worker.prepared) >= MAX_INSTANCES:  # as the worker forgets its objects (`load_instance`)
+            worker.prepared.clear()
         worker.prepared.add(key)
         return worker
 
