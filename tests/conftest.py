@@ -11,9 +11,6 @@ import pytest
 # cluster: every test starts its own Ray.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("RAY_ADDRESS", None)
-# every Ray the tests start (their own ray.init, the CLI's, `ray start` nodes) runs its workers
-# at this process's niceness, not Ray's +15: under load a +15 worker gets almost no CPU
-os.environ.setdefault("RAY_worker_niceness", "0")
 
 # Debian's chromium, which the browser-marked tests drive (POSTTRAIN_TEST_CHROMIUM: another path,
 # for the test of the rule below).

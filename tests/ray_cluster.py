@@ -69,7 +69,6 @@ class LocalCluster:
             RAY_AUTH_TOKEN_PATH=str(self.token_file),
             RAY_USAGE_STATS_ENABLED="0",
             RAY_memory_monitor_refresh_ms="0",
-            RAY_worker_niceness="0",  # as docs/clusters.md says: the actors are the run
             PATH=f"{Path(sys.executable).parent}:{env.get('PATH', '')}",
             **self.env,
         )

@@ -19,16 +19,10 @@ QUIET_ENV = {
 }
 
 
-# The local Ray's settings:
-# - Ray starts its workers at niceness +15 (to keep its own control processes responsive):
-#   here the workers are the run (trainer ranks, engines, judges, teachers), and at +15 any
-#   other program at normal priority takes the CPU from them: with two busy loops beside it, a
-#   rank compiling DeepSpeed's comm op got 29 s of CPU in 14 minutes and the run never reached
-#   its first step. They run at the driver's niceness instead.
-# - Ray starts a worker process per CPU as a driver connects, for tasks in the job's own
-#   runtime env; posttrain's actors each name their own (thread counts), so none of those
-#   workers is ever used: 1 s of CPU each (measured), taken from the ranks and engines.
-LOCAL_RAY_CONFIG = {"worker_niceness": 0, "prestart_worker_first_driver": False, "enable_worker_prestart": False}
+# Ray starts a worker process per CPU as a driver connects, for tasks in the job's own
+# runtime env; posttrain's actors each name their own (thread counts), so none of those workers
+# is ever used: 1 s of CPU each (measured), taken from the ranks and engines that start beside.
+NO_PRESTART = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 
 
 @dataclass
@@ -71,7 +65,7 @@ def _init_ray(config: PipelineConfig, verbose: bool) -> str | None:
         object_store_memory=config.ray.object_store_gib * 2**30,
         log_to_driver=verbose,
         runtime_env={"env_vars": env},
-        _system_config=LOCAL_RAY_CONFIG,
+        _system_config=NO_PRESTART,
     )
     return dashboard_line(context.dashboard_url if config.ray.dashboard else None, "local")
 
