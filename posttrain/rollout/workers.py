@@ -152,13 +152,7 @@ class WorkerPool:
             worker.wait_ready(self.startup_timeout)
             if setup is not None and setup[0] not in worker.prepared:
                 worker = self._prepare(worker, setup)
-            try:
-                worker.conn.send((fn, args))
-            except (BrokenPipeError, EOFError, ConnectionError):  # it died since its last call
-                self._retire(worker)
-                worker = self._start()
-                worker.wait_ready(self.startup_timeout)
-                worker.conn.send((fn, args))
+            worker = self._send(worker, (fn, args))
             if not worker.conn.poll(timeout):
                 worker = self._replace(worker)
                 raise CallTimeout(f"the call ran past its {timeout:g}s limit: its worker was killed and replaced")
@@ -188,13 +182,7 @@ class WorkerPool:
     def _prepare(self, worker: _Worker, setup: tuple) -> _Worker:
         """`setup` run in `worker` (or in a fresh one, where it died since its last call)."""
         key, fn, args = setup
-        try:
-            worker.conn.send((fn, args))
-        except (BrokenPipeError, EOFError, ConnectionError):
-            self._retire(worker)
-            worker = self._start()
-            worker.wait_ready(self.startup_timeout)
-            worker.conn.send((fn, args))
+        worker = self._send(worker, (fn, args))
         if not worker.conn.poll(self.startup_timeout):
             raise WorkerUnavailable(f"a worker's set-up for its calls took over {self.startup_timeout:g}s")
         try:
@@ -207,6 +195,17 @@ class WorkerPool:
         if len(worker.prepared) >= MAX_INSTANCES:  # as the worker forgets its objects (`load_instance`)
             worker.prepared.clear()
         worker.prepared.add(key)
+        return worker
+
+    def _send(self, worker: _Worker, message: tuple) -> _Worker:
+        """`message` sent to `worker`, or to a fresh one where it died since its last call."""
+        try:
+            worker.conn.send(message)
+        except (BrokenPipeError, EOFError, ConnectionError):
+            self._retire(worker)
+            worker = self._start()
+            worker.wait_ready(self.startup_timeout)
+            worker.conn.send(message)
         return worker
 
     def _take(self) -> _Worker | None:
